@@ -1,0 +1,55 @@
+import type { BackendType, Offer } from '../api/offer.js';
+
+export interface CreateInstanceRequest {
+  offer: Offer;
+  /** Stable key (the instance record's id): a second create with the same key returns the first instance. */
+  idempotencyKey: string;
+  name: string;
+  /** Token the instance's agent will demand on every call. */
+  agentToken: string;
+}
+
+export type BackendInstanceStatus = 'provisioning' | 'running' | 'terminated' | 'failed';
+
+export interface BackendInstance {
+  id: string;
+  idempotencyKey: string;
+  status: BackendInstanceStatus;
+  /** Base URL of the agent once the instance is running, e.g. http://127.0.0.1:41234 */
+  agentUrl: string | null;
+  region: string;
+  reason?: string;
+}
+
+export interface Backend {
+  readonly type: BackendType;
+  offers(): Promise<Offer[]>;
+  create(request: CreateInstanceRequest): Promise<BackendInstance>;
+  /** An instance the backend no longer knows is reported as terminated, not thrown. */
+  get(id: string): Promise<BackendInstance>;
+  list(): Promise<BackendInstance[]>;
+  /** Idempotent: terminating a gone instance succeeds. */
+  terminate(id: string): Promise<void>;
+}
+
+export class BackendError extends Error {
+  constructor(message: string, readonly retryable = false) {
+    super(message);
+    this.name = 'BackendError';
+  }
+}
+
+/** The chosen offer has no capacity now: the caller moves on to the next offer. */
+export class NoCapacityError extends BackendError {
+  constructor(message: string) {
+    super(message, true);
+    this.name = 'NoCapacityError';
+  }
+}
+
+export class BackendAuthError extends BackendError {
+  constructor(message: string) {
+    super(message, false);
+    this.name = 'BackendAuthError';
+  }
+}
