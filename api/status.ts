@@ -14,6 +14,8 @@ export const RunTerminationReason = Type.Union([
   Type.Literal('stopped_by_user'),
   Type.Literal('aborted_by_user'),
   Type.Literal('no_fleet_matches'),
+  Type.Literal('no_offers'),
+  Type.Literal('provisioning_failed'),
   Type.Literal('instance_unreachable'),
   Type.Literal('instance_terminated'),
   Type.Literal('max_duration_exceeded'),
@@ -34,6 +36,7 @@ export const InstanceTerminationReason = Type.Union([
   Type.Literal('provisioning_timeout'),
   Type.Literal('provisioning_failed'),
   Type.Literal('no_offers'),
+  Type.Literal('no_capacity'),
   Type.Literal('terminated_by_backend'),
   Type.Literal('above_max_nodes'),
 ]);

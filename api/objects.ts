@@ -1,0 +1,136 @@
+import { Type, type Static } from '@sinclair/typebox';
+import { GpuInfo, Offer } from './offer.js';
+import { FleetStatus, InstanceStatus, RunStatus } from './status.js';
+
+/** The objects the management API answers with; the CLI reads the same shapes. */
+
+const Timestamp = Type.String({ description: 'ISO 8601' });
+const NullableTimestamp = Type.Union([Timestamp, Type.Null()]);
+const JsonObject = Type.Record(Type.String(), Type.Unknown());
+
+export const ApiError = Type.Object({
+  error: Type.Object({
+    code: Type.String(),
+    message: Type.String(),
+    details: Type.Optional(Type.Unknown()),
+  }),
+});
+export type ApiError = Static<typeof ApiError>;
+
+export const Project = Type.Object({
+  name: Type.String(),
+  backends: Type.Array(Type.String()),
+  createdAt: Timestamp,
+});
+export type Project = Static<typeof Project>;
+
+export const Instance = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  fleet: Type.String(),
+  backend: Type.String(),
+  status: InstanceStatus,
+  statusMessage: Type.String(),
+  terminationReason: Type.Union([Type.String(), Type.Null()]),
+  gpu: Type.Union([GpuInfo, Type.Null()]),
+  region: Type.Union([Type.String(), Type.Null()]),
+  pricePerHour: Type.Union([Type.Number(), Type.Null()]),
+  run: Type.Union([Type.String(), Type.Null()]),
+  idleSince: NullableTimestamp,
+  createdAt: Timestamp,
+  terminatedAt: NullableTimestamp,
+});
+export type Instance = Static<typeof Instance>;
+
+export const Fleet = Type.Object({
+  id: Type.String(),
+  project: Type.String(),
+  name: Type.String(),
+  status: FleetStatus,
+  statusMessage: Type.String(),
+  generation: Type.Integer(),
+  spec: JsonObject,
+  instances: Type.Array(Instance),
+  createdAt: Timestamp,
+});
+export type Fleet = Static<typeof Fleet>;
+
+export const Run = Type.Object({
+  id: Type.String(),
+  project: Type.String(),
+  user: Type.String(),
+  name: Type.String(),
+  kind: Type.String(),
+  status: RunStatus,
+  statusMessage: Type.String(),
+  terminationReason: Type.Union([Type.String(), Type.Null()]),
+  priority: Type.Integer(),
+  generation: Type.Integer(),
+  spec: JsonObject,
+  fleet: Type.Union([Type.String(), Type.Null()]),
+  instance: Type.Union([Type.String(), Type.Null()]),
+  gpu: Type.Union([GpuInfo, Type.Null()]),
+  pricePerHour: Type.Union([Type.Number(), Type.Null()]),
+  exitCode: Type.Union([Type.Integer(), Type.Null()]),
+  queuePosition: Type.Union([Type.Integer(), Type.Null()]),
+  submittedAt: Timestamp,
+  startedAt: NullableTimestamp,
+  finishedAt: NullableTimestamp,
+});
+export type Run = Static<typeof Run>;
+
+export const Event = Type.Object({
+  id: Type.Integer(),
+  objectKind: Type.String(),
+  objectName: Type.String(),
+  reason: Type.String(),
+  message: Type.String(),
+  createdAt: Timestamp,
+});
+export type Event = Static<typeof Event>;
+
+export const LogLine = Type.Object({
+  seq: Type.Integer(),
+  ts: Timestamp,
+  stream: Type.Union([Type.Literal('stdout'), Type.Literal('stderr')]),
+  text: Type.String(),
+});
+export type LogLine = Static<typeof LogLine>;
+
+/** One line of a followed log stream (NDJSON): a log line, or the run's status when it changes. */
+export const LogStreamItem = Type.Union([
+  Type.Object({ type: Type.Literal('log'), line: LogLine }),
+  Type.Object({ type: Type.Literal('status'), status: RunStatus, statusMessage: Type.String(), exitCode: Type.Union([Type.Integer(), Type.Null()]) }),
+]);
+export type LogStreamItem = Static<typeof LogStreamItem>;
+
+export const PlannedOffer = Type.Composite([Offer, Type.Object({ fleet: Type.String() })]);
+export type PlannedOffer = Static<typeof PlannedOffer>;
+
+export const RunPlan = Type.Object({
+  action: Type.Union([Type.Literal('create'), Type.Literal('replace')]),
+  name: Type.Union([Type.String(), Type.Null()]),
+  requirement: Type.String(),
+  fleets: Type.Array(Type.String()),
+  idleInstance: Type.Union([Type.Object({ name: Type.String(), fleet: Type.String(), gpu: GpuInfo, pricePerHour: Type.Number() }), Type.Null()]),
+  offers: Type.Array(PlannedOffer),
+  problem: Type.Union([Type.String(), Type.Null()]),
+});
+export type RunPlan = Static<typeof RunPlan>;
+
+export const FleetPlan = Type.Object({
+  action: Type.Union([Type.Literal('create'), Type.Literal('update'), Type.Literal('unchanged')]),
+  name: Type.String(),
+  requirement: Type.String(),
+  currentGeneration: Type.Union([Type.Integer(), Type.Null()]),
+  offers: Type.Array(Offer),
+  problem: Type.Union([Type.String(), Type.Null()]),
+});
+export type FleetPlan = Static<typeof FleetPlan>;
+
+export const ServerInfo = Type.Object({
+  version: Type.String(),
+  database: Type.Union([Type.Literal('postgres'), Type.Literal('pglite')]),
+  user: Type.String(),
+});
+export type ServerInfo = Static<typeof ServerInfo>;

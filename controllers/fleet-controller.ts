@@ -1,0 +1,65 @@
+import type { Logger } from 'winston';
+import { offerSatisfies } from '../api/resources.js';
+import type { Db, Row } from '../store/db.js';
+import { recordEvent } from '../store/events.js';
+import { setFleetStatus, toFleet, type FleetRecord } from '../store/fleets.js';
+import { insertInstance, listFleetInstances } from '../store/instances.js';
+import type { BackendPool } from './backend-pool.js';
+import { LeasedController } from './leased.js';
+import { CHANNELS } from './manager.js';
+
+const FLEET_RECHECK_MS = 5000;
+
+/** Keeps each fleet at `nodes.min` or more instances, and winds a deleted fleet down. */
+export class FleetController extends LeasedController<FleetRecord> {
+  readonly name = 'fleet';
+
+  constructor(db: Db, owner: string, logger: Logger, private readonly pool: BackendPool) {
+    super(db, owner, logger, { table: 'fleets', channel: CHANNELS.fleets, where: `status IN ('active', 'terminating')` });
+  }
+
+  protected toRecord(row: Row): FleetRecord {
+    return toFleet(row);
+  }
+
+  protected async reconcile(fleet: FleetRecord): Promise<number> {
+    const live = await listFleetInstances(this.db, fleet.id);
+    if (fleet.status === 'terminating') {
+      if (live.length === 0) {
+        if (await setFleetStatus(this.db, fleet.id, this.owner, 'terminated', 'deleted')) {
+          await this.event(fleet, 'Terminated', 'all instances terminated');
+        }
+        return 60_000;
+      }
+      await this.db.query(`UPDATE instances SET next_reconcile_at = now() WHERE fleet_id = $1 AND status <> 'terminated'`, [fleet.id]);
+      await this.db.notify(CHANNELS.instances);
+      const busy = live.filter((i) => i.runId !== null).length;
+      await setFleetStatus(this.db, fleet.id, this.owner, 'terminating', busy ? `waiting for ${busy} busy instance${busy === 1 ? '' : 's'} to finish` : 'terminating instances');
+      return 1000;
+    }
+    const missing = fleet.nodesMin - live.filter((i) => i.status !== 'terminating').length;
+    if (missing <= 0) {
+      if (fleet.statusMessage) await setFleetStatus(this.db, fleet.id, this.owner, 'active', '');
+      return FLEET_RECHECK_MS;
+    }
+    const listing = await this.pool.offers(fleet.projectId, fleet.backends);
+    const offer = listing.offers.find((o) => o.availability === 'available' && offerSatisfies(o, fleet.requirement));
+    if (!offer) {
+      const why = listing.errors.length ? listing.errors.join('; ') : `no available offer matches the fleet's resources`;
+      await setFleetStatus(this.db, fleet.id, this.owner, 'active', `cannot reach nodes.min=${fleet.nodesMin}: ${why}`);
+      return FLEET_RECHECK_MS;
+    }
+    for (let n = 0; n < missing; n++) {
+      const instance = await insertInstance(this.db, {
+        projectId: fleet.projectId, fleetId: fleet.id, fleetName: fleet.name, backend: offer.backend, requirement: fleet.requirement, runId: null,
+      });
+      await recordEvent(this.db, { projectId: fleet.projectId, objectKind: 'instance', objectId: instance.id, objectName: instance.name, reason: 'Created', message: `created to keep fleet ${fleet.name} at nodes.min=${fleet.nodesMin}` });
+    }
+    await this.db.notify(CHANNELS.instances);
+    return FLEET_RECHECK_MS;
+  }
+
+  private event(fleet: FleetRecord, reason: string, message: string): Promise<void> {
+    return recordEvent(this.db, { projectId: fleet.projectId, objectKind: 'fleet', objectId: fleet.id, objectName: fleet.name, reason, message });
+  }
+}

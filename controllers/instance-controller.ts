@@ -1,0 +1,228 @@
+import type { Logger } from 'winston';
+import type { InstanceStatus, InstanceTerminationReason } from '../api/status.js';
+import { offerSatisfies } from '../api/resources.js';
+import { BackendAuthError, NoCapacityError, type Backend } from '../backends/backend.js';
+import type { Db, Row } from '../store/db.js';
+import { recordEvent } from '../store/events.js';
+import { getFleetById, type FleetRecord } from '../store/fleets.js';
+import { getInstance, toInstance, updateInstance, type InstanceRecord } from '../store/instances.js';
+import { getRun } from '../store/runs.js';
+import type { BackendPool } from './backend-pool.js';
+import { LeasedController } from './leased.js';
+import { CHANNELS } from './manager.js';
+import { agentOf } from './run-controller.js';
+
+export interface InstanceTimings {
+  provisioningTimeoutMs: number;
+  unreachableGraceMs: number;
+  healthIntervalMs: number;
+  orphanSweepMs: number;
+}
+
+export const DEFAULT_INSTANCE_TIMINGS: InstanceTimings = {
+  provisioningTimeoutMs: 10 * 60_000,
+  unreachableGraceMs: 30_000,
+  healthIntervalMs: 5000,
+  orphanSweepMs: 60_000,
+};
+
+const FINISHED_RUN = ['terminated', 'failed', 'done'];
+
+/** Provisions, health-checks, idles out and terminates instances at their backends. */
+export class InstanceController extends LeasedController<InstanceRecord> {
+  readonly name = 'instance';
+  private lastSweep = 0;
+
+  constructor(db: Db, owner: string, logger: Logger, private readonly pool: BackendPool, private readonly timings: InstanceTimings = DEFAULT_INSTANCE_TIMINGS) {
+    super(db, owner, logger, { table: 'instances', channel: CHANNELS.instances, where: `status <> 'terminated'` });
+  }
+
+  protected toRecord(row: Row): InstanceRecord {
+    return toInstance(row);
+  }
+
+  override async pass(): Promise<void> {
+    await super.pass();
+    if (Date.now() - this.lastSweep >= this.timings.orphanSweepMs) {
+      this.lastSweep = Date.now();
+      await this.sweepOrphans();
+    }
+  }
+
+  protected async reconcile(instance: InstanceRecord): Promise<number> {
+    const fleet = await getFleetById(this.db, instance.fleetId);
+    switch (instance.status) {
+      case 'pending': return this.provision(instance, fleet);
+      case 'provisioning': return this.awaitBoot(instance);
+      case 'idle': case 'busy': return this.watch(instance, fleet);
+      case 'terminating': return this.terminate(instance);
+      case 'terminated': return 60_000;
+    }
+  }
+
+  private async provision(instance: InstanceRecord, fleet: FleetRecord): Promise<number> {
+    if (fleet.status !== 'active' && !instance.runId) return this.end(instance, 'fleet_deleted', `fleet ${fleet.name} was deleted`);
+    const backend = await this.pool.backend(instance.projectId, instance.backend);
+    if (!backend) return this.end(instance, 'provisioning_failed', `backend ${instance.backend} is not configured for this project`);
+    const listing = await this.pool.offers(instance.projectId, [instance.backend]);
+    if (listing.errors.length > 0 && listing.offers.length === 0) {
+      await updateInstance(this.db, instance.id, this.owner, { status_message: listing.errors.join('; ') });
+      return 5000;
+    }
+    const matching = listing.offers.filter((o) => offerSatisfies(o, instance.requirement));
+    const available = matching.filter((o) => o.availability === 'available');
+    if (matching.length === 0) return this.end(instance, 'no_offers', `no ${instance.backend} offer matches`);
+    for (const offer of available) {
+      try {
+        const created = await backend.create({ offer, idempotencyKey: instance.id, name: instance.name, agentToken: instance.agentToken });
+        await updateInstance(this.db, instance.id, this.owner, {
+          status: 'provisioning', offer, backend_instance_id: created.id, provisioning_started_at: new Date(),
+          status_message: `${offer.gpu.count ? `${offer.gpu.count}x ${offer.gpu.name}` : 'no GPU'} in ${offer.region} at $${offer.pricePerHour}/h`,
+        });
+        await this.event(instance, 'Provisioning', `created at ${instance.backend} as ${created.id} (${offer.offerId}, $${offer.pricePerHour}/h)`);
+        return 250;
+      } catch (error) {
+        if (error instanceof NoCapacityError) {
+          this.pool.forgetOffers(instance.projectId);
+          await this.event(instance, 'NoCapacity', `${offer.offerId}: ${error.message}; trying the next offer`);
+          continue;
+        }
+        if (error instanceof BackendAuthError) return this.end(instance, 'provisioning_failed', error.message);
+        throw error;
+      }
+    }
+    return this.end(instance, 'no_capacity', `no capacity: all ${matching.length} matching ${instance.backend} offers are out of capacity`);
+  }
+
+  private async awaitBoot(instance: InstanceRecord): Promise<number> {
+    if (instance.provisioningStartedAt && Date.now() - instance.provisioningStartedAt.getTime() > this.timings.provisioningTimeoutMs) {
+      return this.stop(instance, 'provisioning_timeout', `not ready after ${this.timings.provisioningTimeoutMs / 1000}s`);
+    }
+    const backend = await this.pool.backend(instance.projectId, instance.backend);
+    if (!backend) return this.stop(instance, 'provisioning_failed', `backend ${instance.backend} is no longer configured`);
+    const remote = await backend.get(instance.backendInstanceId!);
+    if (remote.status === 'terminated' || remote.status === 'failed') {
+      return this.end(instance, 'provisioning_failed', remote.reason ?? `the backend reports it ${remote.status}`);
+    }
+    if (remote.status !== 'running' || !remote.agentUrl) return 250;
+    const health = await agentOf({ ...instance, agentUrl: remote.agentUrl }).health().catch(() => null);
+    if (!health?.ok) return 250;
+    const status: InstanceStatus = instance.runId ? 'busy' : 'idle';
+    const written = await updateInstance(this.db, instance.id, this.owner, {
+      status, agent_url: remote.agentUrl, idle_since: status === 'idle' ? new Date() : null, status_message: '',
+    });
+    if (written) {
+      await this.event(instance, 'Ready', `agent healthy at ${remote.agentUrl}; ${status}`);
+      await this.db.notify(CHANNELS.runs);
+    }
+    return this.timings.healthIntervalMs;
+  }
+
+  private async watch(instance: InstanceRecord, fleet: FleetRecord): Promise<number> {
+    const healthy = await agentOf(instance).health().then((h) => h.ok, () => false);
+    if (!healthy) {
+      const since = instance.unreachableSince ?? new Date();
+      if (!instance.unreachableSince) await updateInstance(this.db, instance.id, this.owner, { unreachable_since: since, status_message: 'agent not answering' });
+      const remote = await this.remoteStatus(instance);
+      if (remote === 'terminated' || remote === 'failed') return this.end(instance, 'terminated_by_backend', 'the backend reports the instance gone');
+      if (Date.now() - since.getTime() > this.timings.unreachableGraceMs) {
+        return this.stop(instance, 'unreachable', `agent unreachable for ${Math.round((Date.now() - since.getTime()) / 1000)}s`);
+      }
+      return Math.min(1000, this.timings.healthIntervalMs);
+    }
+    if (instance.unreachableSince) await updateInstance(this.db, instance.id, this.owner, { unreachable_since: null, status_message: '' });
+    if (instance.status === 'busy') {
+      const run = instance.runId ? await getRun(this.db, instance.runId) : null;
+      if (!run || FINISHED_RUN.includes(run.status)) {
+        await this.db.query(`UPDATE instances SET status = 'idle', run_id = NULL, idle_since = now() WHERE id = $1 AND lease_owner = $2 AND run_id IS NOT DISTINCT FROM $3`, [instance.id, this.owner, instance.runId]);
+        await this.db.notify(CHANNELS.runs);
+        return 0;
+      }
+      return this.timings.healthIntervalMs;
+    }
+    return this.idle(instance, fleet);
+  }
+
+  private async idle(instance: InstanceRecord, fleet: FleetRecord): Promise<number> {
+    if (fleet.status !== 'active') return this.stopIdle(instance, 'fleet_deleted', `fleet ${fleet.name} was deleted`);
+    const [{ live }] = await this.db.query<{ live: number }>(`SELECT count(*)::int AS live FROM instances WHERE fleet_id = $1 AND status NOT IN ('terminated', 'terminating')`, [fleet.id]);
+    if (fleet.nodesMax !== null && live > fleet.nodesMax) return this.stopIdle(instance, 'above_max_nodes', `fleet ${fleet.name} allows at most ${fleet.nodesMax} nodes`);
+    if (fleet.idleSeconds === null || live <= fleet.nodesMin) return this.timings.healthIntervalMs;
+    const idleFor = Date.now() - (instance.idleSince ?? new Date()).getTime();
+    const left = fleet.idleSeconds * 1000 - idleFor;
+    if (left <= 0) return this.stopIdle(instance, 'idle_timeout', `idle for longer than ${fleet.idleSeconds}s`);
+    return Math.min(left + 10, this.timings.healthIntervalMs);
+  }
+
+  /** Idle → terminating only while no run has taken the instance in the meantime. */
+  private async stopIdle(instance: InstanceRecord, reason: InstanceTerminationReason, message: string): Promise<number> {
+    const rows = await this.db.query(
+      `UPDATE instances SET status = 'terminating', termination_reason = $3, status_message = $4, updated_at = now()
+       WHERE id = $1 AND lease_owner = $2 AND status = 'idle' AND run_id IS NULL RETURNING id`, [instance.id, this.owner, reason, message]);
+    if (rows.length === 0) return 0;
+    await this.event(instance, 'Terminating', `${reason}: ${message}`);
+    return this.terminate({ ...instance, status: 'terminating' });
+  }
+
+  private async stop(instance: InstanceRecord, reason: InstanceTerminationReason, message: string): Promise<number> {
+    if (!(await updateInstance(this.db, instance.id, this.owner, { status: 'terminating', termination_reason: reason, status_message: message }))) return 0;
+    await this.event(instance, 'Terminating', `${reason}: ${message}`);
+    await this.db.notify(CHANNELS.runs);
+    return this.terminate({ ...instance, status: 'terminating' });
+  }
+
+  private async terminate(instance: InstanceRecord): Promise<number> {
+    if (instance.backendInstanceId) {
+      const backend = await this.pool.backend(instance.projectId, instance.backend);
+      if (backend) await backend.terminate(instance.backendInstanceId);
+    }
+    const current = await getInstance(this.db, instance.id);
+    return this.end(current ?? instance, current?.terminationReason ?? 'fleet_deleted', current?.statusMessage ?? '');
+  }
+
+  /** The instance is gone (or never existed at the backend): record it as terminated. */
+  private async end(instance: InstanceRecord, reason: InstanceTerminationReason, message: string): Promise<number> {
+    if (instance.backendInstanceId && instance.status !== 'terminating') {
+      const backend = await this.pool.backend(instance.projectId, instance.backend);
+      if (backend) await backend.terminate(instance.backendInstanceId);
+    }
+    const written = await updateInstance(this.db, instance.id, this.owner, {
+      status: 'terminated', termination_reason: reason, status_message: message, terminated_at: new Date(),
+    });
+    if (written) {
+      await this.event(instance, 'Terminated', `${reason}${message ? `: ${message}` : ''}`);
+      await this.db.notify(CHANNELS.runs);
+      await this.db.notify(CHANNELS.fleets);
+    }
+    return 60_000;
+  }
+
+  private async remoteStatus(instance: InstanceRecord): Promise<string | null> {
+    if (!instance.backendInstanceId) return null;
+    const backend = await this.pool.backend(instance.projectId, instance.backend);
+    return backend ? (await backend.get(instance.backendInstanceId).catch(() => null))?.status ?? null : null;
+  }
+
+  /** Backend instances whose record is already terminated (a crash between the two) are terminated again. */
+  private async sweepOrphans(): Promise<void> {
+    const projects = await this.db.query<{ id: string }>('SELECT id FROM projects');
+    for (const { id: projectId } of projects) {
+      const backends = await this.pool.forProject(projectId).catch(() => new Map<string, Backend>());
+      for (const [type, backend] of backends) {
+        const remote = await backend.list().catch(() => []);
+        for (const r of remote) {
+          if (r.status === 'terminated') continue;
+          const record = await getInstance(this.db, r.idempotencyKey);
+          if (record?.status === 'terminated') {
+            this.logger.warn(`terminating orphaned ${type} instance ${r.id} of ${record.name}`);
+            await backend.terminate(r.id).catch((e) => this.logger.warn(`could not terminate ${r.id}: ${e.message}`));
+          }
+        }
+      }
+    }
+  }
+
+  private event(instance: InstanceRecord, reason: string, message: string): Promise<void> {
+    return recordEvent(this.db, { projectId: instance.projectId, objectKind: 'instance', objectId: instance.id, objectName: instance.name, reason, message });
+  }
+}

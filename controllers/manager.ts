@@ -1,0 +1,90 @@
+import type { Logger } from 'winston';
+import type { Db } from '../store/db.js';
+import { releaseAllLeases } from '../store/leases.js';
+
+/** One reconciler: a pass over whatever is due, woken on a fixed interval and by NOTIFY on its channel. */
+export interface Controller {
+  readonly name: string;
+  readonly channel: string;
+  pass(): Promise<void>;
+}
+
+export const CHANNELS = {
+  fleets: 'orchestrator_fleets',
+  instances: 'orchestrator_instances',
+  runs: 'orchestrator_runs',
+} as const;
+
+interface Loop {
+  controller: Controller;
+  wake: () => void;
+  nudged: boolean;
+  done: Promise<void>;
+  failures: number;
+}
+
+const MAX_BACKOFF_MS = 30_000;
+
+export class ControllerManager {
+  private running = false;
+  private loops: Loop[] = [];
+  private unlisteners: Array<() => Promise<void>> = [];
+
+  constructor(
+    private readonly db: Db,
+    private readonly owner: string,
+    private readonly controllers: Controller[],
+    private readonly logger: Logger,
+    private readonly intervalMs = 1000,
+  ) {}
+
+  async start(): Promise<void> {
+    this.running = true;
+    for (const controller of this.controllers) {
+      const loop: Loop = { controller, wake: () => {}, nudged: false, done: Promise.resolve(), failures: 0 };
+      this.loops.push(loop);
+      loop.done = this.run(loop);
+    }
+    for (const channel of new Set(this.controllers.map((c) => c.channel))) {
+      this.unlisteners.push(await this.db.listen(channel, () => this.nudge(channel)));
+    }
+  }
+
+  /** Wakes every controller on the channel now; a nudge during a pass makes another pass follow at once. */
+  nudge(channel: string): void {
+    for (const loop of this.loops) {
+      if (loop.controller.channel !== channel) continue;
+      loop.nudged = true;
+      loop.wake();
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    for (const unlisten of this.unlisteners) await unlisten().catch(() => {});
+    for (const loop of this.loops) loop.wake();
+    await Promise.all(this.loops.map((l) => l.done));
+    await releaseAllLeases(this.db, this.owner);
+  }
+
+  private async run(loop: Loop): Promise<void> {
+    while (this.running) {
+      loop.nudged = false;
+      try {
+        await loop.controller.pass();
+        loop.failures = 0;
+      } catch (error) {
+        loop.failures += 1;
+        this.logger.error(`${loop.controller.name} controller pass failed: ${(error as Error).stack ?? error}`);
+      }
+      if (!this.running) break;
+      if (loop.nudged && loop.failures === 0) continue;
+      const delay = loop.failures === 0 ? this.intervalMs : Math.min(MAX_BACKOFF_MS, this.intervalMs * 2 ** loop.failures);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, delay);
+        loop.wake = () => { clearTimeout(timer); resolve(); };
+      });
+      loop.wake = () => {};
+    }
+  }
+}

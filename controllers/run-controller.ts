@@ -1,0 +1,184 @@
+import type { Logger } from 'winston';
+import type { JobStatus, JobSubmission } from '../api/agent.js';
+import { parseDurationOrOff } from '../api/duration.js';
+import type { RunStatus, RunTerminationReason } from '../api/status.js';
+import { AgentClient, AgentError, AgentUnreachableError } from '../agent/client.js';
+import type { Db, Row } from '../store/db.js';
+import { recordEvent } from '../store/events.js';
+import { getInstance, releaseInstanceFromRun, type InstanceRecord } from '../store/instances.js';
+import { appendLogs, lastLogSeq } from '../store/logs.js';
+import { toRun, updateRun, type RunRecord } from '../store/runs.js';
+import { LeasedController } from './leased.js';
+import { CHANNELS } from './manager.js';
+
+const RUNNING_POLL_MS = 1000;
+const LOG_PAGE_WAIT_MS = 0;
+const REQUEUE_BACKOFF_MS = 5000;
+
+/** Follows each placed run: submits its job to the instance's agent, copies its logs, and ends it. */
+export class RunController extends LeasedController<RunRecord> {
+  readonly name = 'run';
+
+  constructor(db: Db, owner: string, logger: Logger) {
+    super(db, owner, logger, { table: 'runs', channel: CHANNELS.runs, where: `status IN ('provisioning', 'running', 'terminating')` });
+  }
+
+  protected toRecord(row: Row): RunRecord {
+    return toRun(row);
+  }
+
+  protected async reconcile(run: RunRecord): Promise<number> {
+    const instance = run.instanceId ? await getInstance(this.db, run.instanceId) : null;
+    if (run.status === 'provisioning') return this.provisioning(run, instance);
+    if (!instance || instance.status === 'terminated' || instance.status === 'terminating') {
+      await this.copyLogs(run, instance);
+      await this.finish(run, instance, 'failed', 'instance_unreachable', `instance ${instance?.name ?? ''} is gone (${instance?.terminationReason ?? 'unknown'})`, null);
+      return RUNNING_POLL_MS;
+    }
+    const agent = agentOf(instance);
+    let job: JobStatus;
+    try {
+      job = await agent.job(run.jobId!);
+    } catch (error) {
+      if (error instanceof AgentUnreachableError) return RUNNING_POLL_MS;
+      throw error;
+    }
+    await this.copyLogs(run, instance);
+    if (isFinished(job)) {
+      await this.finishJob(run, instance, job);
+      return RUNNING_POLL_MS;
+    }
+    if (run.status === 'running' && run.desired !== 'run') {
+      await agent.stop(run.jobId!, { abort: run.desired === 'abort' });
+      await this.transition(run, 'terminating', run.desired === 'abort' ? 'aborting' : 'stopping');
+      return 200;
+    }
+    const maxSeconds = maxDurationSeconds(run);
+    if (run.status === 'running' && maxSeconds !== null && run.startedAt && Date.now() - run.startedAt.getTime() > maxSeconds * 1000) {
+      await agent.stop(run.jobId!, {});
+      await this.transition(run, 'terminating', `max_duration of ${maxSeconds}s exceeded`);
+      return 200;
+    }
+    return run.status === 'terminating' ? 250 : RUNNING_POLL_MS;
+  }
+
+  private async provisioning(run: RunRecord, instance: InstanceRecord | null): Promise<number> {
+    if (run.desired !== 'run') {
+      if (instance) await releaseInstanceFromRun(this.db, instance.id, run.id);
+      await this.finish(run, null, 'terminated', run.desired === 'abort' ? 'aborted_by_user' : 'stopped_by_user', 'stopped before its job started', null);
+      return RUNNING_POLL_MS;
+    }
+    if (!instance || instance.status === 'terminated' || instance.status === 'terminating') {
+      await this.requeue(run, `instance ${instance?.name ?? ''} could not be used (${instance?.statusMessage || instance?.terminationReason || 'gone'}); back in the queue`);
+      return RUNNING_POLL_MS;
+    }
+    if (instance.status !== 'busy' || !instance.agentUrl) return RUNNING_POLL_MS;
+    const submission = jobFor(run, instance);
+    let job: JobStatus;
+    try {
+      job = await agentOf(instance).submit(submission);
+    } catch (error) {
+      if (error instanceof AgentError && error.status >= 400 && error.status < 500) {
+        await releaseInstanceFromRun(this.db, instance.id, run.id);
+        await this.finish(run, null, 'failed', 'submit_failed', `the instance refused the job: ${error.message}`, null);
+        return RUNNING_POLL_MS;
+      }
+      throw error;
+    }
+    if (!(await updateRun(this.db, run.id, this.owner, { job_id: submission.jobId }))) return RUNNING_POLL_MS;
+    run.jobId = submission.jobId;
+    if (isFinished(job)) {
+      await this.copyLogs(run, instance);
+      await this.finishJob(run, instance, job);
+      return RUNNING_POLL_MS;
+    }
+    await this.transition(run, 'running', `running on ${instance.name}`, { started_at: new Date() });
+    return 100;
+  }
+
+  private async finishJob(run: RunRecord, instance: InstanceRecord, job: JobStatus): Promise<void> {
+    if (run.status === 'terminating' || job.state === 'stopped') {
+      const reason: RunTerminationReason = run.desired === 'abort' ? 'aborted_by_user' : run.desired === 'stop' ? 'stopped_by_user' : 'max_duration_exceeded';
+      await this.finish(run, instance, 'terminated', reason, `stopped (${reason.replaceAll('_', ' ')})`, job.exitCode);
+    } else if (job.state === 'exited' && job.exitCode === 0) {
+      await this.finish(run, instance, 'done', 'done_by_user_code', 'exited with code 0', 0);
+    } else if (job.state === 'exited') {
+      await this.finish(run, instance, 'failed', 'failed_by_user_code', `exited with code ${job.exitCode}`, job.exitCode);
+    } else {
+      await this.finish(run, instance, 'failed', 'submit_failed', job.reason ?? 'the job could not start', job.exitCode);
+    }
+  }
+
+  private async finish(run: RunRecord, instance: InstanceRecord | null, status: RunStatus, reason: RunTerminationReason, message: string, exitCode: number | null): Promise<void> {
+    const written = await updateRun(this.db, run.id, this.owner, {
+      status, termination_reason: reason, status_message: message, exit_code: exitCode, finished_at: new Date(),
+    });
+    if (!written) return;
+    await recordEvent(this.db, { projectId: run.projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: statusReason(status), message: `${reason}: ${message}` });
+    if (instance && run.jobId && instance.status !== 'terminated') {
+      await agentOf(instance).remove(run.jobId).catch(() => {});
+    }
+    if (run.instanceId && (await releaseInstanceFromRun(this.db, run.instanceId, run.id))) await this.db.notify(CHANNELS.instances);
+    await this.db.notify(CHANNELS.runs);
+  }
+
+  private async requeue(run: RunRecord, message: string): Promise<void> {
+    const rows = await this.db.query(
+      `UPDATE runs SET status = 'submitted', status_message = $3, instance_id = NULL, fleet_id = NULL,
+         next_reconcile_at = now() + $4 * interval '1 millisecond', updated_at = now()
+       WHERE id = $1 AND lease_owner = $2 RETURNING id`, [run.id, this.owner, message, REQUEUE_BACKOFF_MS]);
+    if (rows.length === 0) return;
+    await recordEvent(this.db, { projectId: run.projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'Requeued', message });
+  }
+
+  private async transition(run: RunRecord, status: RunStatus, message: string, extra: Record<string, unknown> = {}): Promise<void> {
+    if (!(await updateRun(this.db, run.id, this.owner, { status, status_message: message, ...extra }))) return;
+    run.status = status;
+    await recordEvent(this.db, { projectId: run.projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: statusReason(status), message });
+    await this.db.notify(CHANNELS.runs);
+  }
+
+  /** Copies the lines the agent has that the database does not, so logs outlive the instance. */
+  private async copyLogs(run: RunRecord, instance: InstanceRecord | null): Promise<void> {
+    if (!instance?.agentUrl || !run.jobId || instance.status === 'terminated') return;
+    const agent = agentOf(instance);
+    let after = await lastLogSeq(this.db, run.id);
+    for (;;) {
+      const page = await agent.logs(run.jobId, after, LOG_PAGE_WAIT_MS).catch(() => null);
+      if (!page || page.entries.length === 0) return;
+      await appendLogs(this.db, run.id, page.entries);
+      after = page.entries[page.entries.length - 1].seq;
+    }
+  }
+}
+
+export function agentOf(instance: InstanceRecord): AgentClient {
+  return new AgentClient(instance.agentUrl!, instance.agentToken, { timeoutMs: 10_000 });
+}
+
+function isFinished(job: JobStatus): boolean {
+  return job.state === 'exited' || job.state === 'failed' || job.state === 'stopped';
+}
+
+function statusReason(status: RunStatus): string {
+  return status.charAt(0).toUpperCase() + status.slice(1);
+}
+
+function maxDurationSeconds(run: RunRecord): number | null {
+  return run.spec.max_duration === undefined ? null : parseDurationOrOff(run.spec.max_duration);
+}
+
+function jobFor(run: RunRecord, instance: InstanceRecord): JobSubmission {
+  const spec = run.spec;
+  return {
+    jobId: run.id,
+    runName: run.name,
+    image: spec.image,
+    commands: spec.commands ?? [],
+    env: spec.env ?? {},
+    files: run.files,
+    workingDir: spec.working_dir,
+    ports: (spec.ports ?? []).map((p: number | string) => typeof p === 'number' ? p : Number(String(p).split(':').pop())),
+    gpus: instance.offer?.gpu.count ?? 0,
+  };
+}

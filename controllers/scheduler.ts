@@ -1,0 +1,184 @@
+import type { Logger } from 'winston';
+import type { Offer } from '../api/offer.js';
+import { describeRequirement, intersectRequirements, offerSatisfies, type ResourceRequirement } from '../api/resources.js';
+import type { Db, Queryable } from '../store/db.js';
+import { recordEvent } from '../store/events.js';
+import { listActiveFleets, type FleetRecord } from '../store/fleets.js';
+import { insertInstance, toInstance, type InstanceRecord } from '../store/instances.js';
+import type { BackendPool, OfferListing } from './backend-pool.js';
+import { CHANNELS, type Controller } from './manager.js';
+
+const SCHEDULER_LOCK = 4_243_002;
+
+interface QueuedRun {
+  id: string;
+  project_id: string;
+  name: string;
+  requirement: ResourceRequirement;
+  desired: 'run' | 'stop' | 'abort';
+  status_message: string;
+}
+
+type Placement =
+  | { kind: 'instance'; fleet: FleetRecord; instance: InstanceRecord; ready: boolean }
+  | { kind: 'provision'; fleet: FleetRecord; backend: string; requirement: ResourceRequirement }
+  | { kind: 'fail'; reason: 'no_fleet_matches' | 'no_offers'; message: string }
+  | { kind: 'wait'; message: string };
+
+/**
+ * The queue: one pass takes the submitted runs in order (priority, then first come first served)
+ * and gives each an idle instance, an instance still starting, or a new one within its fleet's
+ * `nodes.max`; the rest wait with a reason. One scheduler at a time across servers (advisory lock).
+ */
+export class Scheduler implements Controller {
+  readonly name = 'scheduler';
+  readonly channel = CHANNELS.runs;
+
+  constructor(private readonly db: Db, private readonly pool: BackendPool, private readonly logger: Logger) {}
+
+  async pass(): Promise<void> {
+    const queued = await this.db.query<QueuedRun>(
+      `SELECT id, project_id, name, requirement, desired, status_message FROM runs
+       WHERE status = 'submitted' AND NOT deleted AND next_reconcile_at <= now()
+       ORDER BY priority DESC, submitted_at, id`);
+    if (queued.length === 0) return;
+    const projects = [...new Set(queued.map((r) => r.project_id))];
+    const offers = new Map<string, OfferListing>();
+    for (const projectId of projects) {
+      for (const fleet of await listActiveFleets(this.db, projectId)) {
+        offers.set(fleet.id, await this.pool.offers(projectId, fleet.backends));
+      }
+    }
+    const changed = await this.db.transaction(async (tx) => {
+      const [{ locked }] = await tx.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock($1) AS locked', [SCHEDULER_LOCK]);
+      if (!locked) return false;
+      let any = false;
+      for (const projectId of projects) {
+        const runs = queued.filter((r) => r.project_id === projectId);
+        any = (await this.scheduleProject(tx, projectId, runs, offers)) || any;
+      }
+      return any;
+    });
+    if (changed) {
+      await this.db.notify(CHANNELS.instances);
+      await this.db.notify(CHANNELS.runs);
+    }
+  }
+
+  private async scheduleProject(tx: Queryable, projectId: string, runs: QueuedRun[], offers: Map<string, OfferListing>): Promise<boolean> {
+    const fleets = await listActiveFleets(tx, projectId);
+    const instances = (await tx.query(
+      `SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [projectId])).map(toInstance);
+    let changed = false;
+    for (const run of runs) {
+      if (run.desired !== 'run') {
+        await this.finishUnplaced(tx, projectId, run, 'terminated', run.desired === 'abort' ? 'aborted_by_user' : 'stopped_by_user', 'stopped before it started');
+        changed = true;
+        continue;
+      }
+      const placement = place(run, fleets, instances, offers);
+      changed = (await this.apply(tx, projectId, run, placement, instances)) || changed;
+    }
+    return changed;
+  }
+
+  private async apply(tx: Queryable, projectId: string, run: QueuedRun, placement: Placement, instances: InstanceRecord[]): Promise<boolean> {
+    switch (placement.kind) {
+      case 'wait':
+        if (placement.message === run.status_message) return false;
+        await tx.query('UPDATE runs SET status_message = $2, updated_at = now() WHERE id = $1', [run.id, placement.message]);
+        return false;
+      case 'fail':
+        await this.finishUnplaced(tx, projectId, run, 'failed', placement.reason, placement.message);
+        return true;
+      case 'instance': {
+        const { instance, fleet, ready } = placement;
+        const taken = ready
+          ? await tx.query(`UPDATE instances SET status = 'busy', run_id = $2, idle_since = NULL, next_reconcile_at = now(), updated_at = now()
+                            WHERE id = $1 AND status = 'idle' AND run_id IS NULL RETURNING id`, [instance.id, run.id])
+          : await tx.query(`UPDATE instances SET run_id = $2, updated_at = now()
+                            WHERE id = $1 AND status IN ('pending', 'provisioning') AND run_id IS NULL RETURNING id`, [instance.id, run.id]);
+        if (taken.length === 0) return false;
+        instance.runId = run.id;
+        if (ready) instance.status = 'busy';
+        const message = ready ? `starting on ${instance.name}` : `waiting for ${instance.name} to be provisioned`;
+        await this.startProvisioning(tx, projectId, run, fleet, instance, message);
+        return true;
+      }
+      case 'provision': {
+        const instance = await insertInstance(tx, {
+          projectId, fleetId: placement.fleet.id, fleetName: placement.fleet.name, backend: placement.backend,
+          requirement: placement.requirement, runId: run.id,
+        });
+        instances.push(instance);
+        await recordEvent(tx, { projectId, objectKind: 'instance', objectId: instance.id, objectName: instance.name, reason: 'Created', message: `created for run ${run.name} (${describeRequirement(placement.requirement)}) on ${placement.backend}` });
+        await this.startProvisioning(tx, projectId, run, placement.fleet, instance, `provisioning ${instance.name} on ${placement.backend}`);
+        return true;
+      }
+    }
+  }
+
+  private async startProvisioning(tx: Queryable, projectId: string, run: QueuedRun, fleet: FleetRecord, instance: InstanceRecord, message: string): Promise<void> {
+    await tx.query(
+      `UPDATE runs SET status = 'provisioning', status_message = $2, fleet_id = $3, instance_id = $4, next_reconcile_at = now(), updated_at = now()
+       WHERE id = $1`, [run.id, message, fleet.id, instance.id]);
+    await recordEvent(tx, { projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'Provisioning', message: `fleet ${fleet.name}: ${message}` });
+  }
+
+  private async finishUnplaced(tx: Queryable, projectId: string, run: QueuedRun, status: 'failed' | 'terminated', reason: string, message: string): Promise<void> {
+    await tx.query(
+      `UPDATE runs SET status = $2, termination_reason = $3, status_message = $4, finished_at = now(), updated_at = now() WHERE id = $1`,
+      [run.id, status, reason, message]);
+    await recordEvent(tx, { projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: status === 'failed' ? 'Failed' : 'Terminated', message: `${reason}: ${message}` });
+    this.logger.info(`run ${run.name} ${status}: ${message}`);
+  }
+}
+
+/** Decides where one run goes, given what earlier runs of this pass already took. */
+export function place(run: QueuedRun, fleets: FleetRecord[], instances: InstanceRecord[], offers: Map<string, OfferListing>): Placement {
+  if (fleets.length === 0) {
+    return { kind: 'fail', reason: 'no_fleet_matches', message: 'no fleet: this project has no active fleet; apply one first (e.g. examples/fleets/local.yml)' };
+  }
+  const candidates = fleets
+    .map((fleet) => ({ fleet, requirement: intersectRequirements(fleet.requirement, run.requirement) }))
+    .filter((c): c is { fleet: FleetRecord; requirement: ResourceRequirement } => c.requirement !== null);
+  if (candidates.length === 0) {
+    const offered = fleets.map((f) => `${f.name} (${describeRequirement(f.requirement)})`).join(', ');
+    return { kind: 'fail', reason: 'no_fleet_matches', message: `no fleet matches: the run needs ${describeRequirement(run.requirement)}; the fleets offer ${offered}` };
+  }
+  const fits = (i: InstanceRecord, fleet: FleetRecord) => i.fleetId === fleet.id && i.runId === null
+    && (i.offer ? offerSatisfies(i.offer, run.requirement) : intersectRequirements(i.requirement, run.requirement) !== null);
+  const idle = candidates.flatMap(({ fleet }) => instances.filter((i) => i.status === 'idle' && fits(i, fleet)).map((instance) => ({ fleet, instance })))
+    .sort((a, b) => (a.instance.offer?.pricePerHour ?? 0) - (b.instance.offer?.pricePerHour ?? 0))[0];
+  if (idle) return { kind: 'instance', ...idle, ready: true };
+  for (const { fleet } of candidates) {
+    const starting = instances.find((i) => (i.status === 'pending' || i.status === 'provisioning') && fits(i, fleet));
+    if (starting) return { kind: 'instance', fleet, instance: starting, ready: false };
+  }
+  const reasons: string[] = [];
+  let onlyNoOffers = true;
+  for (const { fleet, requirement } of candidates) {
+    const live = instances.filter((i) => i.fleetId === fleet.id).length;
+    if (fleet.nodesMax !== null && live >= fleet.nodesMax) {
+      const busy = instances.filter((i) => i.fleetId === fleet.id && i.runId !== null).length;
+      reasons.push(`fleet ${fleet.name} is at its maximum of ${fleet.nodesMax} node${fleet.nodesMax === 1 ? '' : 's'} (${busy} busy)`);
+      onlyNoOffers = false;
+      continue;
+    }
+    const listing = offers.get(fleet.id) ?? { offers: [], errors: [] };
+    const matching = listing.offers.filter((o: Offer) => offerSatisfies(o, requirement));
+    const available = matching.filter((o) => o.availability === 'available');
+    if (available.length > 0) return { kind: 'provision', fleet, backend: available[0].backend, requirement };
+    if (listing.errors.length > 0) {
+      reasons.push(`fleet ${fleet.name}: ${listing.errors.join('; ')}`);
+      onlyNoOffers = false;
+    } else if (matching.length > 0) {
+      reasons.push(`no capacity: the ${matching.length} ${fleet.backends.join('/')} offer${matching.length === 1 ? '' : 's'} matching ${describeRequirement(requirement)} in fleet ${fleet.name} ${matching.length === 1 ? 'is' : 'are'} sold out`);
+      onlyNoOffers = false;
+    } else {
+      reasons.push(`no offers: no ${fleet.backends.join('/')} offer matches ${describeRequirement(requirement)} in fleet ${fleet.name}`);
+    }
+  }
+  if (onlyNoOffers) return { kind: 'fail', reason: 'no_offers', message: reasons.join('; ') };
+  return { kind: 'wait', message: `waiting: ${reasons.join('; ')}` };
+}

@@ -1,0 +1,29 @@
+import type { Event } from '../api/objects.js';
+import type { Queryable } from './db.js';
+
+export interface EventInput {
+  projectId: string;
+  objectKind: 'fleet' | 'instance' | 'run';
+  objectId: string;
+  objectName: string;
+  reason: string;
+  message: string;
+}
+
+export async function recordEvent(db: Queryable, e: EventInput): Promise<void> {
+  await db.query(
+    `INSERT INTO events (project_id, object_kind, object_id, object_name, reason, message) VALUES ($1, $2, $3, $4, $5, $6)`,
+    [e.projectId, e.objectKind, e.objectId, e.objectName, e.reason, e.message]);
+}
+
+export async function listEvents(db: Queryable, projectId: string, options: { after?: number; objectName?: string; limit?: number }): Promise<Event[]> {
+  const rows = await db.query(
+    `SELECT * FROM (
+       SELECT * FROM events WHERE project_id = $1 AND id > $2 AND ($3::text IS NULL OR object_name = $3)
+       ORDER BY id DESC LIMIT $4) recent ORDER BY id`,
+    [projectId, options.after ?? 0, options.objectName ?? null, options.limit ?? 200]);
+  return rows.map((r) => ({
+    id: r.id, objectKind: r.object_kind, objectName: r.object_name, reason: r.reason, message: r.message,
+    createdAt: r.created_at.toISOString(),
+  }));
+}

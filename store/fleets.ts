@@ -1,0 +1,96 @@
+import { randomUUID } from 'node:crypto';
+import { isDeepStrictEqual } from 'node:util';
+import type { Fleet, Instance } from '../api/objects.js';
+import type { BackendType } from '../api/offer.js';
+import type { ResourceRequirement } from '../api/resources.js';
+import type { FleetStatus } from '../api/status.js';
+import type { Queryable, Row } from './db.js';
+
+export interface FleetRecord {
+  id: string;
+  projectId: string;
+  name: string;
+  spec: Record<string, unknown>;
+  requirement: ResourceRequirement;
+  nodesMin: number;
+  nodesMax: number | null;
+  idleSeconds: number | null;
+  backends: BackendType[];
+  generation: number;
+  status: FleetStatus;
+  statusMessage: string;
+  deleted: boolean;
+  createdAt: Date;
+}
+
+/** What `apply` writes for a fleet: its spec and the settings derived from it. */
+export type FleetDesired = Pick<FleetRecord, 'name' | 'spec' | 'requirement' | 'nodesMin' | 'nodesMax' | 'idleSeconds' | 'backends'>;
+
+export const toFleet = (r: Row): FleetRecord => ({
+  id: r.id, projectId: r.project_id, name: r.name, spec: r.spec, requirement: r.requirement,
+  nodesMin: r.nodes_min, nodesMax: r.nodes_max, idleSeconds: r.idle_seconds, backends: r.backends,
+  generation: r.generation, status: r.status, statusMessage: r.status_message, deleted: r.deleted, createdAt: r.created_at,
+});
+
+export function fleetView(f: FleetRecord, project: string, instances: Instance[]): Fleet {
+  return {
+    id: f.id, project, name: f.name, status: f.status, statusMessage: f.statusMessage, generation: f.generation,
+    spec: f.spec, instances, createdAt: f.createdAt.toISOString(),
+  };
+}
+
+export async function getLiveFleet(db: Queryable, projectId: string, name: string): Promise<FleetRecord | null> {
+  const rows = await db.query(
+    `SELECT * FROM fleets WHERE project_id = $1 AND name = $2 AND status NOT IN ('terminated', 'failed')`, [projectId, name]);
+  return rows[0] ? toFleet(rows[0]) : null;
+}
+
+export async function getFleetById(db: Queryable, id: string): Promise<FleetRecord> {
+  return toFleet((await db.query('SELECT * FROM fleets WHERE id = $1', [id]))[0]);
+}
+
+export async function listFleets(db: Queryable, projectId: string, includeEnded: boolean): Promise<FleetRecord[]> {
+  const rows = await db.query(
+    `SELECT * FROM fleets WHERE project_id = $1 AND ($2 OR status NOT IN ('terminated', 'failed')) ORDER BY created_at`,
+    [projectId, includeEnded]);
+  return rows.map(toFleet);
+}
+
+export async function listActiveFleets(db: Queryable, projectId: string): Promise<FleetRecord[]> {
+  const rows = await db.query(`SELECT * FROM fleets WHERE project_id = $1 AND status = 'active' ORDER BY created_at`, [projectId]);
+  return rows.map(toFleet);
+}
+
+/** Inserts a new fleet, or bumps the generation of the live one with that name when its spec changed. */
+export async function applyFleet(db: Queryable, projectId: string, desired: FleetDesired): Promise<{ fleet: FleetRecord; created: boolean; changed: boolean }> {
+  const existing = await getLiveFleet(db, projectId, desired.name);
+  const values = [desired.spec, desired.requirement, desired.nodesMin, desired.nodesMax,
+    desired.idleSeconds, desired.backends];
+  if (!existing) {
+    const rows = await db.query(
+      `INSERT INTO fleets (id, project_id, name, spec, requirement, nodes_min, nodes_max, idle_seconds, backends, status)
+       VALUES ($7, $8, $9, $1::jsonb, $2::jsonb, $3, $4, $5, $6::jsonb, 'active') RETURNING *`,
+      [...values, randomUUID(), projectId, desired.name]);
+    return { fleet: toFleet(rows[0]), created: true, changed: true };
+  }
+  if (isDeepStrictEqual(existing.spec, desired.spec)) return { fleet: existing, created: false, changed: false };
+  const rows = await db.query(
+    `UPDATE fleets SET spec = $1::jsonb, requirement = $2::jsonb, nodes_min = $3, nodes_max = $4, idle_seconds = $5,
+       backends = $6::jsonb, generation = generation + 1, updated_at = now(), next_reconcile_at = now()
+     WHERE id = $7 RETURNING *`,
+    [...values, existing.id]);
+  return { fleet: toFleet(rows[0]), created: false, changed: true };
+}
+
+export async function requestFleetDeletion(db: Queryable, fleetId: string): Promise<void> {
+  await db.query(
+    `UPDATE fleets SET deleted = true, status = 'terminating', updated_at = now(), next_reconcile_at = now()
+     WHERE id = $1 AND status = 'active'`, [fleetId]);
+}
+
+export async function setFleetStatus(db: Queryable, fleetId: string, owner: string, status: FleetStatus, message: string): Promise<boolean> {
+  const rows = await db.query(
+    `UPDATE fleets SET status = $3, status_message = $4, updated_at = now() WHERE id = $1 AND lease_owner = $2 RETURNING id`,
+    [fleetId, owner, status, message]);
+  return rows.length > 0;
+}

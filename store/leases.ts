@@ -1,0 +1,38 @@
+import type { Queryable, Row } from './db.js';
+
+export type LeasedTable = 'fleets' | 'instances' | 'runs';
+
+/**
+ * Claims up to `limit` due rows that nobody holds (or whose lease ran out), skipping rows another
+ * transaction is claiming right now, so any number of servers can share one database.
+ */
+export async function claimDue(db: Queryable, table: LeasedTable, owner: string, leaseMs: number, limit: number, where: string): Promise<Row[]> {
+  return db.query(
+    `UPDATE ${table} SET lease_owner = $1, lease_expires_at = now() + $2 * interval '1 millisecond'
+     WHERE id IN (
+       SELECT id FROM ${table}
+       WHERE next_reconcile_at <= now() AND (lease_owner IS NULL OR lease_expires_at < now()) AND (${where})
+       ORDER BY next_reconcile_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+     RETURNING *`,
+    [owner, leaseMs, limit]);
+}
+
+/** Gives the row back and says when it wants its next look; a no-op when the lease was lost. */
+export async function releaseLease(db: Queryable, table: LeasedTable, id: string, owner: string, nextInMs: number): Promise<void> {
+  await db.query(
+    `UPDATE ${table} SET lease_owner = NULL, lease_expires_at = NULL,
+       next_reconcile_at = now() + $3 * interval '1 millisecond'
+     WHERE id = $1 AND lease_owner = $2`,
+    [id, owner, nextInMs]);
+}
+
+export async function releaseAllLeases(db: Queryable, owner: string): Promise<void> {
+  for (const table of ['fleets', 'instances', 'runs'] as const) {
+    await db.query(`UPDATE ${table} SET lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = $1`, [owner]);
+  }
+}
+
+/** Makes a row due now, so the next pass (or the nudge) picks it up. */
+export async function markDue(db: Queryable, table: LeasedTable, id: string): Promise<void> {
+  await db.query(`UPDATE ${table} SET next_reconcile_at = now() WHERE id = $1`, [id]);
+}

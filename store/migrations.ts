@@ -1,0 +1,153 @@
+import type { Db } from './db.js';
+
+interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+const lease = `
+  lease_owner text,
+  lease_expires_at timestamptz,
+  next_reconcile_at timestamptz NOT NULL DEFAULT now()`;
+
+export const MIGRATIONS: Migration[] = [
+  {
+    version: 1,
+    name: 'initial schema',
+    sql: `
+CREATE TABLE projects (
+  id text PRIMARY KEY,
+  name text NOT NULL UNIQUE,
+  backends jsonb NOT NULL DEFAULT '[]',
+  created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE users (
+  id text PRIMARY KEY,
+  name text NOT NULL UNIQUE,
+  token_hash text NOT NULL UNIQUE,
+  global_role text NOT NULL DEFAULT 'user',
+  created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE memberships (
+  project_id text NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+  user_id text NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+  role text NOT NULL DEFAULT 'user',
+  PRIMARY KEY (project_id, user_id)
+);
+CREATE TABLE fleets (
+  id text PRIMARY KEY,
+  project_id text NOT NULL REFERENCES projects(id),
+  name text NOT NULL,
+  spec jsonb NOT NULL,
+  requirement jsonb NOT NULL,
+  nodes_min integer NOT NULL,
+  nodes_max integer,
+  idle_seconds integer,
+  backends jsonb NOT NULL,
+  generation integer NOT NULL DEFAULT 1,
+  status text NOT NULL,
+  status_message text NOT NULL DEFAULT '',
+  deleted boolean NOT NULL DEFAULT false,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  updated_at timestamptz NOT NULL DEFAULT now(),${lease}
+);
+CREATE UNIQUE INDEX fleets_live_name ON fleets (project_id, name) WHERE status NOT IN ('terminated', 'failed');
+CREATE TABLE instances (
+  id text PRIMARY KEY,
+  project_id text NOT NULL REFERENCES projects(id),
+  fleet_id text NOT NULL REFERENCES fleets(id),
+  name text NOT NULL,
+  backend text NOT NULL,
+  requirement jsonb NOT NULL,
+  offer jsonb,
+  backend_instance_id text,
+  agent_url text,
+  agent_token text NOT NULL,
+  status text NOT NULL,
+  status_message text NOT NULL DEFAULT '',
+  termination_reason text,
+  run_id text,
+  idle_since timestamptz,
+  provisioning_started_at timestamptz,
+  unreachable_since timestamptz,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  updated_at timestamptz NOT NULL DEFAULT now(),
+  terminated_at timestamptz,${lease}
+);
+CREATE INDEX instances_fleet ON instances (fleet_id) WHERE status <> 'terminated';
+CREATE INDEX instances_due ON instances (next_reconcile_at) WHERE status <> 'terminated';
+CREATE TABLE runs (
+  id text PRIMARY KEY,
+  project_id text NOT NULL REFERENCES projects(id),
+  user_id text NOT NULL REFERENCES users(id),
+  name text NOT NULL,
+  kind text NOT NULL,
+  spec jsonb NOT NULL,
+  files jsonb NOT NULL DEFAULT '[]',
+  requirement jsonb NOT NULL,
+  generation integer NOT NULL DEFAULT 1,
+  priority integer NOT NULL DEFAULT 0,
+  status text NOT NULL,
+  status_message text NOT NULL DEFAULT '',
+  termination_reason text,
+  desired text NOT NULL DEFAULT 'run',
+  fleet_id text REFERENCES fleets(id),
+  instance_id text REFERENCES instances(id),
+  job_id text,
+  exit_code integer,
+  deleted boolean NOT NULL DEFAULT false,
+  submitted_at timestamptz NOT NULL DEFAULT now(),
+  started_at timestamptz,
+  finished_at timestamptz,
+  updated_at timestamptz NOT NULL DEFAULT now(),${lease}
+);
+CREATE UNIQUE INDEX runs_live_name ON runs (project_id, name) WHERE NOT deleted;
+CREATE INDEX runs_queue ON runs (priority DESC, submitted_at, id) WHERE status = 'submitted';
+CREATE INDEX runs_active_due ON runs (next_reconcile_at) WHERE status IN ('provisioning', 'running', 'terminating');
+CREATE TABLE logs (
+  run_id text NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  seq integer NOT NULL,
+  ts timestamptz NOT NULL,
+  stream text NOT NULL,
+  text text NOT NULL,
+  PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE events (
+  id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  project_id text NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+  object_kind text NOT NULL,
+  object_id text NOT NULL,
+  object_name text NOT NULL,
+  reason text NOT NULL,
+  message text NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX events_project ON events (project_id, id);
+`,
+  },
+];
+
+const MIGRATION_LOCK = 4_243_001;
+
+/** Applies pending migrations in one transaction under an advisory lock, so concurrent servers migrate once. */
+export async function migrate(db: Db): Promise<number[]> {
+  return db.transaction(async (tx) => {
+    await tx.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
+    await tx.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
+      version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
+    const applied = new Set((await tx.query<{ version: number }>('SELECT version FROM schema_migrations')).map((r) => r.version));
+    const done: number[] = [];
+    for (const migration of MIGRATIONS) {
+      if (applied.has(migration.version)) continue;
+      for (const statement of splitStatements(migration.sql)) await tx.query(statement);
+      await tx.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [migration.version, migration.name]);
+      done.push(migration.version);
+    }
+    return done;
+  });
+}
+
+function splitStatements(sql: string): string[] {
+  return sql.split(/;\s*\n/).map((s) => s.trim()).filter((s) => s.length > 0);
+}
