@@ -1,0 +1,104 @@
+import type { AgentHealth, AgentMetrics, JobStatus, JobSubmission, LogsPage } from '../api/agent.js';
+import type { StopRequest } from './requests.js';
+
+export const DEFAULT_AGENT_TIMEOUT_MS = 10_000;
+
+/** The agent answered with a non-2xx status. `code` is the API's error code (e.g. job_not_found). */
+export class AgentError extends Error {
+  constructor(message: string, readonly status: number, readonly code: string, readonly details?: unknown) {
+    super(message);
+    this.name = 'AgentError';
+  }
+}
+
+/** No answer from the agent: connection refused or reset, timeout, or a broken response. */
+export class AgentUnreachableError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'AgentUnreachableError';
+  }
+}
+
+/** Calls one agent's HTTP API. Each call has its own timeout (long-polls get their wait on top). */
+export class AgentClient {
+  private readonly baseUrl: string;
+  private readonly timeoutMs: number;
+
+  constructor(baseUrl: string, private readonly token: string, options: { timeoutMs?: number } = {}) {
+    this.baseUrl = baseUrl.replace(/\/+$/, '');
+    this.timeoutMs = options.timeoutMs ?? DEFAULT_AGENT_TIMEOUT_MS;
+  }
+
+  health(): Promise<AgentHealth> {
+    return this.call('GET', '/api/health');
+  }
+
+  /** Idempotent: a jobId the agent already has returns that job's status and starts nothing. */
+  submit(job: JobSubmission): Promise<JobStatus> {
+    return this.call('POST', '/api/jobs', job);
+  }
+
+  job(jobId: string): Promise<JobStatus> {
+    return this.call('GET', `/api/jobs/${encodeURIComponent(jobId)}`);
+  }
+
+  /** Entries with seq > after; with `waitMs`, the agent holds the request until one exists (at most 30 s). */
+  logs(jobId: string, after: number, waitMs = 0): Promise<LogsPage> {
+    const query = new URLSearchParams({ after: String(after), wait: String(waitMs) });
+    return this.call('GET', `/api/jobs/${encodeURIComponent(jobId)}/logs?${query}`, undefined, this.timeoutMs + waitMs);
+  }
+
+  /** Signals the job and returns at once; poll `job()` for the final `stopped` state. */
+  stop(jobId: string, options: StopRequest = {}): Promise<JobStatus> {
+    return this.call('POST', `/api/jobs/${encodeURIComponent(jobId)}/stop`, options);
+  }
+
+  /** Removes a finished job, its container and its files. */
+  async remove(jobId: string): Promise<void> {
+    await this.call('DELETE', `/api/jobs/${encodeURIComponent(jobId)}`);
+  }
+
+  metrics(): Promise<AgentMetrics> {
+    return this.call('GET', '/api/metrics');
+  }
+
+  private async call<T>(method: string, path: string, body?: unknown, timeoutMs = this.timeoutMs): Promise<T> {
+    const where = `${method} ${this.baseUrl}${path}`;
+    let response: Response;
+    let text: string;
+    try {
+      response = await fetch(`${this.baseUrl}${path}`, {
+        method,
+        headers: {
+          authorization: `Bearer ${this.token}`,
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        },
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.timeout(timeoutMs),
+      });
+      text = await response.text();
+    } catch (error) {
+      const cause = error as Error & { cause?: { message?: string } };
+      const reason = cause.name === 'TimeoutError' ? `no answer within ${timeoutMs} ms` : cause.cause?.message ?? cause.message;
+      throw new AgentUnreachableError(`agent unreachable (${where}): ${reason}`, { cause: error });
+    }
+    if (!response.ok) {
+      const failure = parseJson(text) as { error?: { code?: string; message?: string; details?: unknown } } | undefined;
+      const code = failure?.error?.code ?? `http_${response.status}`;
+      const message = failure?.error?.message ?? (text.trim() || response.statusText);
+      throw new AgentError(`agent answered ${response.status} (${where}): ${message}`, response.status, code, failure?.error?.details);
+    }
+    if (response.status === 204 || text.length === 0) return undefined as T;
+    const parsed = parseJson(text);
+    if (parsed === undefined) throw new AgentUnreachableError(`agent sent a response that is not JSON (${where})`);
+    return parsed as T;
+  }
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}

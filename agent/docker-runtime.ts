@@ -1,0 +1,229 @@
+import type Docker from 'dockerode';
+import { posix } from 'node:path';
+import type { Logger } from 'winston';
+import type { JobSubmission } from '../api/agent.js';
+import type { JobLog } from './job-log.js';
+import { DockerLogReader } from './docker-logs.js';
+import { containerFilePath, fileMode } from './job-files.js';
+import {
+  JobStartError, jobEnvironment, jobScript,
+  type JobContext, type JobExecution, type JobExit, type JobRuntime, type RecoveredJob, type StopSignal,
+} from './runtime.js';
+import { createTar } from './tar.js';
+
+/** The image of jobs that name none: Python, uv and CUDA (docker/base/Dockerfile). */
+export const DEFAULT_IMAGE = 'orchestrator/base:cuda-12.8';
+export const DEFAULT_CONTAINER_WORKING_DIR = '/workflow';
+export const LABELS = {
+  jobId: 'orchestrator.job-id',
+  runName: 'orchestrator.run-name',
+  instanceId: 'orchestrator.instance-id',
+} as const;
+
+/** How long the log stream may lag behind the container's exit before it is cut. */
+const LOG_DRAIN_MS = 3000;
+
+export interface DockerRuntimeOptions {
+  docker: Docker;
+  instanceId: string;
+  /** The address published ports bind to on this machine (the agent's own listen address). */
+  portHost: string;
+  /** Whether the machine has NVIDIA GPUs to hand to jobs that ask for them. */
+  gpus: boolean;
+  logger: Logger;
+}
+
+/** Runs each job in a container through the Docker Engine API (Docker or Podman). */
+export class DockerRuntime implements JobRuntime {
+  readonly kind = 'docker' as const;
+  private readonly follows = new Set<AbortController>();
+
+  constructor(private readonly options: DockerRuntimeOptions) {}
+
+  async start(context: JobContext): Promise<JobExecution> {
+    const { submission } = context;
+    const { docker } = this.options;
+    const image = submission.image ?? DEFAULT_IMAGE;
+    await this.ensureImage(image, context);
+    if (context.cancelled()) throw new JobStartError('stopped before it started');
+
+    const workingDir = posix.resolve(DEFAULT_CONTAINER_WORKING_DIR, submission.workingDir ?? '.');
+    let container: Docker.Container;
+    try {
+      container = await docker.createContainer(this.containerSpec(submission, image, workingDir));
+    } catch (error) {
+      throw new JobStartError(`could not create the container: ${engineMessage(error)}`);
+    }
+    try {
+      if (submission.files.length > 0) {
+        const archive = createTar(submission.files.map((file) => ({
+          path: containerFilePath(workingDir, file),
+          content: Buffer.from(file.contentBase64, 'base64'),
+          mode: fileMode(file),
+        })));
+        await container.putArchive(archive, { path: '/' });
+      }
+      if (context.cancelled()) throw new JobStartError('stopped before it started');
+      await container.start();
+    } catch (error) {
+      await container.remove({ force: true }).catch(() => undefined);
+      throw error instanceof JobStartError ? error : new JobStartError(`could not start the container: ${engineMessage(error)}`);
+    }
+    return this.follow(container, context.log, new Date().toISOString());
+  }
+
+  async recover(openLog: (jobId: string) => { log: JobLog }): Promise<RecoveredJob[]> {
+    const { docker, instanceId, logger } = this.options;
+    const containers = await docker.listContainers({ all: true, filters: { label: [`${LABELS.instanceId}=${instanceId}`] } });
+    const recovered: RecoveredJob[] = [];
+    const seen = new Set<string>();
+    for (const info of containers) {
+      const jobId = info.Labels[LABELS.jobId];
+      if (!jobId || seen.has(jobId)) continue;
+      const container = docker.getContainer(info.Id);
+      if (info.State === 'created' || info.State === 'configured') {
+        // Never started: its files may be missing. Removing it lets a resubmission start the job afresh.
+        logger.info('removing a container that was created but never started', { jobId, container: info.Id });
+        await container.remove({ force: true }).catch(() => undefined);
+        continue;
+      }
+      seen.add(jobId);
+      const details = await container.inspect();
+      const startedAt = engineTime(details.State.StartedAt) ?? new Date().toISOString();
+      logger.info('re-attached to a container', { jobId, container: info.Id, state: info.State });
+      recovered.push({ jobId, execution: this.follow(container, openLog(jobId).log, startedAt) });
+    }
+    return recovered;
+  }
+
+  async remove(jobId: string): Promise<void> {
+    const { docker, instanceId } = this.options;
+    const containers = await docker.listContainers({
+      all: true,
+      filters: { label: [`${LABELS.instanceId}=${instanceId}`, `${LABELS.jobId}=${jobId}`] },
+    });
+    for (const info of containers) {
+      await docker.getContainer(info.Id).remove({ force: true }).catch((error: unknown) => {
+        if (statusCode(error) !== 404) throw error;
+      });
+    }
+  }
+
+  async shutdown(): Promise<void> {
+    for (const follow of this.follows) follow.abort();
+    this.follows.clear();
+  }
+
+  private containerSpec(submission: JobSubmission, image: string, workingDir: string): Docker.ContainerCreateOptions {
+    const { instanceId, portHost, gpus } = this.options;
+    const ports = submission.ports.map((port) => `${port}/tcp`);
+    return {
+      Image: image,
+      Cmd: submission.commands.length > 0 ? ['/bin/sh', '-c', jobScript(submission)] : undefined,
+      Env: Object.entries(jobEnvironment(submission)).map(([name, value]) => `${name}=${value}`),
+      WorkingDir: workingDir,
+      Labels: {
+        [LABELS.jobId]: submission.jobId,
+        [LABELS.runName]: submission.runName,
+        [LABELS.instanceId]: instanceId,
+      },
+      ExposedPorts: Object.fromEntries(ports.map((port) => [port, {}])),
+      HostConfig: {
+        PortBindings: Object.fromEntries(ports.map((port) => [port, [{ HostIp: portHost, HostPort: port.split('/')[0] }]])),
+        DeviceRequests: gpus && submission.gpus > 0
+          ? [{ Driver: 'nvidia', Count: submission.gpus, Capabilities: [['gpu']] }]
+          : undefined,
+      },
+    };
+  }
+
+  private async ensureImage(image: string, context: JobContext): Promise<void> {
+    if (await this.imagePresent(image)) return;
+    context.pulling();
+    const { docker } = this.options;
+    let failure: string | null = null;
+    try {
+      const progress = await docker.pull(image);
+      await new Promise<void>((resolve, reject) => {
+        docker.modem.followProgress(
+          progress,
+          (error: Error | null) => (error ? reject(error) : resolve()),
+          (event: { error?: string }) => { if (event.error) failure = event.error; },
+        );
+      });
+    } catch (error) {
+      failure = engineMessage(error);
+    }
+    if (failure === null && await this.imagePresent(image)) return;
+    throw new JobStartError(`could not pull image ${image}: ${failure ?? 'the engine reported success but has no such image'}`);
+  }
+
+  private async imagePresent(image: string): Promise<boolean> {
+    try {
+      await this.options.docker.getImage(image).inspect();
+      return true;
+    } catch (error) {
+      if (statusCode(error) === 404) return false;
+      throw new JobStartError(`could not inspect image ${image}: ${engineMessage(error)}`);
+    }
+  }
+
+  /** Follows a started (or already finished) container: its whole log from the start, then its exit. */
+  private follow(container: Docker.Container, log: JobLog, startedAt: string): JobExecution {
+    const controller = new AbortController();
+    this.follows.add(controller);
+    const output = (async () => {
+      const stream = await container.logs({ follow: true, stdout: true, stderr: true, timestamps: true, abortSignal: controller.signal });
+      const reader = new DockerLogReader(log);
+      await new Promise<void>((resolve, reject) => {
+        stream.on('data', (chunk: Buffer) => reader.push(chunk));
+        stream.once('end', resolve);
+        stream.once('close', resolve);
+        stream.once('error', reject);
+      });
+    })();
+    const exited = (async (): Promise<JobExit> => {
+      const result = await container.wait({ abortSignal: controller.signal }) as { StatusCode?: number };
+      const drained = await Promise.race([
+        output.then(() => true, () => false),
+        new Promise<boolean>((resolve) => setTimeout(resolve, LOG_DRAIN_MS, false)),
+      ]);
+      if (!drained) {
+        this.options.logger.warn('the container log did not end with the container; cutting it', { container: container.id });
+      }
+      controller.abort();
+      this.follows.delete(controller);
+      const details = await container.inspect().catch(() => null);
+      return {
+        exitCode: result.StatusCode ?? details?.State.ExitCode ?? null,
+        finishedAt: engineTime(details?.State.FinishedAt) ?? new Date().toISOString(),
+      };
+    })();
+    output.catch(() => undefined);
+    return {
+      startedAt,
+      exited,
+      kill: async (signal: StopSignal) => {
+        await container.kill({ signal }).catch((error: unknown) => {
+          if (statusCode(error) !== 404 && statusCode(error) !== 409) throw error;
+        });
+      },
+    };
+  }
+}
+
+function statusCode(error: unknown): number | undefined {
+  return (error as { statusCode?: number }).statusCode;
+}
+
+function engineMessage(error: unknown): string {
+  const json = (error as { json?: { message?: string } }).json;
+  return json?.message ?? (error as Error).message ?? String(error);
+}
+
+/** An engine timestamp as ISO 8601, or null for the zero time engines use for "never". */
+function engineTime(value: string | undefined): string | null {
+  if (!value) return null;
+  const time = new Date(value);
+  return Number.isNaN(time.getTime()) || time.getUTCFullYear() < 1970 ? null : time.toISOString();
+}

@@ -1,0 +1,87 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdir } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { writeJobFiles } from './job-files.js';
+import {
+  JobStartError, jobEnvironment, jobScript, signalExitCode,
+  type JobContext, type JobExecution, type JobExit, type JobRuntime, type RecoveredJob, type StopSignal,
+} from './runtime.js';
+
+/** Variables of the agent's own environment that a job must never inherit. */
+const PRIVATE_VARIABLES = ['ORCHESTRATOR_AGENT_TOKEN'];
+
+/**
+ * Runs each job as `sh -c` on this machine, in its own process group so that a stop reaches every
+ * process the job started. For the local backend and for machines without a container engine.
+ */
+export class ProcessRuntime implements JobRuntime {
+  readonly kind = 'process' as const;
+  private readonly running = new Set<ChildProcess>();
+
+  async start(context: JobContext): Promise<JobExecution> {
+    const { submission, dir, log } = context;
+    const workingDir = resolve(join(dir, 'work'), submission.workingDir ?? '.');
+    try {
+      await mkdir(workingDir, { recursive: true });
+      await writeJobFiles(workingDir, submission.files);
+    } catch (error) {
+      throw new JobStartError(`could not prepare the working directory ${workingDir}: ${(error as Error).message}`);
+    }
+    if (context.cancelled()) throw new JobStartError('stopped before it started');
+
+    const env: NodeJS.ProcessEnv = { ...process.env, ...jobEnvironment(submission) };
+    for (const name of PRIVATE_VARIABLES) delete env[name];
+    const child = spawn('/bin/sh', ['-c', jobScript(submission)], {
+      cwd: workingDir, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    await new Promise<void>((resolveSpawn, rejectSpawn) => {
+      child.once('spawn', resolveSpawn);
+      child.once('error', (error) => rejectSpawn(new JobStartError(`could not start /bin/sh: ${error.message}`)));
+    });
+    const startedAt = new Date().toISOString();
+    this.running.add(child);
+    child.stdout!.on('data', (chunk: Buffer) => log.write('stdout', chunk));
+    child.stderr!.on('data', (chunk: Buffer) => log.write('stderr', chunk));
+
+    const exited = new Promise<JobExit>((resolveExit) => {
+      // The job ends with its shell, like a container ends with its first process: whatever it
+      // left behind in its group is killed, which also closes the pipes so 'close' can fire.
+      child.once('exit', () => killGroup(child, 'SIGKILL'));
+      child.once('close', (code, signal) => {
+        this.running.delete(child);
+        resolveExit({
+          exitCode: code ?? (signal ? signalExitCode(signal) : null),
+          finishedAt: new Date().toISOString(),
+        });
+      });
+    });
+    return {
+      startedAt,
+      exited,
+      kill: async (signal: StopSignal) => killGroup(child, signal),
+    };
+  }
+
+  async recover(): Promise<RecoveredJob[]> {
+    return [];
+  }
+
+  async remove(): Promise<void> {}
+
+  async shutdown(): Promise<void> {
+    const exits = [...this.running].map((child) => new Promise((done) => {
+      child.once('close', done);
+      killGroup(child, 'SIGKILL');
+    }));
+    await Promise.all(exits);
+  }
+}
+
+function killGroup(child: ChildProcess, signal: StopSignal): void {
+  if (child.pid === undefined) return;
+  try {
+    process.kill(-child.pid, signal);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ESRCH') throw error;
+  }
+}

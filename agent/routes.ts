@@ -1,0 +1,72 @@
+import Router from '@koa/router';
+import type { AgentHealth } from '../api/agent.js';
+import type { GpuInfo } from '../api/offer.js';
+import { HttpError } from './http-errors.js';
+import type { JobManager } from './jobs.js';
+import { readJsonBody } from './json-body.js';
+import type { MetricsSampler } from './metrics.js';
+import { integerParam, parseStopRequest, parseSubmission } from './requests.js';
+import type { RuntimeKind } from './runtime.js';
+
+/** Longest a logs request may wait for the first new entry. */
+export const MAX_LOG_WAIT_MS = 30_000;
+
+export interface RouteDependencies {
+  jobs: JobManager;
+  metrics: MetricsSampler;
+  identity: { version: string; instanceId: string; runtime: RuntimeKind; gpu: GpuInfo };
+}
+
+function unknownJob(jobId: string): HttpError {
+  return new HttpError(404, 'job_not_found', `no job ${jobId}`);
+}
+
+export function agentRoutes({ jobs, metrics, identity }: RouteDependencies): Router {
+  const router = new Router({ prefix: '/api' });
+
+  router.get('/health', (ctx) => {
+    const health: AgentHealth = { ok: true, ...identity, jobs: jobs.ids() };
+    ctx.body = health;
+  });
+
+  router.get('/metrics', async (ctx) => {
+    ctx.body = await metrics.sample();
+  });
+
+  router.post('/jobs', async (ctx) => {
+    const submission = parseSubmission(await readJsonBody(ctx));
+    const { created, status } = jobs.submit(submission);
+    ctx.status = created ? 201 : 200;
+    ctx.body = status;
+  });
+
+  router.get('/jobs/:id', (ctx) => {
+    const status = jobs.status(ctx.params.id!);
+    if (!status) throw unknownJob(ctx.params.id!);
+    ctx.body = status;
+  });
+
+  router.get('/jobs/:id/logs', async (ctx) => {
+    const after = integerParam('after', ctx.query.after, 0);
+    const wait = Math.min(integerParam('wait', ctx.query.wait, 0), MAX_LOG_WAIT_MS);
+    const page = await jobs.logs(ctx.params.id!, after, wait);
+    if (!page) throw unknownJob(ctx.params.id!);
+    ctx.body = page;
+  });
+
+  router.post('/jobs/:id/stop', async (ctx) => {
+    const request = parseStopRequest(await readJsonBody(ctx));
+    const status = jobs.stop(ctx.params.id!, request);
+    if (!status) throw unknownJob(ctx.params.id!);
+    ctx.body = status;
+  });
+
+  router.delete('/jobs/:id', async (ctx) => {
+    const outcome = await jobs.remove(ctx.params.id!);
+    if (outcome === 'unknown') throw unknownJob(ctx.params.id!);
+    if (outcome === 'running') throw new HttpError(409, 'job_running', `job ${ctx.params.id} has not finished; stop it first`);
+    ctx.status = 204;
+  });
+
+  return router;
+}

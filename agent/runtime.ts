@@ -1,0 +1,75 @@
+import { constants } from 'node:os';
+import type { JobSubmission } from '../api/agent.js';
+import type { JobLog } from './job-log.js';
+
+export type RuntimeKind = 'docker' | 'process';
+export type StopSignal = 'SIGTERM' | 'SIGKILL';
+
+/** What a runtime needs to start one job. */
+export interface JobContext {
+  readonly submission: JobSubmission;
+  /** A directory on this machine that belongs to the job and is removed with it. */
+  readonly dir: string;
+  readonly log: JobLog;
+  /** Called when the runtime starts fetching the job's image. */
+  pulling(): void;
+  /** True once a stop arrived: the runtime should not start anything more. */
+  cancelled(): boolean;
+}
+
+export interface JobExit {
+  exitCode: number | null;
+  finishedAt: string;
+}
+
+/** A started job. */
+export interface JobExecution {
+  readonly startedAt: string;
+  kill(signal: StopSignal): Promise<void>;
+  /** Settles once the job ended and all its output reached the log (not closed by the runtime). */
+  readonly exited: Promise<JobExit>;
+}
+
+/** A job found running (or finished) when the agent starts, e.g. a container left by a previous agent. */
+export interface RecoveredJob {
+  jobId: string;
+  execution: JobExecution;
+}
+
+export interface JobRuntime {
+  readonly kind: RuntimeKind;
+  /** Throws JobStartError when the job cannot start (bad image, unwritable file...). */
+  start(context: JobContext): Promise<JobExecution>;
+  /** Jobs of this instance that outlived a previous agent; `openLog` gives each its (fresh) log. */
+  recover(openLog: (jobId: string) => { log: JobLog; dir: string }): Promise<RecoveredJob[]>;
+  /** Removes what the runtime keeps for a finished job (its container). */
+  remove(jobId: string): Promise<void>;
+  /** Stops following jobs; the process runtime also kills them, containers keep running. */
+  shutdown(): Promise<void>;
+}
+
+export class JobStartError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'JobStartError';
+  }
+}
+
+/** The environment every job sees on top of its image or the agent's own environment. */
+export function jobEnvironment(submission: JobSubmission): Record<string, string> {
+  return {
+    ...submission.env,
+    ORCHESTRATOR_GPUS_NUM: String(submission.gpus),
+    ORCHESTRATOR_RUN_NAME: submission.runName,
+  };
+}
+
+/** The shell command line of a job: its commands joined so that the first failure ends it. */
+export function jobScript(submission: JobSubmission): string {
+  return submission.commands.join(' && ');
+}
+
+/** Exit status of a process killed by a signal, as shells and container engines report it. */
+export function signalExitCode(signal: NodeJS.Signals): number {
+  return 128 + constants.signals[signal];
+}

@@ -1,0 +1,159 @@
+import { mkdirSync, mkdtempSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { hostname, tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import Koa from 'koa';
+import type { Logger } from 'winston';
+import type { GpuInfo } from '../api/offer.js';
+import { bearerAuth } from './auth.js';
+import { configuredDockerHost, dockerAnswers, dockerClient } from './docker-connection.js';
+import { DockerRuntime } from './docker-runtime.js';
+import { detectGpus, parseGpuSpec } from './gpu.js';
+import { errorResponses } from './http-errors.js';
+import { JobManager } from './jobs.js';
+import { createAgentLogger } from './logger.js';
+import { MetricsSampler } from './metrics.js';
+import { ProcessRuntime } from './process-runtime.js';
+import { agentRoutes } from './routes.js';
+import type { JobRuntime } from './runtime.js';
+import { agentVersion } from './version.js';
+
+export type RuntimeChoice = 'auto' | 'docker' | 'process';
+export const RUNTIME_CHOICES: readonly RuntimeChoice[] = ['auto', 'docker', 'process'];
+
+export interface AgentOptions {
+  /** Every request must carry it as `Authorization: Bearer <token>`. */
+  token: string;
+  /** Listen address, also the address published container ports bind to. Default 127.0.0.1. */
+  host?: string;
+  /** Default 0: any free port. */
+  port?: number;
+  /** auto: docker when a Docker Engine API answers at `dockerHost`, else process. */
+  runtime?: RuntimeChoice;
+  /** GPUs to report, e.g. "H100:80GB:2"; absent: detected with nvidia-smi. */
+  gpu?: string;
+  /** Default: the machine's host name. Containers carry it so a restarted agent finds its own. */
+  instanceId?: string;
+  /** Where job files and the agent's log go. Default: a new temporary directory. */
+  workDir?: string;
+  /** Default: DOCKER_HOST, else unix:///var/run/docker.sock. */
+  dockerHost?: string;
+  /** Also log to stderr (the command does; in-process users usually do not). */
+  logToStderr?: boolean;
+}
+
+export interface RunningAgent {
+  url: string;
+  runtime: 'docker' | 'process';
+  workDir: string;
+  logger: Logger;
+  /** Stops serving. Process jobs are killed; containers keep running for the next agent to re-attach. */
+  close(): Promise<void>;
+}
+
+type Settings = Required<Omit<AgentOptions, 'gpu' | 'workDir' | 'logToStderr'>>;
+
+function validated(options: AgentOptions): Settings {
+  if (typeof options.token !== 'string' || options.token.length === 0) throw new Error('an agent token is required');
+  const port = options.port ?? 0;
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`invalid port ${options.port}: expected 0-65535`);
+  const runtime = options.runtime ?? 'auto';
+  if (!RUNTIME_CHOICES.includes(runtime)) throw new Error(`invalid runtime "${runtime}": expected ${RUNTIME_CHOICES.join(', ')}`);
+  const instanceId = options.instanceId ?? hostname();
+  if (instanceId.length === 0) throw new Error('the instance id must not be empty');
+  return {
+    token: options.token,
+    host: options.host ?? '127.0.0.1',
+    port,
+    runtime,
+    instanceId,
+    dockerHost: options.dockerHost ?? configuredDockerHost(),
+  };
+}
+
+/** Starts an agent in this process: its HTTP API on host:port, jobs on the chosen runtime. */
+export async function startAgent(options: AgentOptions): Promise<RunningAgent> {
+  const settings = validated(options);
+  const declaredGpu = options.gpu === undefined ? null : parseGpuSpec(options.gpu);
+  const workDir = resolve(options.workDir ?? mkdtempSync(join(tmpdir(), 'orchestrator-agent-')));
+  mkdirSync(workDir, { recursive: true });
+  const logger = createAgentLogger({ file: join(workDir, 'agent.log'), stderr: options.logToStderr ?? false });
+  try {
+    return await serve(settings, declaredGpu, workDir, logger);
+  } catch (error) {
+    logger.error('agent could not start', { error: (error as Error).message });
+    logger.close();
+    throw error;
+  }
+}
+
+async function serve(settings: Settings, declaredGpu: GpuInfo | null, workDir: string, logger: Logger): Promise<RunningAgent> {
+  const detectedGpu = await detectGpus();
+  const gpu = declaredGpu ?? detectedGpu;
+  const engineAnswers = settings.runtime !== 'process' && await dockerAnswers(settings.dockerHost);
+  if (settings.runtime === 'docker' && !engineAnswers) {
+    throw new Error(`no Docker Engine API answers at ${settings.dockerHost}`);
+  }
+  const runtime: JobRuntime = engineAnswers
+    ? new DockerRuntime({
+      docker: dockerClient(settings.dockerHost),
+      instanceId: settings.instanceId,
+      portHost: settings.host,
+      gpus: detectedGpu.count > 0,
+      logger,
+    })
+    : new ProcessRuntime();
+
+  const jobs = new JobManager(runtime, workDir, logger);
+  await jobs.recover();
+
+  const app = new Koa();
+  app.on('error', (error: Error) => logger.warn('connection error', { error: error.message }));
+  const router = agentRoutes({
+    jobs,
+    metrics: new MetricsSampler(gpu),
+    identity: { version: agentVersion(), instanceId: settings.instanceId, runtime: runtime.kind, gpu },
+  });
+  app.use(errorResponses(logger));
+  app.use(bearerAuth(settings.token));
+  app.use(router.routes());
+  app.use(router.allowedMethods());
+
+  const server = createServer(app.callback());
+  try {
+    await new Promise<void>((resolveListen, rejectListen) => {
+      server.once('error', rejectListen);
+      server.listen(settings.port, settings.host, () => {
+        server.off('error', rejectListen);
+        resolveListen();
+      });
+    });
+  } catch (error) {
+    await jobs.close();
+    throw error;
+  }
+  const { port } = server.address() as AddressInfo;
+  const url = `http://${settings.host.includes(':') ? `[${settings.host}]` : settings.host}:${port}`;
+  logger.info('agent listening', { url, runtime: runtime.kind, instanceId: settings.instanceId, gpu, workDir });
+
+  let closed: Promise<void> | null = null;
+  return {
+    url,
+    runtime: runtime.kind,
+    workDir,
+    logger,
+    close: () => {
+      closed ??= (async () => {
+        await new Promise<void>((resolveClose) => {
+          server.close(() => resolveClose());
+          server.closeAllConnections();
+        });
+        await jobs.close();
+        logger.info('agent stopped');
+        logger.close();
+      })();
+      return closed;
+    },
+  };
+}
