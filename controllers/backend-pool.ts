@@ -3,7 +3,8 @@ import type { BackendType, Offer } from '../api/offer.js';
 import type { Backend } from '../backends/backend.js';
 import { createBackend } from '../backends/registry.js';
 import type { Queryable } from '../store/db.js';
-import { getProjectById, type BackendConfig } from '../store/projects.js';
+import { getProjectById } from '../store/projects.js';
+import type { BackendConfig } from '../backends/config.js';
 
 export interface OfferListing {
   offers: Offer[];

@@ -135,7 +135,7 @@ export class Scheduler implements Controller {
 }
 
 /** Decides where one run goes, given what earlier runs of this pass already took. */
-export function place(run: QueuedRun, fleets: FleetRecord[], instances: InstanceRecord[], offers: Map<string, OfferListing>): Placement {
+export function place(run: Pick<QueuedRun, 'requirement'>, fleets: FleetRecord[], instances: InstanceRecord[], offers: Map<string, OfferListing>): Placement {
   if (fleets.length === 0) {
     return { kind: 'fail', reason: 'no_fleet_matches', message: 'no fleet: this project has no active fleet; apply one first (e.g. examples/fleets/local.yml)' };
   }

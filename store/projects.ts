@@ -1,5 +1,6 @@
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import type { Project } from '../api/objects.js';
+import type { BackendConfig } from '../backends/config.js';
 import type { Queryable } from './db.js';
 
 export interface ProjectRecord {
@@ -9,10 +10,6 @@ export interface ProjectRecord {
   createdAt: Date;
 }
 
-/** A backend entry of the server config, as stored with its project. */
-export type BackendConfig =
-  | { type: 'local' }
-  | { type: 'gpucloud'; api_url?: string; creds: { type: 'api_key'; api_key: string } };
 
 export interface UserRecord {
   id: string;

@@ -1,0 +1,34 @@
+import type { CAC } from 'cac';
+import { ConfigError } from '../../server/config.js';
+import { startServer } from '../../server/server.js';
+
+export function registerServer(cli: CAC): void {
+  cli.command('server', 'Start the orchestrator server (embedded database unless ORCHESTRATOR_DATABASE_URL is set)')
+    .option('--host <host>', 'Address to listen on', { default: '127.0.0.1' })
+    .option('--port <port>', 'Port to listen on', { default: 3000 })
+    .action(async (options: { host: string; port: number }) => {
+      let server;
+      try {
+        server = await startServer({ host: options.host, port: Number(options.port) });
+      } catch (error) {
+        if (error instanceof ConfigError) {
+          process.stderr.write(`${error.message}\n`);
+          process.exit(1);
+        }
+        throw error;
+      }
+      process.stdout.write([
+        `Applied config: ${server.configPath}`,
+        `Admin token:    ${server.adminToken}`,
+        `Server URL:     ${server.url}`,
+        '',
+        `In another terminal: orchestrator project add --name main --url ${server.url} --token ${server.adminToken}`,
+        '',
+      ].join('\n'));
+      const shutdown = () => {
+        void server.close().finally(() => process.exit(0));
+      };
+      process.once('SIGINT', shutdown);
+      process.once('SIGTERM', shutdown);
+    });
+}

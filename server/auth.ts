@@ -1,0 +1,35 @@
+import type { Context, Next } from 'koa';
+import type { Queryable } from '../store/db.js';
+import { getProject, isMember, userByToken, type ProjectRecord, type UserRecord } from '../store/projects.js';
+import { HttpError, notFound } from './http-errors.js';
+
+export interface AuthState {
+  user: UserRecord;
+}
+
+/** Every /api route needs `Authorization: Bearer <token>`; the token is looked up by its hash. */
+export function authMiddleware(db: Queryable) {
+  return async (ctx: Context, next: Next) => {
+    const header = ctx.get('authorization');
+    const match = /^Bearer\s+(\S+)$/i.exec(header);
+    if (!match) throw new HttpError(401, 'unauthorized', 'missing or malformed Authorization header; expected "Bearer <token>"');
+    const user = await userByToken(db, match[1]);
+    if (!user) throw new HttpError(401, 'unauthorized', 'invalid token');
+    (ctx.state as AuthState).user = user;
+    await next();
+  };
+}
+
+/** The project named in the path, when it exists (404) and the caller is a member of it (403). */
+export async function projectFor(db: Queryable, ctx: Context, name: string): Promise<ProjectRecord> {
+  const project = await getProject(db, name);
+  if (!project) throw notFound(`project ${name} not found`);
+  if (!(await isMember(db, project.id, (ctx.state as AuthState).user))) {
+    throw new HttpError(403, 'forbidden', `you are not a member of project ${name}`);
+  }
+  return project;
+}
+
+export function requireAdmin(ctx: Context): void {
+  if ((ctx.state as AuthState).user.globalRole !== 'admin') throw new HttpError(403, 'forbidden', 'only an admin may do this');
+}

@@ -1,0 +1,11 @@
+import type { Logger } from 'winston';
+import type { BackendPool } from '../controllers/backend-pool.js';
+import type { Db } from '../store/db.js';
+
+/** What every route needs: the database, the backends, and where to log. */
+export interface ServerContext {
+  db: Db;
+  pool: BackendPool;
+  logger: Logger;
+  version: string;
+}

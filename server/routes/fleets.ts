@@ -1,0 +1,76 @@
+import { isDeepStrictEqual } from 'node:util';
+import Router from '@koa/router';
+import type { FleetPlan } from '../../api/objects.js';
+import { describeRequirement, offerSatisfies } from '../../api/resources.js';
+import { CHANNELS } from '../../controllers/manager.js';
+import { recordEvent } from '../../store/events.js';
+import { applyFleet, fleetView, getLiveFleet, listFleets, requestFleetDeletion, type FleetRecord } from '../../store/fleets.js';
+import { listInstanceViews } from '../../store/instances.js';
+import type { ProjectRecord } from '../../store/projects.js';
+import { projectFor } from '../auth.js';
+import type { ServerContext } from '../context.js';
+import { notFound, readJsonObject } from '../http-errors.js';
+import { checkedFleetSpec, fleetDesired } from '../specs.js';
+
+export function fleetRoutes(server: ServerContext): Router {
+  const { db, pool } = server;
+  const router = new Router({ prefix: '/api/projects/:project/fleets' });
+  const view = async (project: ProjectRecord, fleet: FleetRecord) =>
+    fleetView(fleet, project.name, await listInstanceViews(db, project.id, { fleetId: fleet.id, includeTerminated: false }));
+
+  router.post('/plan', async (ctx) => {
+    const project = await projectFor(db, ctx, ctx.params.project);
+    const spec = checkedFleetSpec((await readJsonObject(ctx)).spec);
+    const desired = fleetDesired(spec, project);
+    const existing = await getLiveFleet(db, project.id, desired.name);
+    const listing = await pool.offers(project.id, desired.backends);
+    const offers = listing.offers.filter((o) => offerSatisfies(o, desired.requirement)).slice(0, 10);
+    const plan: FleetPlan = {
+      action: !existing ? 'create' : isDeepStrictEqual(existing.spec, desired.spec) ? 'unchanged' : 'update',
+      name: desired.name,
+      requirement: describeRequirement(desired.requirement),
+      currentGeneration: existing?.generation ?? null,
+      offers,
+      problem: offers.length > 0 ? null : listing.errors.length ? listing.errors.join('; ') : `no offer matches ${describeRequirement(desired.requirement)}`,
+    };
+    ctx.body = plan;
+  });
+
+  router.post('/apply', async (ctx) => {
+    const project = await projectFor(db, ctx, ctx.params.project);
+    const desired = fleetDesired(checkedFleetSpec((await readJsonObject(ctx)).spec), project);
+    const { fleet, created, changed } = await applyFleet(db, project.id, desired);
+    if (changed) {
+      await recordEvent(db, { projectId: project.id, objectKind: 'fleet', objectId: fleet.id, objectName: fleet.name, reason: created ? 'Created' : 'Updated', message: `generation ${fleet.generation}: nodes ${desired.nodesMin}..${desired.nodesMax ?? ''}, ${describeRequirement(desired.requirement)}` });
+      await db.notify(CHANNELS.fleets);
+      await db.notify(CHANNELS.runs);
+    }
+    ctx.status = created ? 201 : 200;
+    ctx.body = await view(project, fleet);
+  });
+
+  router.get('/', async (ctx) => {
+    const project = await projectFor(db, ctx, ctx.params.project);
+    const fleets = await listFleets(db, project.id, ctx.query.all === 'true');
+    ctx.body = await Promise.all(fleets.map((f) => view(project, f)));
+  });
+
+  router.get('/:name', async (ctx) => {
+    const project = await projectFor(db, ctx, ctx.params.project);
+    const fleet = await getLiveFleet(db, project.id, ctx.params.name);
+    if (!fleet) throw notFound(`fleet ${ctx.params.name} not found in project ${project.name}`);
+    ctx.body = await view(project, fleet);
+  });
+
+  router.delete('/:name', async (ctx) => {
+    const project = await projectFor(db, ctx, ctx.params.project);
+    const fleet = await getLiveFleet(db, project.id, ctx.params.name);
+    if (!fleet) throw notFound(`fleet ${ctx.params.name} not found in project ${project.name}`);
+    await requestFleetDeletion(db, fleet.id);
+    await recordEvent(db, { projectId: project.id, objectKind: 'fleet', objectId: fleet.id, objectName: fleet.name, reason: 'Deleting', message: 'deletion requested' });
+    await db.notify(CHANNELS.fleets);
+    ctx.status = 202;
+    ctx.body = await view(project, (await getLiveFleet(db, project.id, fleet.name)) ?? fleet);
+  });
+  return router;
+}

@@ -1,0 +1,79 @@
+import Router from '@koa/router';
+import type { ServerInfo } from '../../api/objects.js';
+import { normalizeResources } from '../../api/resources.js';
+import { offerSatisfies } from '../../api/resources.js';
+import { listEvents } from '../../store/events.js';
+import { listInstanceViews } from '../../store/instances.js';
+import { addMember, createUser, getUser, listProjectsOf, projectView } from '../../store/projects.js';
+import { projectFor, requireAdmin, type AuthState } from '../auth.js';
+import type { ServerContext } from '../context.js';
+import { badRequest, conflict, notFound, readJsonObject } from '../http-errors.js';
+
+export function projectRoutes(server: ServerContext): Router {
+  const { db, pool } = server;
+  const router = new Router({ prefix: '/api' });
+
+  router.get('/server/info', (ctx) => {
+    const info: ServerInfo = { version: server.version, database: db.driver, user: (ctx.state as AuthState).user.name };
+    ctx.body = info;
+  });
+
+  router.get('/projects', async (ctx) => {
+    ctx.body = (await listProjectsOf(db, (ctx.state as AuthState).user)).map(projectView);
+  });
+
+  router.get('/projects/:project', async (ctx) => {
+    ctx.body = projectView(await projectFor(db, ctx, ctx.params.project));
+  });
+
+  router.post('/users', async (ctx) => {
+    requireAdmin(ctx);
+    const body = await readJsonObject(ctx);
+    if (typeof body.name !== 'string' || !/^[a-z][-a-z0-9_.]{0,62}$/.test(body.name)) throw badRequest('name: expected a user name of lowercase letters, digits, "-", "_" or "."');
+    const created = await createUser(db, body.name, body.admin === true ? 'admin' : 'user');
+    if (!created) throw conflict(`user ${body.name} already exists`);
+    ctx.status = 201;
+    ctx.body = { name: created.user.name, token: created.token };
+  });
+
+  router.post('/projects/:project/members', async (ctx) => {
+    requireAdmin(ctx);
+    const project = await projectFor(db, ctx, ctx.params.project);
+    const body = await readJsonObject(ctx);
+    if (typeof body.user !== 'string') throw badRequest('user: expected a user name');
+    const user = await getUser(db, body.user);
+    if (!user) throw notFound(`user ${body.user} not found`);
+    await addMember(db, project.id, user.id, body.role === 'admin' ? 'admin' : 'user');
+    ctx.status = 204;
+  });
+
+  router.get('/projects/:project/offers', async (ctx) => {
+    const project = await projectFor(db, ctx, ctx.params.project);
+    const backend = typeof ctx.query.backend === 'string' ? ctx.query.backend : undefined;
+    let requirement = null;
+    if (typeof ctx.query.gpu === 'string') {
+      try {
+        requirement = normalizeResources({ gpu: ctx.query.gpu }, 'fleet');
+      } catch (error) {
+        throw badRequest(`gpu: ${(error as Error).message}`);
+      }
+    }
+    const listing = await pool.offers(project.id, backend ? [backend] : undefined);
+    const offers = requirement ? listing.offers.filter((o) => offerSatisfies(o, requirement)) : listing.offers;
+    ctx.body = { offers, errors: listing.errors };
+  });
+
+  router.get('/projects/:project/instances', async (ctx) => {
+    const project = await projectFor(db, ctx, ctx.params.project);
+    ctx.body = await listInstanceViews(db, project.id, { includeTerminated: ctx.query.all === 'true' });
+  });
+
+  router.get('/projects/:project/events', async (ctx) => {
+    const project = await projectFor(db, ctx, ctx.params.project);
+    const after = ctx.query.after === undefined ? 0 : Number(ctx.query.after);
+    if (!Number.isInteger(after) || after < 0) throw badRequest('after: expected a whole number of 0 or more');
+    const objectName = typeof ctx.query.object === 'string' ? ctx.query.object : undefined;
+    ctx.body = await listEvents(db, project.id, { after, objectName });
+  });
+  return router;
+}

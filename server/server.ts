@@ -1,0 +1,97 @@
+import { randomUUID } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import winston from 'winston';
+import { BackendPool } from '../controllers/backend-pool.js';
+import { FleetController } from '../controllers/fleet-controller.js';
+import { DEFAULT_INSTANCE_TIMINGS, InstanceController, type InstanceTimings } from '../controllers/instance-controller.js';
+import { ControllerManager } from '../controllers/manager.js';
+import { RunController } from '../controllers/run-controller.js';
+import { Scheduler } from '../controllers/scheduler.js';
+import type { Db } from '../store/db.js';
+import { openDatabase } from '../store/open.js';
+import { newToken, upsertProject, upsertUser } from '../store/projects.js';
+import { createApp } from './app.js';
+import { loadServerConfig } from './config.js';
+import { serverDir } from './paths.js';
+import { VERSION } from './version.js';
+
+export interface ServerOptions {
+  host?: string;
+  port?: number;
+  dir?: string;
+  databaseUrl?: string;
+  adminToken?: string;
+  logLevel?: string;
+  controllerIntervalMs?: number;
+  instanceTimings?: Partial<InstanceTimings>;
+}
+
+export interface RunningServer {
+  url: string;
+  adminToken: string;
+  configPath: string;
+  db: Db;
+  close(): Promise<void>;
+}
+
+/** Opens the database, applies config.yml, starts the controllers and serves the API. */
+export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
+  const dir = options.dir ?? serverDir();
+  mkdirSync(dir, { recursive: true });
+  const configPath = join(dir, 'config.yml');
+  const config = loadServerConfig(configPath);
+  const logger = winston.createLogger({
+    level: options.logLevel ?? process.env.ORCHESTRATOR_LOG_LEVEL ?? 'info',
+    format: winston.format.combine(winston.format.timestamp(), winston.format.printf((i) => `${i.timestamp} ${i.level} ${i.message}`)),
+    transports: [new winston.transports.Console({ stderrLevels: ['error', 'warn', 'info', 'debug'] })],
+  });
+  const databaseUrl = options.databaseUrl ?? process.env.ORCHESTRATOR_DATABASE_URL;
+  const db = await openDatabase({ url: databaseUrl, dataDir: join(dir, 'data') });
+  for (const project of config.projects) await upsertProject(db, project.name, project.backends);
+  const adminToken = options.adminToken ?? process.env.ORCHESTRATOR_SERVER_ADMIN_TOKEN ?? storedAdminToken(dir);
+  await upsertUser(db, 'admin', adminToken, 'admin');
+
+  const pool = new BackendPool(db, join(dir, 'backends'));
+  const owner = `server-${randomUUID().slice(0, 8)}`;
+  const timings = { ...DEFAULT_INSTANCE_TIMINGS, ...options.instanceTimings };
+  const manager = new ControllerManager(db, owner, [
+    new Scheduler(db, pool, logger),
+    new RunController(db, owner, logger),
+    new InstanceController(db, owner, logger, pool, timings),
+    new FleetController(db, owner, logger, pool),
+  ], logger, options.controllerIntervalMs);
+  await manager.start();
+
+  const app = createApp({ db, pool, logger, version: VERSION });
+  const http: Server = await new Promise((resolve, reject) => {
+    const s = app.listen(options.port ?? 3000, options.host ?? '127.0.0.1', () => resolve(s));
+    s.once('error', reject);
+  });
+  const address = http.address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  logger.info(`serving on http://${host}:${address.port} (${db.driver} database, controllers as ${owner})`);
+  return {
+    url: `http://${host}:${address.port}`,
+    adminToken,
+    configPath,
+    db,
+    close: async () => {
+      http.closeAllConnections();
+      await new Promise((r) => http.close(r));
+      await manager.stop();
+      await db.close();
+    },
+  };
+}
+
+/** The admin token is shown at every start, so it is kept (owner-only) beside the config. */
+function storedAdminToken(dir: string): string {
+  const path = join(dir, 'admin-token');
+  if (existsSync(path)) return readFileSync(path, 'utf8').trim();
+  const token = newToken();
+  writeFileSync(path, `${token}\n`, { mode: 0o600 });
+  return token;
+}
