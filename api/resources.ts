@@ -1,0 +1,106 @@
+import { Type, type Static } from '@sinclair/typebox';
+import { formatGpuParts, modelsMatch, parseGpu } from './gpu.js';
+import type { Offer } from './offer.js';
+import type { Resources } from './spec.js';
+import {
+  formatRange, formatSize, inRange, intersectRanges, OPEN_RANGE, parseCountRange, parseSize, parseSizeRange, Range,
+} from './quantity.js';
+
+export { KNOWN_GPUS, formatGpu } from './gpu.js';
+export { Range, parseSize, formatSize } from './quantity.js';
+
+/** The normalised resources block that the server stores and matches offers against. Sizes are MiB. */
+export const ResourceRequirement = Type.Object({
+  gpu: Type.Object({
+    models: Type.Union([Type.Array(Type.String()), Type.Null()], { description: 'Canonical model names; null accepts any model' }),
+    memoryMib: Range,
+    count: Range,
+  }),
+  cpus: Range,
+  memoryMib: Range,
+  diskMib: Range,
+  shmSizeMib: Type.Union([Type.Number(), Type.Null()]),
+});
+export type ResourceRequirement = Static<typeof ResourceRequirement>;
+
+const CPU_RULES = { least: 1, bounded: false, what: 'CPU count' };
+
+/**
+ * The requirement a resources block states. Without `gpu`, any machine fits (count `0..`).
+ * A `gpu` without a count means exactly one card for a run, and one card or more for a fleet,
+ * so that a fleet that names a model can host runs that need several of them.
+ */
+export function normalizeResources(resources: Resources | undefined, kind: 'fleet' | 'run'): ResourceRequirement {
+  const gpu = resources?.gpu === undefined ? null : parseGpu(resources.gpu);
+  const defaultCount: Range = gpu === null ? { min: 0, max: null } : kind === 'run' ? { min: 1, max: 1 } : { min: 1, max: null };
+  return {
+    gpu: {
+      models: gpu?.models ?? null,
+      memoryMib: gpu?.memoryMib ?? OPEN_RANGE,
+      count: gpu?.count ?? defaultCount,
+    },
+    cpus: resources?.cpu === undefined ? OPEN_RANGE : parseCountRange(resources.cpu, CPU_RULES),
+    memoryMib: resources?.memory === undefined ? OPEN_RANGE : parseSizeRange(resources.memory),
+    diskMib: resources?.disk === undefined ? OPEN_RANGE : parseSizeRange(resources.disk),
+    shmSizeMib: resources?.shm_size === undefined ? null : parseSize(resources.shm_size),
+  };
+}
+
+/** Whether a machine offered by a backend meets the requirement. Model and card memory only matter when the offer has GPUs. */
+export function offerSatisfies(offer: Offer, req: ResourceRequirement): boolean {
+  if (!inRange(offer.gpu.count, req.gpu.count)) return false;
+  if (offer.gpu.count > 0) {
+    if (req.gpu.models !== null && !req.gpu.models.some((model) => modelsMatch(model, offer.gpu.name))) return false;
+    if (!inRange(offer.gpu.memoryMib, req.gpu.memoryMib)) return false;
+  }
+  return inRange(offer.cpus, req.cpus) && inRange(offer.memoryMib, req.memoryMib) && inRange(offer.diskMib, req.diskMib);
+}
+
+const NO_GPU_COUNT: Range = { min: 0, max: 0 };
+
+function intersectGpu(a: ResourceRequirement['gpu'], b: ResourceRequirement['gpu']): ResourceRequirement['gpu'] | null {
+  const count = intersectRanges(a.count, b.count);
+  if (count === null) return null;
+  const models = a.models === null ? b.models : b.models === null ? a.models : a.models.filter((m) => b.models!.some((n) => modelsMatch(m, n)));
+  const memoryMib = intersectRanges(a.memoryMib, b.memoryMib);
+  const cardsConflict = memoryMib === null || (models !== null && models.length === 0);
+  if (count.max === 0 || cardsConflict) {
+    // Model and card memory say nothing about a machine without GPUs, so such a machine still fits both.
+    return inRange(0, count) ? { models: null, memoryMib: OPEN_RANGE, count: NO_GPU_COUNT } : null;
+  }
+  return { models, memoryMib, count };
+}
+
+/** What both requirements allow at once, or null when no machine can meet both. */
+export function intersectRequirements(a: ResourceRequirement, b: ResourceRequirement): ResourceRequirement | null {
+  const gpu = intersectGpu(a.gpu, b.gpu);
+  const cpus = intersectRanges(a.cpus, b.cpus);
+  const memoryMib = intersectRanges(a.memoryMib, b.memoryMib);
+  const diskMib = intersectRanges(a.diskMib, b.diskMib);
+  if (gpu === null || cpus === null || memoryMib === null || diskMib === null) return null;
+  const shm = [a.shmSizeMib, b.shmSizeMib].filter((v): v is number => v !== null);
+  return { gpu, cpus, memoryMib, diskMib, shmSizeMib: shm.length === 0 ? null : Math.max(...shm) };
+}
+
+function describeGpu(gpu: ResourceRequirement['gpu']): string {
+  if (gpu.count.max === 0) return 'no GPU';
+  const anyCount = (gpu.count.min === null || gpu.count.min === 0) && gpu.count.max === null;
+  const anyCard = gpu.models === null && gpu.memoryMib.min === null && gpu.memoryMib.max === null;
+  return anyCount && anyCard ? '' : formatGpuParts(gpu.models, gpu.memoryMib, gpu.count);
+}
+
+/** Short text for messages and tables, e.g. `H100:80GB:1..2, disk 100GB..`; `any machine` when nothing is asked. */
+export function describeRequirement(req: ResourceRequirement): string {
+  const parts = [
+    describeGpu(req.gpu),
+    labelled('cpu', formatRange(req.cpus)),
+    labelled('memory', formatRange(req.memoryMib, formatSize)),
+    labelled('disk', formatRange(req.diskMib, formatSize)),
+    req.shmSizeMib === null ? '' : `shm ${formatSize(req.shmSizeMib)}`,
+  ].filter((part) => part !== '');
+  return parts.length === 0 ? 'any machine' : parts.join(', ');
+}
+
+function labelled(label: string, text: string): string {
+  return text === '' ? '' : `${label} ${text}`;
+}

@@ -1,0 +1,235 @@
+import { Type, type Static, type TObject } from '@sinclair/typebox';
+import { BackendType } from './offer.js';
+
+/**
+ * Checks beyond JSON Schema that a field needs, run by api/validate.ts. The key travels in the schema
+ * itself (`x-check`) because TypeBox copies schemas when composing them, so identity cannot carry it.
+ */
+export type CheckName =
+  | 'name' | 'duration' | 'duration-or-off' | 'positive-duration' | 'size' | 'size-range'
+  | 'gpu' | 'gpu-models' | 'gpu-count' | 'cpu-range' | 'nodes' | 'replicas' | 'python' | 'env'
+  | 'port-mapping' | 'file-mapping' | 'volume-mount' | 'absolute-path' | 'url-path' | 'repo';
+
+/** `x-expected` is the phrase error messages use for what the field takes. */
+function checked(check: CheckName, expected: string, description: string): Record<string, unknown> {
+  return { 'x-check': check, 'x-expected': expected, description };
+}
+
+const DURATION_TEXT = 'a duration such as 30s, 5m, 2h, 3d, 1w, 1h30m, or a number of seconds';
+
+export const Name = Type.String({
+  ...checked('name', 'a name of 1-40 lowercase letters, digits and hyphens', 'A lowercase DNS label of 1-40 characters that starts with a letter'),
+  minLength: 1, maxLength: 40, pattern: '^[a-z]([-a-z0-9]*[a-z0-9])?$',
+});
+
+export const Priority = Type.Integer({
+  minimum: 0, maximum: 100, default: 0,
+  description: 'Scheduling priority from 0 to 100; higher runs are started first when capacity is short',
+});
+
+const DURATION_EXPECTED: Record<'duration' | 'duration-or-off' | 'positive-duration', string> = {
+  'duration': DURATION_TEXT,
+  'duration-or-off': `${DURATION_TEXT}, or off`,
+  'positive-duration': `${DURATION_TEXT}, longer than 0`,
+};
+
+function duration(check: keyof typeof DURATION_EXPECTED, description: string, fallback?: string) {
+  return Type.Union([Type.String(), Type.Integer()], {
+    ...checked(check, DURATION_EXPECTED[check], description),
+    ...(fallback === undefined ? {} : { default: fallback }),
+  });
+}
+
+export const Duration = duration('duration', 'A duration such as 30s, 5m, 2h, 3d, 1w or 1h30m; a bare number is seconds');
+const durationOrOff = (description: string, fallback?: string) =>
+  duration('duration-or-off', `${description}: a duration such as 30m or 1h30m, a number of seconds, or off`, fallback);
+
+export const Size = Type.Union([Type.String(), Type.Number()], checked('size', 'a size such as 512MB, 24GB or 1TB', 'A size such as 512MB, 24GB or 1TB (binary units); a bare number is GB'));
+export const SizeRange = Type.Union([Type.String(), Type.Number()], checked('size-range', 'a size such as 24GB or a range such as 24GB.., ..80GB or 24GB..80GB', 'A size (exactly) or a range of sizes: 24GB, 24GB.., ..80GB, 24GB..80GB'));
+
+export const GpuModels = Type.Union([Type.String(), Type.Array(Type.String())], checked('gpu-models', 'a GPU model such as H100, a comma-separated list, or a list of models', 'A GPU model (L4, H100, H200, RTXPRO6000), several separated by commas, or a list'));
+export const GpuCount = Type.Union([Type.String(), Type.Integer()], checked('gpu-count', 'a number of GPUs such as 2 or a range such as 1..8', 'A number of GPUs (exactly) or a range such as 1..8 or 0..8'));
+
+export const GpuObject = Type.Object({
+  name: Type.Optional(GpuModels),
+  memory: Type.Optional(SizeRange),
+  count: Type.Optional(GpuCount),
+}, { additionalProperties: false });
+
+export const Gpu = Type.Union([
+  Type.String(checked('gpu', 'a GPU spec such as H100:2', 'model[:memory][:count] in any order')),
+  Type.Integer({ minimum: 0 }),
+  GpuObject,
+], {
+  'x-expected': 'a GPU spec such as "H100:2" or "L4:24GB", a number of GPUs, or a map with name, memory and count',
+  description: 'GPUs per machine: a spec such as H100, H100:2, L4:24GB, H100,H200:8, 24GB..:1..2 (parts in any order), a number of GPUs, or {name, memory, count}',
+});
+
+export const Resources = Type.Object({
+  gpu: Type.Optional(Gpu),
+  cpu: Type.Optional(Type.Union([Type.String(), Type.Integer()], checked('cpu-range', 'a number of CPUs such as 4 or a range such as 2..', 'A number of CPUs (exactly) or a range such as 2.. or 4..16'))),
+  memory: Type.Optional(SizeRange),
+  disk: Type.Optional(SizeRange),
+  shm_size: Type.Optional(Size),
+}, { additionalProperties: false, description: 'What each machine must have' });
+export type Resources = Static<typeof Resources>;
+
+export const Env = Type.Record(Type.String(), Type.String(), checked(
+  'env',
+  'a list of NAME or NAME=value, or a map of names to values',
+  'Environment variables: a map of names to values, or a list of NAME=value; NAME alone takes its value from the environment of the user who applies the configuration',
+));
+
+export const Port = Type.Integer({ minimum: 1, maximum: 65535 });
+export const PortMapping = Type.Union([Port, Type.String(checked('port-mapping', 'a mapping such as "8080:80"', 'local:container'))], {
+  'x-expected': 'a port from 1 to 65535 or a mapping such as "8080:80"',
+  description: 'A container port to forward, or "local:container"',
+});
+
+export const Python = Type.String(checked('python', 'a Python version such as "3.12"', 'Python version of the default image: 3.9 to 3.13; cannot be combined with image'));
+export const Image = Type.String({ minLength: 1, description: 'Docker image to run in' });
+export const Commands = Type.Array(Type.String(), { minItems: 1, description: 'Shell commands, run in order in one shell' });
+export const RegistryAuth = Type.Object({
+  username: Type.String({ minLength: 1 }),
+  password: Type.String({ minLength: 1, 'x-secret': true }),
+}, { additionalProperties: false, description: 'Credentials for a private image registry' });
+
+export const RetryEvent = Type.Union([Type.Literal('no-capacity'), Type.Literal('interruption'), Type.Literal('error')]);
+export const Retry = Type.Union([
+  Type.Boolean(),
+  Type.Object({
+    on_events: Type.Optional(Type.Array(RetryEvent, { minItems: 1, uniqueItems: true, description: 'Events that trigger a retry; all three when left out' })),
+    duration: Type.Optional(duration('duration', 'How long to keep retrying', '1h')),
+  }, { additionalProperties: false }),
+], { 'x-expected': 'true, false, or a map with on_events and duration', description: 'Whether and for how long to resubmit the run after no-capacity, interruption or error; true retries on all three for 1h' });
+
+export const UtilizationPolicy = Type.Object({
+  min_gpu_utilization: Type.Integer({ minimum: 0, maximum: 100, description: 'Percent' }),
+  time_window: duration('positive-duration', 'How long utilization must stay low'),
+}, { additionalProperties: false, description: 'Stop the run when every GPU stays below min_gpu_utilization for time_window' });
+
+export const Repo = Type.Union([
+  Type.String({ minLength: 1 }),
+  Type.Object({
+    url: Type.Optional(Type.String({ minLength: 1 })),
+    local_path: Type.Optional(Type.String({ minLength: 1 })),
+    branch: Type.Optional(Type.String({ minLength: 1 })),
+    hash: Type.Optional(Type.String({ minLength: 1 })),
+    path: Type.Optional(Type.String({ minLength: 1, description: 'Where the repo lands in the container' })),
+  }, { additionalProperties: false, ...checked('repo', 'a map with url or local_path', 'A repo given by url or local_path') }),
+], { 'x-expected': 'a local path or git URL, or a map with url or local_path', description: 'A local directory or git URL to make available to the run' });
+
+export const Volume = Type.Union([
+  Type.String(checked('volume-mount', 'a mount such as "/mnt/cache:/root/.cache"', 'instance_path:path')),
+  Type.Object({
+    instance_path: Type.String(checked('absolute-path', 'an absolute path', 'Directory on the instance')),
+    path: Type.String(checked('absolute-path', 'an absolute path', 'Directory in the container')),
+    optional: Type.Optional(Type.Boolean({ default: false, description: 'Run even where the instance path is missing' })),
+  }, { additionalProperties: false }),
+], { 'x-expected': 'a mount such as "/mnt/cache:/root/.cache" or a map with instance_path and path', description: 'A directory of the instance mounted into the container' });
+
+export const Model = Type.Union([
+  Type.String({ minLength: 1 }),
+  Type.Object({
+    name: Type.String({ minLength: 1 }),
+    type: Type.Optional(Type.Literal('chat', { default: 'chat' })),
+    format: Type.Optional(Type.Literal('openai', { default: 'openai' })),
+  }, { additionalProperties: false }),
+], { 'x-expected': 'a model name, or a map with name, type and format', description: 'Publish the service on the OpenAI-compatible model endpoint under this model name' });
+
+export const Scaling = Type.Object({
+  metric: Type.Literal('rps'),
+  target: Type.Number({ exclusiveMinimum: 0, description: 'Requests per second per replica to aim for' }),
+  scale_up_delay: Type.Optional(duration('duration', 'Wait this long above target before adding a replica', '5m')),
+  scale_down_delay: Type.Optional(duration('duration', 'Wait this long below target before removing a replica', '10m')),
+}, { additionalProperties: false, description: 'Autoscaling between the replicas range' });
+
+export const Probe = Type.Object({
+  type: Type.Literal('http'),
+  url: Type.Optional(Type.String({ ...checked('url-path', 'a path starting with /', 'Path to request'), default: '/' })),
+  method: Type.Optional(Type.Union(['get', 'post', 'put', 'delete', 'patch', 'head'].map((m) => Type.Literal(m)), { default: 'get' })),
+  headers: Type.Optional(Type.Array(Type.Object({ name: Type.String({ minLength: 1 }), value: Type.String() }, { additionalProperties: false }))),
+  body: Type.Optional(Type.String()),
+  timeout: Type.Optional(duration('positive-duration', 'Time to wait for an answer', '10s')),
+  interval: Type.Optional(duration('positive-duration', 'Time between probes', '15s')),
+  ready_after: Type.Optional(Type.Integer({ minimum: 1, default: 1, description: 'Successes in a row before the replica counts as ready' })),
+}, { additionalProperties: false, description: 'A readiness check of each replica' });
+
+const runCommon = {
+  name: Type.Optional(Name),
+  priority: Type.Optional(Priority),
+  resources: Type.Optional(Resources),
+  env: Type.Optional(Env),
+};
+
+export const FleetSpec = Type.Object({
+  type: Type.Literal('fleet'),
+  name: Name,
+  nodes: Type.Union([Type.String(), Type.Integer()], checked('nodes', 'a number of nodes such as 2 or a range such as 0..2', 'Instances the fleet keeps: n (exactly) or min..max')),
+  idle_duration: Type.Optional(durationOrOff('How long an instance may stay idle above the minimum before it is released', '5m')),
+  backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends to provision from; all configured ones when left out' })),
+  resources: Type.Optional(Resources),
+}, { additionalProperties: false, description: 'A pool of instances that runs are placed on' });
+export type FleetSpec = Static<typeof FleetSpec>;
+
+export const DevEnvironmentSpec = Type.Object({
+  type: Type.Literal('dev-environment'),
+  ...runCommon,
+  ide: Type.Union([Type.Literal('vscode'), Type.Literal('cursor')], { description: 'Desktop IDE to open' }),
+  image: Type.Optional(Image),
+  python: Type.Optional(Python),
+  ports: Type.Optional(Type.Array(PortMapping)),
+  inactivity_duration: Type.Optional(durationOrOff('Stop after this long without an IDE or SSH connection')),
+}, { additionalProperties: false, description: 'A machine to work on through an IDE' });
+export type DevEnvironmentSpec = Static<typeof DevEnvironmentSpec>;
+
+export const TaskSpec = Type.Object({
+  type: Type.Literal('task'),
+  ...runCommon,
+  image: Type.Optional(Image),
+  registry_auth: Type.Optional(RegistryAuth),
+  python: Type.Optional(Python),
+  files: Type.Optional(Type.Array(Type.String(checked('file-mapping', 'a path or a mapping such as "data:/workflow/data"', 'path, or local:remote')), { description: 'Local files and directories to copy into the container' })),
+  repos: Type.Optional(Type.Array(Repo)),
+  working_dir: Type.Optional(Type.String({ minLength: 1, description: 'Directory the commands start in' })),
+  commands: Type.Optional(Commands),
+  ports: Type.Optional(Type.Array(PortMapping)),
+  max_duration: Type.Optional(durationOrOff('Stop the run after this long')),
+  retry: Type.Optional(Retry),
+  utilization_policy: Type.Optional(UtilizationPolicy),
+}, { additionalProperties: false, description: 'A batch job that runs its commands to completion' });
+export type TaskSpec = Static<typeof TaskSpec>;
+
+export const ServiceSpec = Type.Object({
+  type: Type.Literal('service'),
+  ...runCommon,
+  image: Type.Optional(Image),
+  commands: Type.Optional(Commands),
+  port: Type.Integer({ minimum: 1, maximum: 65535, description: 'Port the commands listen on' }),
+  model: Type.Optional(Model),
+  volumes: Type.Optional(Type.Array(Volume)),
+  replicas: Type.Optional(Type.Union([Type.String(), Type.Integer()], {
+    ...checked('replicas', 'a number of replicas such as 2 or a range such as 0..4', 'Replicas: n (exactly) or min..max with scaling'), default: 1,
+  })),
+  scaling: Type.Optional(Scaling),
+  auth: Type.Optional(Type.Boolean({ default: true, description: 'Require a token to call the service' })),
+  probes: Type.Optional(Type.Array(Probe)),
+}, { additionalProperties: false, description: 'A long-running server published behind the proxy' });
+export type ServiceSpec = Static<typeof ServiceSpec>;
+
+export const RunSpec = Type.Union([TaskSpec, ServiceSpec, DevEnvironmentSpec]);
+export type RunSpec = Static<typeof RunSpec>;
+
+export const AnySpec = Type.Union([FleetSpec, TaskSpec, ServiceSpec, DevEnvironmentSpec]);
+export type AnySpec = Static<typeof AnySpec>;
+
+export type SpecType = AnySpec['type'];
+
+/** The schema of each kind, keyed by the `type` field that selects it. */
+export const SPEC_SCHEMAS: Record<SpecType, TObject> = {
+  'fleet': FleetSpec,
+  'dev-environment': DevEnvironmentSpec,
+  'task': TaskSpec,
+  'service': ServiceSpec,
+};
+export const SPEC_TYPES = Object.keys(SPEC_SCHEMAS) as SpecType[];

@@ -1,0 +1,285 @@
+import type { TSchema } from '@sinclair/typebox';
+import { parseDuration, parseDurationOrOff } from './duration.js';
+import { resolveEnv } from './env.js';
+import { parseGpuModels, parseGpuSpec } from './gpu.js';
+import { parseFileMapping, parsePortMapping, parseVolumeMount } from './mappings.js';
+import { isDnsLabel, NAME_RULE } from './names.js';
+import { parseCountRange, parseSize, parseSizeRange } from './quantity.js';
+import type { CheckName } from './spec.js';
+import { closestMatch, quoteList } from './suggest.js';
+
+export type Path = (string | number)[];
+
+/** Where in the document a problem shows: at the field's key, at its value, or (for a missing field) at the map that lacks it. */
+export type IssueAt = 'key' | 'value' | 'parent';
+
+export interface Issue {
+  path: Path;
+  message: string;
+  at: IssueAt;
+}
+
+export interface ValidationContext {
+  /** The applying user's environment for `env` entries without a value; null where there is none (the server). */
+  environment: Record<string, string | undefined> | null;
+  issues: Issue[];
+  /** A better message for an unknown field than the generic one, e.g. naming the kinds it belongs to. */
+  unknownFieldHint?: (path: Path, field: string) => string | null;
+}
+
+type Schema = Record<string, unknown>;
+
+interface Check {
+  /** Turns a value as written into the form the schema describes; reports and returns it unchanged when it cannot. */
+  coerce?: (value: unknown, path: Path, context: ValidationContext) => unknown;
+  /** Throws an Error whose message says what is wrong with a value whose shape the schema already accepted. */
+  check?: (value: never) => void;
+}
+
+const PYTHON_VERSIONS = ['3.9', '3.10', '3.11', '3.12', '3.13'];
+
+const CHECKS: Record<CheckName, Check> = {
+  'name': {
+    check: (value: string) => {
+      if (!isDnsLabel(value)) throw new Error(`"${value}" is not a valid name; use ${NAME_RULE}`);
+    },
+  },
+  'duration': { check: (value: string | number) => parseDuration(value) },
+  'duration-or-off': { check: (value: string | number) => parseDurationOrOff(value) },
+  'positive-duration': {
+    check: (value: string | number) => {
+      if (parseDuration(value) === 0) throw new Error(`invalid duration ${JSON.stringify(value)}: it must be longer than 0`);
+    },
+  },
+  'size': { check: (value: string | number) => parseSize(value) },
+  'size-range': { check: (value: string | number) => parseSizeRange(value) },
+  'gpu': { check: (value: string) => parseGpuSpec(value) },
+  'gpu-models': { check: (value: string | string[]) => parseGpuModels(value) },
+  'gpu-count': { check: (value: string | number) => parseCountRange(value, { least: 0, bounded: false, what: 'GPU count' }) },
+  'cpu-range': { check: (value: string | number) => parseCountRange(value, { least: 1, bounded: false, what: 'CPU count' }) },
+  'nodes': { check: (value: string | number) => parseCountRange(value, { least: 0, bounded: true, what: 'node count' }) },
+  'replicas': { check: (value: string | number) => parseCountRange(value, { least: 0, bounded: true, what: 'replica count' }) },
+  'python': {
+    coerce: (value) => (typeof value === 'number' ? String(value) : value),
+    check: (value: string) => {
+      if (PYTHON_VERSIONS.includes(value)) return;
+      const quoting = value === '3.1' ? '; YAML reads 3.10 as the number 3.1, so write "3.10" in quotes' : '';
+      throw new Error(`Python "${value}" is not supported; expected one of ${PYTHON_VERSIONS.join(', ')}${quoting}`);
+    },
+  },
+  'env': {
+    coerce: (value, path, context) => resolveEnv(value, context.environment, path, (at, message, where) => report(context, at, message, where ?? 'value')),
+  },
+  'port-mapping': { check: (value: string) => parsePortMapping(value) },
+  'file-mapping': { check: (value: string) => parseFileMapping(value) },
+  'volume-mount': { check: (value: string) => parseVolumeMount(value) },
+  'absolute-path': {
+    check: (value: string) => {
+      if (!value.startsWith('/')) throw new Error(`"${value}" is not an absolute path; start it with /`);
+    },
+  },
+  'url-path': {
+    check: (value: string) => {
+      if (!value.startsWith('/')) throw new Error(`"${value}" is not a path; start it with /, e.g. /health`);
+    },
+  },
+  'repo': {
+    check: (value: { url?: string; local_path?: string }) => {
+      if ((value.url === undefined) === (value.local_path === undefined)) throw new Error('give exactly one of url and local_path');
+    },
+  },
+};
+
+export function report(context: ValidationContext, path: Path, message: string, at: IssueAt = 'value'): void {
+  context.issues.push({ path, message, at });
+}
+
+function isMap(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/** A value in a message. Strings are cut short; secrets show only their kind. */
+export function describeValue(value: unknown, secret = false): string {
+  if (value === null || value === undefined) return 'nothing';
+  if (Array.isArray(value)) return 'a list';
+  if (typeof value === 'object') return 'a map';
+  if (secret) return `a ${typeof value}`;
+  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 37)}...` : value);
+  return String(value);
+}
+
+function literals(schema: Schema): unknown[] | null {
+  const branches = schema.anyOf as Schema[] | undefined;
+  if (!branches || !branches.every((branch) => 'const' in branch)) return null;
+  return branches.map((branch) => branch.const);
+}
+
+/** The phrase for what a schema accepts, as in "expected an integer from 1 to 65535". */
+export function expectedOf(schema: Schema): string {
+  if (typeof schema['x-expected'] === 'string') return schema['x-expected'];
+  const values = literals(schema);
+  if (values) return `one of ${quoteList(values as string[])}`;
+  if (Array.isArray(schema.anyOf)) return (schema.anyOf as Schema[]).map(expectedOf).join(' or ');
+  if ('const' in schema) return JSON.stringify(schema.const);
+  const min = schema.minimum as number | undefined;
+  const max = schema.maximum as number | undefined;
+  switch (schema.type) {
+    case 'string': return 'a string';
+    case 'boolean': return 'true or false';
+    case 'integer':
+    case 'number': {
+      const noun = schema.type === 'integer' ? 'an integer' : 'a number';
+      if (min !== undefined && max !== undefined) return `${noun} from ${min} to ${max}`;
+      if (min !== undefined) return `${noun} of at least ${min}`;
+      if (typeof schema.exclusiveMinimum === 'number') return `${noun} greater than ${schema.exclusiveMinimum}`;
+      return noun;
+    }
+    case 'array': {
+      const items = schema.items as Schema;
+      const itemValues = literals(items);
+      if (itemValues) return `a list of ${quoteList(itemValues as string[])}`;
+      if (items.type === 'string' && !items['x-expected']) return 'a list of strings';
+      if (items.type === 'object') return 'a list of maps';
+      return 'a list';
+    }
+    case 'object': {
+      const fields = Object.keys((schema.properties as Schema | undefined) ?? {});
+      return fields.length > 0 && fields.length <= 6 ? `a map with ${fields.join(', ')}` : 'a map';
+    }
+    default: return 'a value';
+  }
+}
+
+function fits(schema: Schema, value: unknown): boolean {
+  if (Array.isArray(schema.anyOf)) return (schema.anyOf as Schema[]).some((branch) => fits(branch, value));
+  switch (schema.type) {
+    case 'string': return typeof value === 'string';
+    case 'integer': return typeof value === 'number' && Number.isInteger(value);
+    case 'number': return typeof value === 'number' && Number.isFinite(value);
+    case 'boolean': return typeof value === 'boolean';
+    case 'array': return Array.isArray(value);
+    case 'object': return isMap(value);
+    case 'null': return value === null;
+    default: return true;
+  }
+}
+
+function mismatch(schema: Schema, value: unknown, path: Path, context: ValidationContext): void {
+  report(context, path, `expected ${expectedOf(schema)}, got ${describeValue(value, schema['x-secret'] === true)}`);
+}
+
+/**
+ * Checks `value` against a TypeBox schema and every `x-check` on the way, adding an issue for each
+ * problem found (it does not stop at the first). Returns the value in the schema's form: a copy,
+ * with `env` turned into a map and a Python version written as a number turned into a string.
+ */
+export function validateValue(schema: TSchema, value: unknown, context: ValidationContext, path: Path = []): unknown {
+  const node = schema as Schema;
+  const check = typeof node['x-check'] === 'string' ? CHECKS[node['x-check'] as CheckName] : undefined;
+  const before = context.issues.length;
+  const current = check?.coerce ? check.coerce(value, path, context) : value;
+  if (context.issues.length > before) return current;
+  const result = walk(node, current, path, context, check !== undefined);
+  if (check?.check && context.issues.length === before) {
+    try {
+      (check.check as (value: unknown) => void)(result);
+    } catch (error) {
+      report(context, path, (error as Error).message);
+    }
+  }
+  return result;
+}
+
+function walk(schema: Schema, value: unknown, path: Path, context: ValidationContext, checked: boolean): unknown {
+  if (!fits(schema, value)) {
+    mismatch(schema, value, path, context);
+    return value;
+  }
+  const values = literals(schema);
+  if (values) {
+    if (!values.includes(value)) {
+      const suggestion = typeof value === 'string' ? closestMatch(value, values as string[]) : null;
+      report(context, path, `expected ${expectedOf(schema)}, got ${describeValue(value)}${suggestion ? `; did you mean "${suggestion}"?` : ''}`);
+    }
+    return value;
+  }
+  if (Array.isArray(schema.anyOf)) {
+    const branch = (schema.anyOf as Schema[]).find((candidate) => fits(candidate, value))!;
+    return validateValue(branch as TSchema, value, context, path);
+  }
+  if ('const' in schema) {
+    if (value !== schema.const) report(context, path, `expected ${JSON.stringify(schema.const)}, got ${describeValue(value)}`);
+    return value;
+  }
+  switch (schema.type) {
+    case 'object': return walkObject(schema, value as Record<string, unknown>, path, context);
+    case 'array': return walkArray(schema, value as unknown[], path, context);
+    case 'string':
+      if (!checked) checkString(schema, value as string, path, context);
+      return value;
+    case 'integer':
+    case 'number':
+      checkNumber(schema, value as number, path, context);
+      return value;
+    default: return value;
+  }
+}
+
+function walkObject(schema: Schema, value: Record<string, unknown>, path: Path, context: ValidationContext): Record<string, unknown> {
+  const result: Record<string, unknown> = {};
+  const properties = schema.properties as Record<string, Schema> | undefined;
+  if (!properties) {
+    const valueSchema = Object.values(schema.patternProperties as Record<string, Schema>)[0];
+    for (const [key, entry] of Object.entries(value)) result[key] = validateValue(valueSchema as TSchema, entry, context, [...path, key]);
+    return result;
+  }
+  const fields = Object.keys(properties);
+  for (const [key, entry] of Object.entries(value)) {
+    if (Object.hasOwn(properties, key)) {
+      result[key] = validateValue(properties[key] as TSchema, entry, context, [...path, key]);
+      continue;
+    }
+    const suggestion = closestMatch(key, fields);
+    const message = suggestion
+      ? `unknown field; did you mean "${suggestion}"?`
+      : context.unknownFieldHint?.(path, key) ?? `unknown field; expected one of ${fields.join(', ')}`;
+    report(context, [...path, key], message, 'key');
+  }
+  for (const key of (schema.required as string[] | undefined) ?? []) {
+    if (!Object.hasOwn(value, key)) report(context, [...path, key], `required field is missing; expected ${expectedOf(properties[key])}`, 'parent');
+  }
+  return result;
+}
+
+function walkArray(schema: Schema, value: unknown[], path: Path, context: ValidationContext): unknown[] {
+  const minItems = schema.minItems as number | undefined;
+  if (minItems !== undefined && value.length < minItems) {
+    report(context, path, `expected at least ${minItems} ${minItems === 1 ? 'item' : 'items'}, got an empty list`);
+  }
+  const result = value.map((item, index) => validateValue(schema.items as TSchema, item, context, [...path, index]));
+  if (schema.uniqueItems === true) {
+    value.forEach((item, index) => {
+      if (value.indexOf(item) < index) report(context, [...path, index], `${describeValue(item)} is listed twice`);
+    });
+  }
+  return result;
+}
+
+function checkString(schema: Schema, value: string, path: Path, context: ValidationContext): void {
+  const secret = schema['x-secret'] === true;
+  if (typeof schema.minLength === 'number' && value.length < schema.minLength) {
+    report(context, path, value.length === 0 ? 'expected a non-empty string' : `expected at least ${schema.minLength} characters`);
+  } else if (typeof schema.maxLength === 'number' && value.length > schema.maxLength) {
+    report(context, path, `expected at most ${schema.maxLength} characters, got ${value.length}`);
+  } else if (typeof schema.pattern === 'string' && !new RegExp(schema.pattern).test(value)) {
+    report(context, path, `${describeValue(value, secret)} does not match the pattern ${schema.pattern}`);
+  }
+}
+
+function checkNumber(schema: Schema, value: number, path: Path, context: ValidationContext): void {
+  const min = schema.minimum as number | undefined;
+  const max = schema.maximum as number | undefined;
+  const exclusiveMin = schema.exclusiveMinimum as number | undefined;
+  const outside = (min !== undefined && value < min) || (max !== undefined && value > max) || (exclusiveMin !== undefined && value <= exclusiveMin);
+  if (outside) mismatch(schema, value, path, context);
+}
