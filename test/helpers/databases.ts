@@ -1,0 +1,27 @@
+import { randomBytes } from 'node:crypto';
+import postgres from 'postgres';
+
+export type DatabaseKind = 'pglite' | 'postgres';
+
+/** Every suite that touches the database runs once per driver. */
+export const DATABASE_KINDS: DatabaseKind[] = ['pglite', 'postgres'];
+
+export const POSTGRES_ADMIN_URL = process.env.ORCHESTRATOR_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+
+/** A fresh, empty Postgres database for one suite; drop it when done. */
+export async function createScratchDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+  const name = `orch_test_${randomBytes(6).toString('hex')}`;
+  const admin = postgres(POSTGRES_ADMIN_URL, { max: 1, onnotice: () => {} });
+  await admin.unsafe(`CREATE DATABASE ${name}`);
+  await admin.end();
+  const url = new URL(POSTGRES_ADMIN_URL);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    drop: async () => {
+      const again = postgres(POSTGRES_ADMIN_URL, { max: 1, onnotice: () => {} });
+      await again.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await again.end();
+    },
+  };
+}

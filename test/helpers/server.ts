@@ -1,0 +1,82 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startServer, type RunningServer, type ServerOptions } from '../../server/server.js';
+import { createScratchDatabase, type DatabaseKind } from './databases.js';
+
+export interface TestServer extends RunningServer {
+  dir: string;
+  databaseUrl: string | undefined;
+  /** Calls the management API as the admin; returns status and parsed JSON. */
+  api(method: string, path: string, body?: unknown, token?: string): Promise<{ status: number; body: any }>;
+  stop(): Promise<void>;
+}
+
+export const FAST_TIMINGS = { provisioningTimeoutMs: 30_000, unreachableGraceMs: 3000, healthIntervalMs: 500, orphanSweepMs: 2000 };
+
+/** A server on a free loopback port with its own folder and database, and the config given. */
+export async function startTestServer(kind: DatabaseKind, config: string, options: ServerOptions = {}): Promise<TestServer> {
+  const dir = mkdtempSync(join(tmpdir(), 'orch-server-'));
+  writeFileSync(join(dir, 'config.yml'), config);
+  const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
+  const server = await startServer({
+    port: 0, dir, databaseUrl: scratch?.url, adminToken: 'test-admin-token', logLevel: 'error',
+    instanceTimings: FAST_TIMINGS, controllerIntervalMs: 200, ...options,
+  });
+  const api = async (method: string, path: string, body?: unknown, token = server.adminToken) => {
+    const response = await fetch(`${server.url}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : null };
+  };
+  return {
+    ...server,
+    dir,
+    databaseUrl: scratch?.url,
+    api,
+    stop: async () => {
+      await server.close();
+      await scratch?.drop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export const LOCAL_CONFIG = `projects:
+- name: main
+  backends:
+  - type: local
+    runtime: process
+`;
+
+export function gpucloudConfig(apiUrl: string, apiKey: string): string {
+  return `projects:
+- name: main
+  backends:
+  - type: gpucloud
+    api_url: ${apiUrl}
+    creds:
+      type: api_key
+      api_key: ${apiKey}
+`;
+}
+
+/** Polls until `check` returns a value, or fails with what it saw last. */
+export async function eventually<T>(check: () => Promise<T | undefined | null | false>, timeoutMs = 20_000, what = 'condition'): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const value = await check();
+      if (value) return value;
+      last = value;
+    } catch (error) {
+      last = error;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; last: ${last instanceof Error ? last.message : JSON.stringify(last)}`);
+}

@@ -1,0 +1,103 @@
+import { expect } from 'chai';
+import type { Db } from '../store/db.js';
+import { claimDue, releaseLease } from '../store/leases.js';
+import { appendLogs, readLogs } from '../store/logs.js';
+import { migrate, MIGRATIONS } from '../store/migrations.js';
+import { openPglite } from '../store/pglite.js';
+import { openPostgres } from '../store/postgres.js';
+import { applyFleet } from '../store/fleets.js';
+import { upsertProject, upsertUser, userByToken } from '../store/projects.js';
+import { createScratchDatabase, DATABASE_KINDS, type DatabaseKind } from './helpers/databases.js';
+
+const REQUIREMENT = { gpu: { models: null, memoryMib: { min: null, max: null }, count: { min: 0, max: null } }, cpus: { min: null, max: null }, memoryMib: { min: null, max: null }, diskMib: { min: null, max: null }, shmSizeMib: null };
+
+for (const kind of DATABASE_KINDS) {
+  describe(`store on ${kind}`, function () {
+    let db: Db;
+    let second: Db;
+    let drop: (() => Promise<void>) | undefined;
+
+    before(async () => {
+      if (kind === 'postgres') {
+        const scratch = await createScratchDatabase();
+        drop = scratch.drop;
+        db = openPostgres(scratch.url);
+        second = openPostgres(scratch.url);
+      } else {
+        db = await openPglite();
+        second = db;
+      }
+    });
+    after(async () => {
+      if (second !== db) await second.close();
+      await db.close();
+      await drop?.();
+    });
+
+    it('applies every migration once, even when two servers migrate at the same moment', async () => {
+      const [a, b] = await Promise.all([migrate(db), migrate(second)]);
+      expect([...a, ...b].sort()).to.deep.equal(MIGRATIONS.map((m) => m.version));
+      expect(await migrate(db)).to.deep.equal([]);
+      const rows = await db.query('SELECT version FROM schema_migrations');
+      expect(rows.map((r) => r.version)).to.deep.equal(MIGRATIONS.map((m) => m.version));
+    });
+
+    it('stores tokens only as hashes and finds users by token', async () => {
+      const user = await upsertUser(db, 'alice', 'secret-token-1', 'user');
+      const [row] = await db.query('SELECT token_hash FROM users WHERE id = $1', [user.id]);
+      expect(row.token_hash).to.not.include('secret-token-1');
+      expect((await userByToken(db, 'secret-token-1'))?.name).to.equal('alice');
+      expect(await userByToken(db, 'secret-token-2')).to.equal(null);
+    });
+
+    it('never hands one due row to two claimers, and only the holder can release it', async () => {
+      const project = await upsertProject(db, 'leases', [{ type: 'local' }]);
+      for (let i = 0; i < 40; i++) {
+        await applyFleet(db, project.id, { name: `f${i}`, spec: { i }, requirement: REQUIREMENT, nodesMin: 0, nodesMax: 1, idleSeconds: 60, backends: ['local'] });
+      }
+      const where = `project_id = '${project.id}'`;
+      const [a, b] = await Promise.all([claimDue(db, 'fleets', 'server-a', 60_000, 25, where), claimDue(second, 'fleets', 'server-b', 60_000, 25, where)]);
+      const ids = [...a, ...b].map((r) => r.id);
+      expect(ids.length).to.equal(40);
+      expect(new Set(ids).size).to.equal(40);
+      expect(await claimDue(db, 'fleets', 'server-c', 60_000, 100, where)).to.have.length(0);
+
+      await releaseLease(db, 'fleets', a[0].id, 'server-b', 0);
+      const [held] = await db.query('SELECT lease_owner FROM fleets WHERE id = $1', [a[0].id]);
+      expect(held.lease_owner).to.equal('server-a');
+      await releaseLease(db, 'fleets', a[0].id, 'server-a', 0);
+      expect((await claimDue(db, 'fleets', 'server-c', 60_000, 100, where)).map((r) => r.id)).to.deep.equal([a[0].id]);
+    });
+
+    it('lets another server take over a row whose lease ran out', async () => {
+      const project = await upsertProject(db, 'expiry', [{ type: 'local' }]);
+      await applyFleet(db, project.id, { name: 'x', spec: {}, requirement: REQUIREMENT, nodesMin: 0, nodesMax: 1, idleSeconds: 60, backends: ['local'] });
+      const where = `project_id = '${project.id}'`;
+      expect(await claimDue(db, 'fleets', 'crashed', 50, 10, where)).to.have.length(1);
+      await new Promise((r) => setTimeout(r, 80));
+      expect(await claimDue(second, 'fleets', 'survivor', 60_000, 10, where)).to.have.length(1);
+    });
+
+    it('keeps each log line once when an agent page is copied twice', async () => {
+      const project = await upsertProject(db, 'logs', [{ type: 'local' }]);
+      const user = await upsertUser(db, 'bob', 'bob-token', 'user');
+      await db.query(`INSERT INTO runs (id, project_id, user_id, name, kind, spec, requirement, status) VALUES ('r1', $1, $2, 'r1', 'task', '{}', '{}', 'running')`, [project.id, user.id]);
+      const lines = Array.from({ length: 5 }, (_, i) => ({ seq: i + 1, ts: new Date().toISOString(), stream: 'stdout' as const, text: `line ${i + 1}` }));
+      await appendLogs(db, 'r1', lines.slice(0, 3));
+      await appendLogs(db, 'r1', lines);
+      const stored = await readLogs(db, 'r1', 0);
+      expect(stored.map((l) => l.text)).to.deep.equal(lines.map((l) => l.text));
+      expect((await readLogs(db, 'r1', 3)).map((l) => l.seq)).to.deep.equal([4, 5]);
+    });
+
+    it('delivers NOTIFY to a listener', async () => {
+      const received: string[] = [];
+      const unlisten = await db.listen('orchestrator_test', (payload) => received.push(payload));
+      await second.notify('orchestrator_test', 'nudge');
+      const deadline = Date.now() + 3000;
+      while (received.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      await unlisten();
+      expect(received).to.deep.equal(['nudge']);
+    });
+  });
+}
