@@ -14,7 +14,7 @@ pytest_out=$(mktemp)
 /usr/bin/python3 -m pytest -q -p no:cacheprovider examples/image-server/tests 2>&1 | tee "$pytest_out"
 pytest_status=${PIPESTATUS[0]}
 pytest_passed=$(grep -Eo '[0-9]+ passed' "$pytest_out" | grep -Eo '[0-9]+' | tail -1)
-pytest_failed=$(grep -Eo '[0-9]+ (failed|error)' "$pytest_out" | grep -Eo '[0-9]+' | paste -sd+ | bc 2>/dev/null)
+pytest_failed=$(grep -Eo '[0-9]+ (failed|errors?)' "$pytest_out" | awk '{s+=$1} END {print s+0}')
 
 passed=$(( ${mocha_passed:-0} + ${pytest_passed:-0} ))
 failed=$(( ${mocha_failed:-0} + ${pytest_failed:-0} ))
