@@ -1,7 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { writeJobFiles } from './job-files.js';
+import { makeDirectories, writeJobFiles } from './job-files.js';
 import {
   JobStartError, jobEnvironment, jobScript, signalExitCode,
   type JobContext, type JobExecution, type JobExit, type JobRuntime, type RecoveredJob, type StopSignal,
@@ -22,7 +21,7 @@ export class ProcessRuntime implements JobRuntime {
     const { submission, dir, log } = context;
     const workingDir = resolve(join(dir, 'work'), submission.workingDir ?? '.');
     try {
-      await mkdir(workingDir, { recursive: true });
+      await makeDirectories(workingDir);
       await writeJobFiles(workingDir, submission.files);
     } catch (error) {
       throw new JobStartError(`could not prepare the working directory ${workingDir}: ${(error as Error).message}`);

@@ -26,16 +26,20 @@ socket_answers() {
 missing=""
 command -v podman >/dev/null 2>&1 || missing="$missing podman"
 command -v runc >/dev/null 2>&1 || missing="$missing runc"
-[ -x /bin/busybox ] || missing="$missing busybox-static"
-if [ -n "$missing" ]; then
-  log "installing$missing"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
-  # shellcheck disable=SC2086
-  apt-get -o DPkg::Lock::Timeout=600 install -y -qq $missing >&2
-fi
-
+# The image needs the static build: it is copied alone into an empty root file system.
+dpkg-query -W -f '${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || missing="$missing busybox-static"
 mkdir -p "$BASE"
+if [ -n "$missing" ]; then
+  log "installing$missing (output in $BASE/apt.log)"
+  export DEBIAN_FRONTEND=noninteractive
+  # shellcheck disable=SC2086
+  if ! { apt-get -o DPkg::Lock::Timeout=600 update \
+      && apt-get -o DPkg::Lock::Timeout=600 install -y $missing; } >"$BASE/apt.log" 2>&1; then
+    cat "$BASE/apt.log" >&2
+    log "installing$missing failed"
+    exit 1
+  fi
+fi
 cat > "$CONF.tmp" <<'EOF'
 [containers]
 default_ulimits = []

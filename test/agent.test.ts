@@ -1,0 +1,333 @@
+import { expect } from 'chai';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { AgentClient, AgentError, AgentUnreachableError } from '../agent/client.js';
+import { startAgent, type RunningAgent } from '../agent/server.js';
+import { base64, collectLogs, randomToken, submission, waitForLine, waitForState } from './helpers/agent-jobs.js';
+
+function hasNvidiaSmi(): boolean {
+  return (process.env.PATH ?? '').split(':').some((dir) => existsSync(join(dir, 'nvidia-smi')));
+}
+
+async function expectAgentError(promise: Promise<unknown>, status: number, code: string): Promise<AgentError> {
+  try {
+    await promise;
+  } catch (error) {
+    expect(error).to.be.instanceOf(AgentError);
+    expect((error as AgentError).status).to.equal(status);
+    expect((error as AgentError).code).to.equal(code);
+    return error as AgentError;
+  }
+  throw new Error(`expected an AgentError ${status} ${code}`);
+}
+
+/** Running or sleeping; a killed process whose parent has not reaped it yet (a zombie) counts as gone. */
+function processAlive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+describe('agent (process runtime)', function () {
+  this.timeout(20_000);
+  let scratch: string;
+  let agent: RunningAgent;
+  let client: AgentClient;
+  let token: string;
+
+  before(async () => {
+    scratch = mkdtempSync(join(tmpdir(), 'agent-test-'));
+    token = randomToken();
+    agent = await startAgent({ token, runtime: 'process', instanceId: 'agent-test', gpu: 'A10G:24GB:2', workDir: join(scratch, 'agent') });
+    client = new AgentClient(agent.url, token);
+  });
+
+  after(async () => {
+    await agent.close();
+    rmSync(scratch, { recursive: true, force: true });
+  });
+
+  it('reports its health: runtime, instance id, declared GPUs and known jobs', async () => {
+    const job = submission({ commands: ['true'] });
+    await client.submit(job);
+    const health = await client.health();
+    expect(health.ok).to.equal(true);
+    expect(health.runtime).to.equal('process');
+    expect(health.instanceId).to.equal('agent-test');
+    expect(health.gpu).to.deep.equal({ name: 'A10G', memoryMib: 24 * 1024, count: 2 });
+    expect(health.version).to.match(/^\d+\.\d+\.\d+/);
+    expect(health.jobs).to.include(job.jobId);
+  });
+
+  it('runs commands with the orchestrator variables, the spec env and the uploaded files, without the agent token', async () => {
+    const absolute = join(scratch, 'absolute', 'config.txt');
+    const job = submission({
+      runName: 'train-7',
+      gpus: 3,
+      env: { GREETING: 'hello world' },
+      workingDir: 'project',
+      files: [
+        { path: 'data/input.txt', contentBase64: base64('line from a file\n') },
+        { path: 'run.sh', contentBase64: base64('#!/bin/sh\necho "script ran in $(pwd)"\n'), mode: 0o755 },
+        { path: absolute, contentBase64: base64('absolute content') },
+      ],
+      commands: [
+        'echo "gpus=$ORCHESTRATOR_GPUS_NUM run=$ORCHESTRATOR_RUN_NAME greeting=$GREETING"',
+        'echo "token=${ORCHESTRATOR_AGENT_TOKEN:-absent}"',
+        'cat data/input.txt',
+        './run.sh',
+      ],
+    });
+    await client.submit(job);
+    const lines = (await collectLogs(client, job.jobId)).map((entry) => entry.text);
+    expect(lines[0]).to.equal('gpus=3 run=train-7 greeting=hello world');
+    expect(lines[1]).to.equal('token=absent');
+    expect(lines[2]).to.equal('line from a file');
+    expect(lines[3]).to.match(/^script ran in \/.*\/project$/);
+    expect(readFileSync(absolute, 'utf8')).to.equal('absolute content');
+    const status = await client.job(job.jobId);
+    expect(status).to.include({ state: 'exited', exitCode: 0 });
+    expect(Date.parse(status.startedAt!)).to.be.at.most(Date.parse(status.finishedAt!));
+  });
+
+  it('records exit codes and stops at the first failing command', async () => {
+    const failing = submission({ commands: ['echo first', 'exit 3', 'echo never'] });
+    const passing = submission({ commands: ['echo ok'] });
+    await client.submit(failing);
+    await client.submit(passing);
+    const failed = await waitForState(client, failing.jobId, ['exited']);
+    expect(failed.exitCode).to.equal(3);
+    expect((await collectLogs(client, failing.jobId)).map((entry) => entry.text)).to.deep.equal(['first']);
+    expect((await waitForState(client, passing.jobId, ['exited'])).exitCode).to.equal(0);
+  });
+
+  it('tags stdout and stderr, numbers entries from 1 and flushes a trailing partial line', async () => {
+    const job = submission({ commands: ['echo out', 'echo err >&2', 'sleep 0.1', 'printf "no newline"'] });
+    await client.submit(job);
+    const entries = await collectLogs(client, job.jobId);
+    expect(entries.map((entry) => entry.seq)).to.deep.equal([1, 2, 3]);
+    expect(entries.map((entry) => [entry.stream, entry.text])).to.have.deep.members([
+      ['stdout', 'out'], ['stderr', 'err'], ['stdout', 'no newline'],
+    ]);
+    expect(entries[2]).to.include({ stream: 'stdout', text: 'no newline' });
+    for (const entry of entries) expect(new Date(entry.ts).toISOString()).to.equal(entry.ts);
+  });
+
+  it('delivers 10 000 fast lines from both streams with no gap and no repeat', async () => {
+    const job = submission({ commands: ['seq 1 10000', 'seq 1 3000 >&2'] });
+    await client.submit(job);
+    const entries = await collectLogs(client, job.jobId);
+    expect(entries.map((entry) => entry.seq)).to.deep.equal(Array.from({ length: 13_000 }, (_, index) => index + 1));
+    const stdout = entries.filter((entry) => entry.stream === 'stdout').map((entry) => entry.text);
+    const stderr = entries.filter((entry) => entry.stream === 'stderr').map((entry) => entry.text);
+    expect(stdout).to.deep.equal(Array.from({ length: 10_000 }, (_, index) => String(index + 1)));
+    expect(stderr).to.deep.equal(Array.from({ length: 3000 }, (_, index) => String(index + 1)));
+  });
+
+  it('pages logs from any sequence number', async () => {
+    const job = submission({ commands: ['seq 1 20'] });
+    await client.submit(job);
+    await waitForState(client, job.jobId, ['exited']);
+    const page = await client.logs(job.jobId, 15);
+    expect(page.entries.map((entry) => entry.text)).to.deep.equal(['16', '17', '18', '19', '20']);
+    expect(page).to.include({ next: 20, finished: true });
+    const beyond = await client.logs(job.jobId, 20, 5000);
+    expect(beyond).to.deep.equal({ entries: [], next: 20, finished: true });
+  });
+
+  it('long-polls: holds the request until a line arrives, and returns empty after the wait', async () => {
+    const job = submission({ commands: ['sleep 0.6', 'echo late', 'sleep 5'] });
+    await client.submit(job);
+    const started = Date.now();
+    const page = await client.logs(job.jobId, 0, 10_000);
+    const waited = Date.now() - started;
+    expect(page.entries.map((entry) => entry.text)).to.deep.equal(['late']);
+    expect(waited).to.be.within(400, 5000);
+    expect(page.finished).to.equal(false);
+
+    const idleStart = Date.now();
+    const idle = await client.logs(job.jobId, page.next, 300);
+    expect(Date.now() - idleStart).to.be.within(250, 2000);
+    expect(idle).to.deep.equal({ entries: [], next: page.next, finished: false });
+    await client.stop(job.jobId, { abort: true });
+  });
+
+  it('stops gracefully: SIGTERM reaches the job, which may finish its work', async () => {
+    const job = submission({ commands: ['trap "echo got TERM; exit 0" TERM; echo ready; while true; do sleep 0.05; done'] });
+    await client.submit(job);
+    await waitForLine(client, job.jobId, 'ready');
+    await client.stop(job.jobId, { graceSeconds: 5 });
+    const status = await waitForState(client, job.jobId, ['stopped'], 4000);
+    expect(status.exitCode).to.equal(0);
+    const stdout = (await collectLogs(client, job.jobId)).filter((entry) => entry.stream === 'stdout');
+    expect(stdout.map((entry) => entry.text)).to.deep.equal(['ready', 'got TERM']);
+  });
+
+  it('kills after the grace period a job that ignores SIGTERM, with every process it started', async () => {
+    const pidFile = join(scratch, 'background.pid');
+    const job = submission({ commands: [`trap "" TERM; sleep 300 & echo $! > ${pidFile}; echo ready; while true; do sleep 0.05; done`] });
+    await client.submit(job);
+    await waitForLine(client, job.jobId, 'ready');
+    const background = Number(readFileSync(pidFile, 'utf8'));
+    expect(processAlive(background)).to.equal(true);
+    const stopAt = Date.now();
+    await client.stop(job.jobId, { graceSeconds: 1 });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect((await client.job(job.jobId)).state).to.equal('running');
+    const status = await waitForState(client, job.jobId, ['stopped'], 5000);
+    expect(Date.now() - stopAt).to.be.at.least(900);
+    expect(status.exitCode).to.equal(137);
+    expect(processAlive(background)).to.equal(false);
+  });
+
+  it('aborts at once with SIGKILL', async () => {
+    const job = submission({ commands: ['echo ready', 'sleep 300'] });
+    await client.submit(job);
+    await waitForLine(client, job.jobId, 'ready');
+    const stopAt = Date.now();
+    await client.stop(job.jobId, { abort: true, graceSeconds: 60 });
+    const status = await waitForState(client, job.jobId, ['stopped'], 3000);
+    expect(Date.now() - stopAt).to.be.below(2000);
+    expect(status.exitCode).to.equal(137);
+    const again = await client.stop(job.jobId);
+    expect(again).to.deep.equal(status);
+  });
+
+  it('treats a second submission of a job id as a no-op that returns its status', async () => {
+    const counter = join(scratch, 'runs.txt');
+    const job = submission({ commands: [`echo run >> ${counter}`] });
+    const first = await fetch(`${agent.url}/api/jobs`, {
+      method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: JSON.stringify(job),
+    });
+    expect(first.status).to.equal(201);
+    await waitForState(client, job.jobId, ['exited']);
+    const second = await fetch(`${agent.url}/api/jobs`, {
+      method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: JSON.stringify({ ...job, commands: ['exit 9'] }),
+    });
+    expect(second.status).to.equal(200);
+    expect(await second.json()).to.include({ jobId: job.jobId, state: 'exited', exitCode: 0 });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(readFileSync(counter, 'utf8')).to.equal('run\n');
+  });
+
+  it('marks a job failed with a reason when it cannot start', async () => {
+    const job = submission({ files: [{ path: '/proc/not-writable/file.txt', contentBase64: base64('x') }], commands: ['echo never'] });
+    await client.submit(job);
+    const status = await waitForState(client, job.jobId, ['failed']);
+    expect(status.reason).to.match(/could not prepare the working directory/);
+    const page = await client.logs(job.jobId, 0, 5000);
+    expect(page).to.deep.equal({ entries: [], next: 0, finished: true });
+  });
+
+  it('removes a finished job and its files, and refuses to remove a running one', async () => {
+    const job = submission({ commands: ['echo ready', 'sleep 300'] });
+    await client.submit(job);
+    await waitForLine(client, job.jobId, 'ready');
+    await expectAgentError(client.remove(job.jobId), 409, 'job_running');
+    await client.stop(job.jobId, { abort: true });
+    await waitForState(client, job.jobId, ['stopped']);
+    const jobDir = join(agent.workDir, 'jobs', job.jobId);
+    expect(existsSync(jobDir)).to.equal(true);
+    await client.remove(job.jobId);
+    expect(existsSync(jobDir)).to.equal(false);
+    await expectAgentError(client.job(job.jobId), 404, 'job_not_found');
+    expect((await client.health()).jobs).to.not.include(job.jobId);
+  });
+
+  it('answers 401 without the right bearer token', async () => {
+    const wrong = new AgentClient(agent.url, `${token}x`);
+    await expectAgentError(wrong.health(), 401, 'unauthorized');
+    const bare = await fetch(`${agent.url}/api/health`);
+    expect(bare.status).to.equal(401);
+    expect(await bare.json()).to.deep.equal({ error: { code: 'unauthorized', message: 'a valid bearer token is required' } });
+  });
+
+  it('answers 404 for unknown jobs and routes in the error shape', async () => {
+    const error = await expectAgentError(client.job('no-such-job'), 404, 'job_not_found');
+    expect(error.message).to.include('no job no-such-job');
+    await expectAgentError(client.logs('no-such-job', 0), 404, 'job_not_found');
+    await expectAgentError(client.stop('no-such-job'), 404, 'job_not_found');
+    await expectAgentError(client.remove('no-such-job'), 404, 'job_not_found');
+    const route = await fetch(`${agent.url}/api/nothing-here`, { headers: { authorization: `Bearer ${token}` } });
+    expect(route.status).to.equal(404);
+    expect((await route.json() as { error: { code: string } }).error.code).to.equal('not_found');
+  });
+
+  it('answers 422 with details for invalid submissions, stop requests and query parameters', async () => {
+    const post = (path: string, body: string) => fetch(`${agent.url}${path}`, {
+      method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body,
+    });
+    const missing = await post('/api/jobs', JSON.stringify({ jobId: 'x', runName: 'r' }));
+    expect(missing.status).to.equal(422);
+    const body = await missing.json() as { error: { code: string; details: { path: string }[] } };
+    expect(body.error.code).to.equal('invalid_request');
+    expect(body.error.details.map((detail) => detail.path)).to.include.members(['/commands', '/env']);
+
+    const traversal = await post('/api/jobs', JSON.stringify(submission({ jobId: '../escape' })));
+    expect(traversal.status).to.equal(422);
+    const notBase64 = await post('/api/jobs', JSON.stringify(submission({ files: [{ path: 'a', contentBase64: 'not base64!' }] })));
+    expect(notBase64.status).to.equal(422);
+    const malformed = await post('/api/jobs', '{"jobId":');
+    expect(malformed.status).to.equal(400);
+    expect((await malformed.json() as { error: { code: string } }).error.code).to.equal('invalid_json');
+
+    const job = submission({ commands: ['true'] });
+    await client.submit(job);
+    expect((await post(`/api/jobs/${job.jobId}/stop`, JSON.stringify({ graceSeconds: -1 }))).status).to.equal(422);
+    await expectAgentError(client.logs(job.jobId, -1), 422, 'invalid_request');
+  });
+
+  it('reports CPU and memory from /proc and the GPUs', async () => {
+    const metrics = await client.metrics();
+    expect(metrics.cpuPercent).to.be.within(0, 100);
+    expect(metrics.memoryTotalMib).to.be.greaterThan(0);
+    expect(metrics.memoryUsedMib).to.be.within(1, metrics.memoryTotalMib);
+    if (!hasNvidiaSmi()) {
+      expect(metrics.gpus).to.deep.equal([
+        { index: 0, name: 'A10G', utilizationPercent: 0, memoryUsedMib: 0, memoryTotalMib: 24 * 1024 },
+        { index: 1, name: 'A10G', utilizationPercent: 0, memoryUsedMib: 0, memoryTotalMib: 24 * 1024 },
+      ]);
+    }
+  });
+
+  describe('client failures', () => {
+    let silent: Server;
+
+    before(async () => {
+      silent = createServer(() => undefined);
+      await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    });
+
+    after(() => new Promise<void>((resolve) => {
+      silent.close(() => resolve());
+      for (const socket of silentSockets) socket.destroy();
+    }));
+
+    const silentSockets: import('node:net').Socket[] = [];
+
+    it('raises AgentUnreachableError when nothing listens', async () => {
+      const closed = createServer();
+      await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+      const { port } = closed.address() as import('node:net').AddressInfo;
+      await new Promise((resolve) => closed.close(resolve));
+      const error = await new AgentClient(`http://127.0.0.1:${port}`, token).health().catch((failure: unknown) => failure);
+      expect(error).to.be.instanceOf(AgentUnreachableError);
+      expect((error as Error).message).to.include('ECONNREFUSED');
+    });
+
+    it('raises AgentUnreachableError when the agent does not answer in time', async () => {
+      silent.on('connection', (socket) => silentSockets.push(socket));
+      const { port } = silent.address() as import('node:net').AddressInfo;
+      const started = Date.now();
+      const error = await new AgentClient(`http://127.0.0.1:${port}`, token, { timeoutMs: 200 }).health().catch((failure: unknown) => failure);
+      expect(error).to.be.instanceOf(AgentUnreachableError);
+      expect((error as Error).message).to.include('no answer within 200 ms');
+      expect(Date.now() - started).to.be.below(2000);
+    });
+  });
+});
