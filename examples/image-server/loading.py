@@ -1,0 +1,208 @@
+"""Loads the real FLUX.2 [klein] pipeline: hub access, weights, the optimised path and the warm-up.
+
+torch and diffusers are imported only inside load_model and ask_hugging_face, so everything
+else here (and the whole HTTP layer) runs without them.
+"""
+
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+from PIL import Image
+
+from generation import LoadedModel, generate_image
+from settings import Settings
+from validation import GenerateRequest
+from variants import Variant
+
+log = logging.getLogger("image-server")
+
+TRUTHY = {"1", "true", "yes", "on"}
+WARMUP_PROMPT = "a lighthouse on a rocky coast at dusk, photograph"
+
+
+class HubAccessError(Exception):
+    """The weights cannot be fetched with the credentials at hand; the message says what to do."""
+
+
+class HubRefused(Exception):
+    """The hub answered that this token may not read the repository."""
+
+
+def licence_steps(variant: Variant) -> str:
+    return (f"Accept the licence on {variant.page} while signed in to Hugging Face, create a read "
+            "token at https://huggingface.co/settings/tokens, then export HF_TOKEN=<that token> "
+            "and start the server again.")
+
+
+def ask_hugging_face(repo_id: str, token: str) -> None:
+    """Asks for the metadata of one file of the repository, which the hub refuses without access."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        get_hf_file_metadata(hf_hub_url(repo_id, "model_index.json"), token=token)
+    except HfHubHTTPError as error:
+        status = getattr(error.response, "status_code", None)
+        if status in (401, 403, 404):
+            raise HubRefused(f"HTTP {status}") from error
+        raise
+
+
+def check_hub_access(variant: Variant, environ: Mapping[str, str],
+                     ask_hub: Callable[[str, str], None] = ask_hugging_face) -> None:
+    if not variant.gated:
+        return
+    token = environ.get("HF_TOKEN", "").strip()
+    if not token:
+        raise HubAccessError(f"{variant.hub_id} is gated and HF_TOKEN is not set. {licence_steps(variant)}")
+    if environ.get("HF_HUB_OFFLINE", "").lower() in TRUTHY:
+        return
+    try:
+        ask_hub(variant.hub_id, token)
+    except HubRefused as refusal:
+        raise HubAccessError(f"The Hugging Face Hub refused HF_TOKEN for {variant.hub_id} ({refusal}). "
+                             f"{licence_steps(variant)}") from None
+
+
+def module_available(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def choose_attention_backend(requested: str, device_type: str, cuda_major: Optional[int],
+                             available: Callable[[str], bool] = module_available) -> Optional[str]:
+    """auto: FlashAttention 3 on Hopper when installed, then FlashAttention 2, then PyTorch's own flash kernel."""
+    if requested != "auto":
+        return requested
+    if device_type != "cuda":
+        return None
+    if cuda_major == 9 and available("flash_attn_interface"):
+        return "_flash_3"
+    if available("flash_attn"):
+        return "flash"
+    return "_native_flash"
+
+
+@dataclass(frozen=True)
+class OptimisationPlan:
+    fuse_qkv: bool = False
+    channels_last_vae: bool = False
+    attention_backend: Optional[str] = None
+    compile_transformer: bool = False
+    compile_vae_decoder: bool = False
+
+    @property
+    def compiles(self) -> bool:
+        return self.compile_transformer or self.compile_vae_decoder
+
+
+def plan_optimisations(pipeline: Any, device_type: str, compile: bool, attention_backend: Optional[str]) -> OptimisationPlan:
+    """The optimised path runs on CUDA only; compile=False keeps the eager steps and skips torch.compile."""
+    if device_type != "cuda":
+        return OptimisationPlan()
+    transformer = pipeline.transformer
+    return OptimisationPlan(
+        fuse_qkv=hasattr(transformer, "fuse_qkv_projections"),
+        channels_last_vae=True,
+        attention_backend=attention_backend if hasattr(transformer, "set_attention_backend") else None,
+        compile_transformer=compile,
+        compile_vae_decoder=compile and hasattr(pipeline.vae, "decoder"),
+    )
+
+
+def configure_inductor(config: Any) -> None:
+    """The inductor settings that diffusers' own speed guide uses for diffusion transformers."""
+    config.conv_1x1_as_mm = True
+    config.coordinate_descent_tuning = True
+    config.coordinate_descent_check_all_directions = True
+    config.epilogue_fusion = False
+
+
+def apply_optimisations(pipeline: Any, plan: OptimisationPlan, channels_last: Any,
+                        inductor_config: Any = None) -> list:
+    applied = []
+    if plan.fuse_qkv:
+        pipeline.transformer.fuse_qkv_projections()
+        if hasattr(pipeline.vae, "fuse_qkv_projections"):
+            pipeline.vae.fuse_qkv_projections()
+        applied.append("fused QKV projections")
+    if plan.channels_last_vae:
+        pipeline.vae.to(memory_format=channels_last)
+        applied.append("channels-last VAE")
+    if plan.attention_backend:
+        pipeline.transformer.set_attention_backend(plan.attention_backend)
+        applied.append(f"attention backend {plan.attention_backend}")
+    if plan.compiles and inductor_config is not None:
+        configure_inductor(inductor_config)
+    # Compiled in place with automatic dynamic shapes: the first size gets a specialised graph,
+    # the second warm-up size a shape-generic one that every later size reuses.
+    if plan.compile_transformer:
+        pipeline.transformer.compile()
+        applied.append("torch.compile transformer")
+    if plan.compile_vae_decoder:
+        pipeline.vae.decoder.compile()
+        applied.append("torch.compile VAE decoder")
+    return applied
+
+
+def warmup_requests(settings: Settings) -> list:
+    variant = settings.variant
+    steps = min(variant.steps, 4)
+    requests = [GenerateRequest(WARMUP_PROMPT, width, height, steps, variant.guidance, 0, ())
+                for width, height in settings.warmup_sizes]
+    if settings.max_reference_images > 0:
+        width, height = settings.warmup_sizes[0]
+        reference = Image.new("RGB", (width, height), (128, 128, 128))
+        requests.append(GenerateRequest("make it night", width, height, steps, variant.guidance, 0, (reference,)))
+    return requests
+
+
+def warm_up(model: LoadedModel, settings: Settings, compiling: bool, report: Callable[[str], None]) -> None:
+    requests = warmup_requests(settings)
+    for index, request in enumerate(requests, start=1):
+        what = f"{request.width}x{request.height}" + (" with a reference image" if request.images else "")
+        note = "; the first run spends minutes compiling" if compiling else ""
+        report(f"warming up {index}/{len(requests)}: {what}{note}")
+        generate_image(model, request, request.seed)
+
+
+def generator_factory(torch: Any, device: str) -> Callable[[int], Any]:
+    return lambda seed: torch.Generator(device).manual_seed(seed)
+
+
+def load_pipeline(variant: Variant, device: str, torch: Any) -> Any:
+    from diffusers import Flux2KleinPipeline
+
+    pipeline = Flux2KleinPipeline.from_pretrained(variant.hub_id, torch_dtype=torch.bfloat16,
+                                                  token=os.environ.get("HF_TOKEN") or None)
+    pipeline.to(device)
+    pipeline.set_progress_bar_config(disable=True)
+    return pipeline
+
+
+def optimise_pipeline(pipeline: Any, device: str, compile: bool, attention_backend: str, torch: Any) -> tuple:
+    cuda_major = torch.cuda.get_device_capability()[0] if device == "cuda" else None
+    backend = choose_attention_backend(attention_backend, device, cuda_major)
+    plan = plan_optimisations(pipeline, device, compile, backend)
+    inductor_config = None
+    if plan.compiles:
+        import torch._inductor.config as inductor_config
+    return plan, apply_optimisations(pipeline, plan, torch.channels_last, inductor_config)
+
+
+def load_model(settings: Settings, report: Callable[[str], None]) -> LoadedModel:
+    import torch
+
+    variant = settings.variant
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device != "cuda":
+        log.warning("no CUDA device: generating on the CPU, which takes minutes per image")
+    report(f"downloading and loading {variant.hub_id} (about {variant.gpu_memory_gb} GB of GPU memory)")
+    pipeline = load_pipeline(variant, device, torch)
+    plan, applied = optimise_pipeline(pipeline, device, settings.compile, settings.attention_backend, torch)
+    report("optimising: " + (", ".join(applied) or f"nothing to do on {device}"))
+    model = LoadedModel(pipeline=pipeline, make_generator=generator_factory(torch, device))
+    warm_up(model, settings, plan.compiles, report)
+    return model
