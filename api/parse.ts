@@ -2,6 +2,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import { isAlias, isMap, isScalar, isSeq, LineCounter, parseAllDocuments, type Document } from 'yaml';
 import { checkSpecRules } from './spec-rules.js';
 import { SPEC_SCHEMAS, SPEC_TYPES, type AnySpec, type SpecType } from './spec.js';
+import { isDnsLabel } from './names.js';
 import { closestMatch, quoteList } from './suggest.js';
 import { describeValue, report, validateValue, type Issue, type IssueAt, type Path, type ValidationContext } from './validate.js';
 
@@ -109,6 +110,25 @@ function offsetOf(doc: Document, path: Path, at: IssueAt): number | null {
   return offset;
 }
 
+/** Two documents of one file may not name the same fleet, or the same run. */
+function checkNameUnique(
+  value: unknown,
+  seen: Map<string, number | null>,
+  locate: () => { offset: number | null; line: number | null },
+): { offset: number | null; message: string } | null {
+  const { type, name } = (value ?? {}) as { type?: unknown; name?: unknown };
+  if (typeof name !== 'string' || !isDnsLabel(name) || typeof type !== 'string' || !(SPEC_TYPES as string[]).includes(type)) return null;
+  const kind = specKind({ type: type as SpecType });
+  const key = `${kind}:${name}`;
+  const place = locate();
+  if (!seen.has(key)) {
+    seen.set(key, place.line);
+    return null;
+  }
+  const firstLine = seen.get(key);
+  return { offset: place.offset, message: `another ${kind} in this file is already named "${name}"${firstLine === null ? '' : ` (line ${firstLine})`}` };
+}
+
 function lowerFirst(text: string): string {
   return text.charAt(0).toLowerCase() + text.slice(1);
 }
@@ -127,7 +147,7 @@ export function parseSpecText(text: string, file: string, environment: Record<st
     const position = offset === null ? null : lineCounter.linePos(offset);
     errors.push({ file, line: position?.line ?? null, column: position?.col ?? null, path: formatPath(path), message });
   };
-  const names = new Map<string, number>();
+  const names = new Map<string, number | null>();
   let documents = 0;
   for (const doc of docs) {
     if (doc.errors.length > 0) {
@@ -146,18 +166,12 @@ export function parseSpecText(text: string, file: string, environment: Record<st
     }
     const { spec, issues } = checkDocument(value, environment);
     for (const issue of issues) errorAt(offsetOf(doc, issue.path, issue.at), issue.path, issue.message);
-    if (!spec) continue;
-    if (spec.name !== undefined) {
-      const key = `${specKind(spec)}:${spec.name}`;
-      const firstLine = names.get(key);
+    const duplicate = checkNameUnique(value, names, () => {
       const offset = offsetOf(doc, ['name'], 'value');
-      if (firstLine !== undefined) {
-        errorAt(offset, ['name'], `the ${specKind(spec)} name "${spec.name}" is already used on line ${firstLine}`);
-        continue;
-      }
-      names.set(key, offset === null ? 0 : lineCounter.linePos(offset).line);
-    }
-    specs.push(spec);
+      return { offset, line: offset === null ? null : lineCounter.linePos(offset).line };
+    });
+    if (duplicate) errorAt(duplicate.offset, ['name'], duplicate.message);
+    if (spec) specs.push(spec);
   }
   if (documents === 0 && errors.length === 0) errorAt(null, [], 'no configuration found; expected a YAML map with a type field');
   errors.sort((a, b) => (a.line ?? Infinity) - (b.line ?? Infinity) || (a.column ?? 0) - (b.column ?? 0));

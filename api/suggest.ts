@@ -17,11 +17,11 @@ export function editDistance(a: string, b: string): number {
 
 /**
  * The candidate a typo most likely meant, or null when none is close enough to be worth suggesting.
- * Comparison ignores case; up to 40% of the input's characters may differ.
+ * Comparison ignores case; one edit is allowed per three characters of input, and at least one.
  */
 export function closestMatch(input: string, candidates: readonly string[]): string | null {
   const wanted = input.toLowerCase();
-  const allowed = Math.max(1, Math.ceil(wanted.length * 0.4));
+  const allowed = Math.max(1, Math.floor(wanted.length / 3));
   let best: string | null = null;
   let bestDistance = Infinity;
   for (const candidate of candidates) {
