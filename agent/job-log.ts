@@ -54,13 +54,22 @@ export class JobLog {
     this.wake();
   }
 
-  /** Entries with seq > after, at most `limit` of them, in order. */
-  read(after: number, limit: number): LogEntry[] {
+  /** Entries with seq > after, in order: at most `limit` of them and, beyond the first, at most `maxBytes` of JSON. */
+  read(after: number, limit: number, maxBytes = Number.POSITIVE_INFINITY): LogEntry[] {
     const first = Math.max(0, Math.floor(after));
-    const last = Math.min(this.count, first + limit);
+    let last = Math.min(this.count, first + limit);
     if (this.fd === null || first >= last) return [];
     const start = this.offsets[first]!;
-    const end = last < this.count ? this.offsets[last]! : this.size;
+    const endOf = (index: number) => (index < this.count ? this.offsets[index]! : this.size);
+    if (endOf(last) - start > maxBytes) {
+      let low = first + 1;
+      while (low < last) {
+        const middle = Math.ceil((low + last) / 2);
+        if (endOf(middle) - start > maxBytes) last = middle - 1;
+        else low = middle;
+      }
+    }
+    const end = endOf(last);
     const buffer = Buffer.allocUnsafe(end - start);
     let read = 0;
     while (read < buffer.length) {

@@ -9,6 +9,8 @@ import { JobStartError, type JobExecution, type JobRuntime } from './runtime.js'
 export const DEFAULT_GRACE_SECONDS = 10;
 /** Most entries one logs page carries; the caller continues from `next`. */
 export const MAX_LOG_PAGE = 5000;
+/** Bytes of entries one logs page carries at most (long lines fill it before the count does). */
+export const MAX_LOG_PAGE_BYTES = 4 * 1024 * 1024;
 
 const FINAL_STATES: readonly JobState[] = ['exited', 'failed', 'stopped'];
 
@@ -72,7 +74,7 @@ export class JobManager {
     const job = this.jobs.get(jobId);
     if (!job) return undefined;
     await job.log.waitForEntries(after, waitMs);
-    const entries = job.log.read(after, MAX_LOG_PAGE);
+    const entries = job.log.read(after, MAX_LOG_PAGE, MAX_LOG_PAGE_BYTES);
     const next = entries.length > 0 ? entries[entries.length - 1]!.seq : after;
     return { entries, next, finished: job.log.closed && next >= job.log.lastSeq };
   }

@@ -6,6 +6,9 @@ import {
   type JobContext, type JobExecution, type JobExit, type JobRuntime, type RecoveredJob, type StopSignal,
 } from './runtime.js';
 
+/** How long output may keep flowing after the job's shell ended, from processes that left its group. */
+const PIPE_DRAIN_MS = 2000;
+
 /** Variables of the agent's own environment that a job must never inherit. */
 const PRIVATE_VARIABLES = ['ORCHESTRATOR_AGENT_TOKEN'];
 
@@ -44,8 +47,13 @@ export class ProcessRuntime implements JobRuntime {
 
     const exited = new Promise<JobExit>((resolveExit) => {
       // The job ends with its shell, like a container ends with its first process: whatever it
-      // left behind in its group is killed, which also closes the pipes so 'close' can fire.
-      child.once('exit', () => killGroup(child, 'SIGKILL'));
+      // left behind in its group is killed, which also closes the pipes so 'close' can fire. A
+      // process that left the group (setsid) may hold the pipes open: they are cut after a while.
+      child.once('exit', () => {
+        killGroup(child, 'SIGKILL');
+        const cut = setTimeout(() => closePipes(child), PIPE_DRAIN_MS);
+        child.once('close', () => clearTimeout(cut));
+      });
       child.once('close', (code, signal) => {
         this.running.delete(child);
         resolveExit({
@@ -71,9 +79,16 @@ export class ProcessRuntime implements JobRuntime {
     const exits = [...this.running].map((child) => new Promise((done) => {
       child.once('close', done);
       killGroup(child, 'SIGKILL');
+      if (child.exitCode !== null || child.signalCode !== null) closePipes(child);
+      else child.once('exit', () => closePipes(child));
     }));
     await Promise.all(exits);
   }
+}
+
+function closePipes(child: ChildProcess): void {
+  child.stdout?.destroy();
+  child.stderr?.destroy();
 }
 
 function killGroup(child: ChildProcess, signal: StopSignal): void {

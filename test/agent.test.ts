@@ -129,6 +129,24 @@ describe('agent (process runtime)', function () {
     expect(stderr).to.deep.equal(Array.from({ length: 3000 }, (_, index) => String(index + 1)));
   });
 
+  it('keeps a character whose bytes arrive in two writes whole', async () => {
+    const job = submission({ commands: ["printf 'caf\\303'", 'sleep 0.2', "printf '\\251 ok\\n'"] });
+    await client.submit(job);
+    expect((await collectLogs(client, job.jobId)).map((entry) => entry.text)).to.deep.equal(['café ok']);
+  });
+
+  it('cuts an endless line into bounded entries and pages them by size, losing nothing', async () => {
+    const job = submission({ commands: ["head -c 5000000 /dev/zero | tr '\\0' a"] });
+    await client.submit(job);
+    await waitForState(client, job.jobId, ['exited']);
+    const firstPage = await client.logs(job.jobId, 0);
+    expect(firstPage.entries.length).to.be.within(1, 300);
+    expect(firstPage.finished).to.equal(false);
+    const entries = await collectLogs(client, job.jobId);
+    expect(entries.every((entry) => entry.text.length <= 16_384)).to.equal(true);
+    expect(entries.map((entry) => entry.text).join('')).to.equal('a'.repeat(5_000_000));
+  });
+
   it('pages logs from any sequence number', async () => {
     const job = submission({ commands: ['seq 1 20'] });
     await client.submit(job);
@@ -183,6 +201,16 @@ describe('agent (process runtime)', function () {
     expect(Date.now() - stopAt).to.be.at.least(900);
     expect(status.exitCode).to.equal(137);
     expect(processAlive(background)).to.equal(false);
+  });
+
+  it('ends a job with its shell even when a process that left its group holds the output open', async () => {
+    const pidFile = join(scratch, 'escaped.pid');
+    const job = submission({ commands: [`setsid sh -c 'echo $$ > ${pidFile}; exec sleep 30' & sleep 0.2; echo shell done`] });
+    await client.submit(job);
+    const status = await waitForState(client, job.jobId, ['exited'], 6000);
+    process.kill(Number(readFileSync(pidFile, 'utf8')), 'SIGKILL');
+    expect(status.exitCode).to.equal(0);
+    expect((await collectLogs(client, job.jobId)).map((entry) => entry.text)).to.deep.equal(['shell done']);
   });
 
   it('aborts at once with SIGKILL', async () => {
