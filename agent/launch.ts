@@ -1,0 +1,67 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+/** How to start the `orchestrator` command from this installation, built (dist/) or from source through tsx. */
+export function orchestratorCommand(): { command: string; args: string[] } {
+  const built = fileURLToPath(new URL('../cli/main.js', import.meta.url));
+  if (existsSync(built)) return { command: process.execPath, args: [built] };
+  const source = fileURLToPath(new URL('../cli/main.ts', import.meta.url));
+  return { command: process.execPath, args: ['--import', 'tsx', source] };
+}
+
+export interface AgentLaunch {
+  token: string;
+  instanceId: string;
+  host?: string;
+  /** e.g. "H100:80GB:2"; absent: detected with nvidia-smi. */
+  gpu?: string;
+  runtime?: 'auto' | 'docker' | 'process';
+  workDir?: string;
+  detached?: boolean;
+  env?: NodeJS.ProcessEnv;
+}
+
+export interface StartedAgent {
+  child: ChildProcess;
+  url: string;
+}
+
+/** Starts `orchestrator agent` on a free port and resolves once it prints the URL it listens on. */
+export function startAgentProcess(launch: AgentLaunch, timeoutMs = 20_000): Promise<StartedAgent> {
+  const { command, args } = orchestratorCommand();
+  const agentArgs = [...args, 'agent', '--host', launch.host ?? '127.0.0.1', '--port', '0',
+    '--instance-id', launch.instanceId, '--runtime', launch.runtime ?? 'auto'];
+  if (launch.gpu) agentArgs.push('--gpu', launch.gpu);
+  if (launch.workDir) agentArgs.push('--work-dir', launch.workDir);
+  const child = spawn(command, agentArgs, {
+    env: { ...process.env, ...launch.env, ORCHESTRATOR_AGENT_TOKEN: launch.token },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: launch.detached ?? false,
+  });
+  return new Promise((resolve, reject) => {
+    let stdout = '';
+    let stderr = '';
+    const timer = setTimeout(() => fail(new Error(`agent did not start within ${timeoutMs} ms: ${stderr.trim()}`)), timeoutMs);
+    const fail = (error: Error) => {
+      clearTimeout(timer);
+      child.kill('SIGKILL');
+      reject(error);
+    };
+    child.stderr!.on('data', (chunk: Buffer) => { stderr += chunk.toString(); });
+    child.once('exit', (code) => fail(new Error(`agent exited with code ${code} before listening: ${stderr.trim()}`)));
+    child.stdout!.on('data', (chunk: Buffer) => {
+      stdout += chunk.toString();
+      const line = stdout.split('\n').find((l) => l.includes('"listening"'));
+      if (!line) return;
+      clearTimeout(timer);
+      child.removeAllListeners('exit');
+      // From here the agent's own log file has everything: drain the pipes without keeping their text.
+      child.stdout!.removeAllListeners('data');
+      child.stderr!.removeAllListeners('data');
+      child.stdout!.resume();
+      child.stderr!.resume();
+      resolve({ child, url: (JSON.parse(line) as { url: string }).url });
+    });
+  });
+}
