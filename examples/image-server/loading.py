@@ -48,7 +48,14 @@ def ask_hugging_face(repo_id: str, token: str) -> None:
         status = getattr(error.response, "status_code", None)
         if status in (401, 403, 404):
             raise HubRefused(f"HTTP {status}") from error
-        raise
+        raise HubAccessError(unreachable(repo_id, error)) from error
+    except Exception as error:
+        raise HubAccessError(unreachable(repo_id, error)) from error
+
+
+def unreachable(repo_id: str, error: Exception) -> str:
+    return (f"Could not ask the Hugging Face Hub about {repo_id} ({type(error).__name__}: {error}). "
+            "If its weights are already in the local cache, set HF_HUB_OFFLINE=1 to skip this check.")
 
 
 def check_hub_access(variant: Variant, environ: Mapping[str, str],
@@ -193,13 +200,13 @@ def optimise_pipeline(pipeline: Any, device: str, compile: bool, attention_backe
 
 
 def load_model(settings: Settings, report: Callable[[str], None]) -> LoadedModel:
+    variant = settings.variant
+    report(f"downloading and loading {variant.hub_id} (about {variant.gpu_memory_gb} GB of GPU memory)")
     import torch
 
-    variant = settings.variant
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device != "cuda":
         log.warning("no CUDA device: generating on the CPU, which takes minutes per image")
-    report(f"downloading and loading {variant.hub_id} (about {variant.gpu_memory_gb} GB of GPU memory)")
     pipeline = load_pipeline(variant, device, torch)
     plan, applied = optimise_pipeline(pipeline, device, settings.compile, settings.attention_backend, torch)
     report("optimising: " + (", ".join(applied) or f"nothing to do on {device}"))

@@ -48,10 +48,13 @@ def serve(settings: Settings, app_factory: AppFactory) -> int:
         server.should_exit = True
 
     app = app_factory(load_model, settings, on_load_failure=stop_after_load_failure)
-    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info"))
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None))
     log.info("serving %s (%s) on %s:%d", settings.variant.label, settings.variant.hub_id, settings.host, settings.port)
     server.run()
-    return 1 if load_failed.is_set() else 0
+    # The GPU thread may still be downloading or compiling, which cannot be interrupted; waiting
+    # for it would keep a stopped server alive for minutes.
+    logging.shutdown()
+    os._exit(1 if load_failed.is_set() else 0)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -9,19 +9,7 @@ from variants import KINDS, MODELS, Variant, find_variant
 
 ATTENTION_BACKENDS = ("auto", "native", "_native_flash", "flash", "_flash_3", "_flash_3_hub")
 DEFAULT_WARMUP_SIZES = "1024x1024,768x1344"
-
-
-@dataclass(frozen=True)
-class Settings:
-    variant: Variant
-    host: str = "0.0.0.0"
-    port: int = 6006
-    max_reference_images: int = 4
-    queue_size: int = 16
-    max_body_bytes: int = 64 * 1024 * 1024
-    compile: bool = True
-    attention_backend: str = "auto"
-    warmup_sizes: tuple = ((1024, 1024), (768, 1344))
+MIB = 1024 * 1024
 
 
 def parse_size(text: str) -> tuple:
@@ -44,6 +32,19 @@ def parse_sizes(text: str) -> tuple:
     return sizes
 
 
+@dataclass(frozen=True)
+class Settings:
+    variant: Variant
+    host: str = "0.0.0.0"
+    port: int = 6006
+    max_reference_images: int = 4
+    queue_size: int = 16
+    max_body_bytes: int = 64 * MIB
+    compile: bool = True
+    attention_backend: str = "auto"
+    warmup_sizes: tuple = parse_sizes(DEFAULT_WARMUP_SIZES)
+
+
 def bounded_int(low: int, high: Optional[int] = None):
     def parse(text: str) -> int:
         try:
@@ -63,19 +64,19 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                         help="4b (Apache 2.0, about 13 GB of GPU memory) or 9b (gated, about 29 GB)")
     parser.add_argument("--variant", choices=KINDS, default="distilled",
                         help="distilled: 4 steps, fixed guidance; base: 50 steps, tunable")
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=bounded_int(1, 65535), default=6006)
-    parser.add_argument("--max-reference-images", type=bounded_int(0), default=4,
+    parser.add_argument("--host", default=Settings.host)
+    parser.add_argument("--port", type=bounded_int(1, 65535), default=Settings.port)
+    parser.add_argument("--max-reference-images", type=bounded_int(0), default=Settings.max_reference_images,
                         help="reference images per request; raise it where GPU memory allows")
-    parser.add_argument("--queue-size", type=bounded_int(0), default=16,
+    parser.add_argument("--queue-size", type=bounded_int(0), default=Settings.queue_size,
                         help="requests that may wait behind the one being generated; more get 429")
-    parser.add_argument("--max-body-mb", type=bounded_int(1), default=64,
+    parser.add_argument("--max-body-mb", type=bounded_int(1), default=Settings.max_body_bytes // MIB,
                         help="largest request body in MiB; larger ones get 413")
     parser.add_argument("--no-compile", dest="compile", action="store_false",
                         help="skip torch.compile: starts in seconds instead of minutes, generates slower")
-    parser.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
+    parser.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default=Settings.attention_backend,
                         help="diffusers attention backend; auto picks the fastest flash kernel installed")
-    parser.add_argument("--warmup-sizes", type=parse_sizes, default=parse_sizes(DEFAULT_WARMUP_SIZES),
+    parser.add_argument("--warmup-sizes", type=parse_sizes, default=Settings.warmup_sizes,
                         help="WIDTHxHEIGHT list generated at start; two or more sizes make the compiled "
                              "graphs shape-generic, so a new size later does not recompile")
     return parser
@@ -88,7 +89,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         port=args.port,
         max_reference_images=args.max_reference_images,
         queue_size=args.queue_size,
-        max_body_bytes=args.max_body_mb * 1024 * 1024,
+        max_body_bytes=args.max_body_mb * MIB,
         compile=args.compile,
         attention_backend=args.attention_backend,
         warmup_sizes=args.warmup_sizes,

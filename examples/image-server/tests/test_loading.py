@@ -3,6 +3,7 @@ the flags, the HF_TOKEN check, the optimisation plan, the warm-up and the genera
 
 import inspect
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -276,3 +277,19 @@ def test_the_seeded_pipeline_honours_the_real_call_signature():
                        "callback_on_step_end_tensor_inputs", "max_sequence_length"]
     assert list(inspect.signature(SeededPipeline.__call__).parameters)[1:] == real_parameters
     assert make_generator(5).initial_seed() == 5
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_server_whose_model_cannot_load_logs_why_and_exits_with_failure():
+    # Here torch is missing; offline mode guarantees nothing is fetched wherever it is not.
+    environ = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    finished = subprocess.run([PYTHON, "server.py", "--host", "127.0.0.1", "--port", str(free_port())],
+                              cwd=SERVER_DIR, env=environ, capture_output=True, text=True, timeout=60)
+    assert finished.returncode == 1
+    assert "downloading and loading black-forest-labs/FLUX.2-klein-4B" in finished.stderr
+    assert "loading failed: " in finished.stderr
