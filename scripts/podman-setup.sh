@@ -23,12 +23,16 @@ socket_answers() {
   ' "$SOCKET"
 }
 
+mkdir -p "$BASE"
+# One set-up at a time: test processes running side by side would otherwise start two services.
+exec 9>"$BASE/setup.lock"
+flock 9
+
 missing=""
 command -v podman >/dev/null 2>&1 || missing="$missing podman"
 command -v runc >/dev/null 2>&1 || missing="$missing runc"
 # The image needs the static build: it is copied alone into an empty root file system.
 dpkg-query -W -f '${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || missing="$missing busybox-static"
-mkdir -p "$BASE"
 if [ -n "$missing" ]; then
   log "installing$missing (output in $BASE/apt.log)"
   export DEBIAN_FRONTEND=noninteractive
@@ -54,7 +58,7 @@ if ! socket_answers; then
   log "starting podman system service on $SOCKET"
   rm -f "$SOCKET"
   # setsid: the service outlives the shell (and test run) that started it.
-  setsid podman system service --time=0 "unix://$SOCKET" >"$SERVICE_LOG" 2>&1 < /dev/null &
+  setsid podman system service --time=0 "unix://$SOCKET" >"$SERVICE_LOG" 2>&1 </dev/null 9>&- &
   tries=0
   until socket_answers; do
     tries=$((tries + 1))
