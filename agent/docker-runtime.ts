@@ -184,10 +184,8 @@ export class DockerRuntime implements JobRuntime {
     })();
     const exited = (async (): Promise<JobExit> => {
       const result = await container.wait({ abortSignal: controller.signal }) as { StatusCode?: number };
-      const drained = await Promise.race([
-        output.then(() => true, () => false),
-        new Promise<boolean>((resolve) => setTimeout(resolve, LOG_DRAIN_MS, false)),
-      ]);
+      const drained = await settlesWithin(output, LOG_DRAIN_MS, controller.signal);
+      if (controller.signal.aborted) throw new Error('the agent stopped following the container');
       if (!drained) {
         this.options.logger.warn('the container log did not end with the container; cutting it', { container: container.id });
       }
@@ -210,6 +208,21 @@ export class DockerRuntime implements JobRuntime {
       },
     };
   }
+}
+
+/** True when `promise` settles within `ms`; false on timeout or once `signal` aborts. */
+function settlesWithin(promise: Promise<unknown>, ms: number, signal: AbortSignal): Promise<boolean> {
+  return new Promise((resolve) => {
+    const finish = (settled: boolean) => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', aborted);
+      resolve(settled);
+    };
+    const aborted = () => finish(false);
+    const timer = setTimeout(finish, ms, false);
+    signal.addEventListener('abort', aborted, { once: true });
+    promise.then(() => finish(true), () => finish(false));
+  });
 }
 
 function statusCode(error: unknown): number | undefined {

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { AgentClient } from '../agent/client.js';
 import { dockerClient } from '../agent/docker-connection.js';
 import { LABELS } from '../agent/docker-runtime.js';
+import { removeInstanceContainers } from '../agent/instance-containers.js';
 import { startAgent, type RunningAgent } from '../agent/server.js';
 import { base64, collectLogs, randomToken, submission, waitForLine, waitForState } from './helpers/agent-jobs.js';
 import { ensurePodman, TEST_IMAGE } from './helpers/podman.js';
@@ -44,11 +45,7 @@ describe('agent (docker runtime, against Podman)', function () {
 
   after(async () => {
     await agent?.close();
-    if (dockerHost) {
-      const docker = dockerClient(dockerHost);
-      const left = await docker.listContainers({ all: true, filters: { label: [`${LABELS.instanceId}=${instanceId}`] } });
-      await Promise.all(left.map((info) => docker.getContainer(info.Id).remove({ force: true })));
-    }
+    if (dockerHost) await removeInstanceContainers(instanceId, dockerHost);
     if (scratch) rmSync(scratch, { recursive: true, force: true });
   });
 
@@ -166,5 +163,16 @@ describe('agent (docker runtime, against Podman)', function () {
     const entries = await collectLogs(client, job.jobId);
     expect(entries.map((entry) => [entry.seq, entry.text])).to.deep.equal([[1, 'before'], [2, 'after']]);
     expect(await client.job(job.jobId)).to.include({ state: 'exited', exitCode: 5 });
+  });
+
+  it('removes every container of an instance when it ends for good', async () => {
+    const running = submission({ image: TEST_IMAGE, commands: ['echo ready', 'sleep 300'] });
+    await client.submit(running);
+    await waitForLine(client, running.jobId, 'ready');
+    const docker = dockerClient(dockerHost);
+    const before = await docker.listContainers({ all: true, filters: { label: [`${LABELS.instanceId}=${instanceId}`] } });
+    expect(before.length).to.be.at.least(2);
+    expect(await removeInstanceContainers(instanceId, dockerHost)).to.equal(before.length);
+    expect(await docker.listContainers({ all: true, filters: { label: [`${LABELS.instanceId}=${instanceId}`] } })).to.have.length(0);
   });
 });
