@@ -14,7 +14,6 @@ const screenshotPath = '/tmp/image-server-ui.png';
 interface RunningUi {
   url: string;
   child: ChildProcess;
-  output: () => string;
 }
 
 /** Starts ui.py's app around the seeded test pipeline; resolves once it prints its loopback address. */
@@ -28,7 +27,7 @@ function startUi(): Promise<RunningUi> {
       const match = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(output);
       if (match) {
         clearTimeout(timer);
-        resolve({ url: match[1], child, output: () => output });
+        resolve({ url: match[1], child });
       }
     };
     child.stdout.on('data', onData);
@@ -93,8 +92,10 @@ describe('image server web page (headless Chromium)', function () {
   let browser: Browser;
   let page: Page;
 
-  before(async function () {
-    if (!existsSync(chromiumPath) || !existsSync(python)) this.skip();
+  before(async () => {
+    for (const needed of [chromiumPath, python]) {
+      if (!existsSync(needed)) throw new Error(`${needed} is missing: run scripts/install-image-server-deps.sh`);
+    }
     ui = await startUi();
     browser = await chromium.launch({
       executablePath: chromiumPath,
