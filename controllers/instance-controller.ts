@@ -41,12 +41,13 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     return toInstance(row);
   }
 
-  override async pass(): Promise<void> {
-    await super.pass();
+  override async pass(): Promise<number | void> {
+    const dueInMs = await super.pass();
     if (Date.now() - this.lastSweep >= this.timings.orphanSweepMs) {
       this.lastSweep = Date.now();
       await this.sweepOrphans();
     }
+    return dueInMs;
   }
 
   protected async reconcile(instance: InstanceRecord): Promise<number> {

@@ -36,13 +36,17 @@ export abstract class LeasedController<T> implements Controller {
   /** Moves the world one safe step toward the record; returns milliseconds until it wants another look. */
   protected abstract reconcile(record: T): Promise<number>;
 
-  async pass(): Promise<void> {
+  async pass(): Promise<number | void> {
     const batch = this.options.batch ?? 200;
     for (;;) {
       const rows = await claimDue(this.db, this.options.table, this.owner, this.options.leaseMs ?? 60_000, batch, this.options.where);
       await forEachConcurrently(rows, this.options.concurrency ?? 32, (row) => this.reconcileRow(row));
-      if (rows.length < batch) return;
+      if (rows.length < batch) break;
     }
+    const [next] = await this.db.query<{ ms: number | null }>(
+      `SELECT (EXTRACT(EPOCH FROM min(next_reconcile_at) - now()) * 1000)::float8 AS ms FROM ${this.options.table}
+       WHERE lease_owner IS NULL AND (${this.options.where})`);
+    return next?.ms ?? undefined;
   }
 
   private async reconcileRow(row: Row): Promise<void> {

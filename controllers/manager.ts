@@ -6,7 +6,8 @@ import { releaseAllLeases } from '../store/leases.js';
 export interface Controller {
   readonly name: string;
   readonly channel: string;
-  pass(): Promise<void>;
+  /** Returns how soon, in milliseconds, something it looks after falls due again (when it knows). */
+  pass(): Promise<number | void>;
 }
 
 export const CHANNELS = {
@@ -70,8 +71,9 @@ export class ControllerManager {
   private async run(loop: Loop): Promise<void> {
     while (this.running) {
       loop.nudged = false;
+      let dueInMs: number | void = undefined;
       try {
-        await loop.controller.pass();
+        dueInMs = await loop.controller.pass();
         loop.failures = 0;
       } catch (error) {
         loop.failures += 1;
@@ -79,7 +81,9 @@ export class ControllerManager {
       }
       if (!this.running) break;
       if (loop.nudged && loop.failures === 0) continue;
-      const delay = loop.failures === 0 ? this.intervalMs : Math.min(MAX_BACKOFF_MS, this.intervalMs * 2 ** loop.failures);
+      const delay = loop.failures > 0
+        ? Math.min(MAX_BACKOFF_MS, this.intervalMs * 2 ** loop.failures)
+        : Math.max(0, Math.min(this.intervalMs, dueInMs ?? this.intervalMs));
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, delay);
         loop.wake = () => { clearTimeout(timer); resolve(); };

@@ -158,25 +158,25 @@ export function place(run: Pick<QueuedRun, 'requirement'>, fleets: FleetRecord[]
   const reasons: string[] = [];
   let onlyNoOffers = true;
   for (const { fleet, requirement } of candidates) {
-    const live = instances.filter((i) => i.fleetId === fleet.id).length;
-    if (fleet.nodesMax !== null && live >= fleet.nodesMax) {
-      const busy = instances.filter((i) => i.fleetId === fleet.id && i.runId !== null).length;
-      reasons.push(`fleet ${fleet.name} is at its maximum of ${fleet.nodesMax} node${fleet.nodesMax === 1 ? '' : 's'} (${busy} busy)`);
-      onlyNoOffers = false;
-      continue;
-    }
     const listing = offers.get(fleet.id) ?? { offers: [], errors: [] };
     const matching = listing.offers.filter((o: Offer) => offerSatisfies(o, requirement));
+    const fleetInstances = instances.filter((i) => i.fleetId === fleet.id);
+    if (matching.length === 0 && listing.errors.length === 0 && !fleetInstances.some((i) => i.offer && offerSatisfies(i.offer, run.requirement))) {
+      reasons.push(`no offers: no ${fleet.backends.join('/')} offer matches ${describeRequirement(requirement)} in fleet ${fleet.name}`);
+      continue;
+    }
+    onlyNoOffers = false;
+    if (fleet.nodesMax !== null && fleetInstances.length >= fleet.nodesMax) {
+      const busy = fleetInstances.filter((i) => i.runId !== null).length;
+      reasons.push(`fleet ${fleet.name} is at its maximum of ${fleet.nodesMax} node${fleet.nodesMax === 1 ? '' : 's'} (${busy} busy)`);
+      continue;
+    }
     const available = matching.filter((o) => o.availability === 'available');
     if (available.length > 0) return { kind: 'provision', fleet, backend: available[0].backend, requirement };
-    if (listing.errors.length > 0) {
-      reasons.push(`fleet ${fleet.name}: ${listing.errors.join('; ')}`);
-      onlyNoOffers = false;
-    } else if (matching.length > 0) {
+    if (matching.length > 0) {
       reasons.push(`no capacity: the ${matching.length} ${fleet.backends.join('/')} offer${matching.length === 1 ? '' : 's'} matching ${describeRequirement(requirement)} in fleet ${fleet.name} ${matching.length === 1 ? 'is' : 'are'} sold out`);
-      onlyNoOffers = false;
     } else {
-      reasons.push(`no offers: no ${fleet.backends.join('/')} offer matches ${describeRequirement(requirement)} in fleet ${fleet.name}`);
+      reasons.push(`fleet ${fleet.name}: ${listing.errors.join('; ')}`);
     }
   }
   if (onlyNoOffers) return { kind: 'fail', reason: 'no_offers', message: reasons.join('; ') };

@@ -26,7 +26,9 @@ projects:
   #     api_key: <your gpucloud API key>
 `;
 
-export class ConfigError extends Error {}
+/** A reason the server cannot start that the user can fix; shown without a stack trace. */
+export class StartupError extends Error {}
+export class ConfigError extends StartupError {}
 
 /** Reads config.yml, writing the default one first when there is none; an invalid file names the field. */
 export function loadServerConfig(path: string): ServerConfig {

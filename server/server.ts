@@ -14,7 +14,7 @@ import type { Db } from '../store/db.js';
 import { openDatabase } from '../store/open.js';
 import { newToken, upsertProject, upsertUser } from '../store/projects.js';
 import { createApp } from './app.js';
-import { loadServerConfig } from './config.js';
+import { loadServerConfig, StartupError } from './config.js';
 import { serverDir } from './paths.js';
 import { VERSION } from './version.js';
 
@@ -55,6 +55,17 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   await upsertUser(db, 'admin', adminToken, 'admin');
 
   const pool = new BackendPool(db, join(dir, 'backends'));
+  const app = createApp({ db, pool, logger, version: VERSION });
+  const http: Server = await new Promise<Server>((resolve, reject) => {
+    const s = app.listen(options.port ?? 3000, options.host ?? '127.0.0.1', () => resolve(s));
+    s.once('error', (error: NodeJS.ErrnoException) => reject(error.code === 'EADDRINUSE'
+      ? new StartupError(`${options.host ?? '127.0.0.1'}:${options.port ?? 3000} is already in use; is another server running? (--port picks another)`)
+      : error));
+  }).catch(async (error) => {
+    await db.close();
+    throw error;
+  });
+
   const owner = `server-${randomUUID().slice(0, 8)}`;
   const timings = { ...DEFAULT_INSTANCE_TIMINGS, ...options.instanceTimings };
   const manager = new ControllerManager(db, owner, [
@@ -64,12 +75,6 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     new FleetController(db, owner, logger, pool),
   ], logger, options.controllerIntervalMs);
   await manager.start();
-
-  const app = createApp({ db, pool, logger, version: VERSION });
-  const http: Server = await new Promise((resolve, reject) => {
-    const s = app.listen(options.port ?? 3000, options.host ?? '127.0.0.1', () => resolve(s));
-    s.once('error', reject);
-  });
   const address = http.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   logger.info(`serving on http://${host}:${address.port} (${db.driver} database, controllers as ${owner})`);

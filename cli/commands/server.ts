@@ -1,5 +1,5 @@
 import type { CAC } from 'cac';
-import { ConfigError } from '../../server/config.js';
+import { StartupError } from '../../server/config.js';
 import { startServer } from '../../server/server.js';
 
 export function registerServer(cli: CAC): void {
@@ -11,8 +11,8 @@ export function registerServer(cli: CAC): void {
       try {
         server = await startServer({ host: options.host, port: Number(options.port) });
       } catch (error) {
-        if (error instanceof ConfigError) {
-          process.stderr.write(`${error.message}\n`);
+        if (error instanceof StartupError) {
+          process.stderr.write(`error: ${error.message}\n`);
           process.exit(1);
         }
         throw error;

@@ -1,0 +1,199 @@
+import { expect } from 'chai';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
+import { GpucloudBackend } from '../backends/gpucloud/client.js';
+import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
+import { eventually, gpucloudConfig, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
+
+const task = (name: string, commands: string[], extra: Record<string, unknown> = {}) => ({ spec: { type: 'task', name, commands, ...extra } });
+const gpucloudFleet = (extra: Record<string, unknown> = {}) => ({ spec: { type: 'fleet', name: 'cloud', backends: ['gpucloud'], nodes: '0..2', idle_duration: '1m', resources: { gpu: '24GB..' }, ...extra } });
+
+async function runReaches(server: TestServer, name: string, statuses: string[], timeoutMs = 30_000) {
+  return eventually(async () => {
+    const { body } = await server.api('GET', `/api/projects/main/runs/${name}`);
+    return statuses.includes(body.status) ? body : null;
+  }, timeoutMs, `run ${name} to reach ${statuses.join('/')}`);
+}
+
+for (const kind of DATABASE_KINDS) {
+  describe(`control plane on ${kind}`, function () {
+    this.timeout(90_000);
+
+    describe('with the local backend', () => {
+      let server: TestServer;
+      before(async () => { server = await startTestServer(kind, LOCAL_CONFIG); });
+      after(async () => {
+        await server.api('DELETE', '/api/projects/main/fleets/local');
+        await eventually(async () => (await server.api('GET', '/api/projects/main/instances')).body.length === 0, 20_000, 'local instance to go');
+        await server.stop();
+      });
+
+      it('runs a task on a fleet, keeps its logs in order and leaves the instance idle', async () => {
+        expect((await server.api('POST', '/api/projects/main/fleets/apply', { spec: { type: 'fleet', name: 'local', backends: ['local'], nodes: '0..1' } })).status).to.equal(201);
+        const applied = await server.api('POST', '/api/projects/main/runs/apply', task('hello', ['echo "gpus=$ORCHESTRATOR_GPUS_NUM run=$ORCHESTRATOR_RUN_NAME"', 'echo oops >&2', 'seq 1 300']));
+        expect(applied.status).to.equal(201);
+        const run = await runReaches(server, 'hello', ['done', 'failed']);
+        expect(run).to.include({ status: 'done', exitCode: 0, terminationReason: 'done_by_user_code', instance: 'local-0', fleet: 'local' });
+        const logs = (await server.api('GET', '/api/projects/main/runs/hello/logs')).body.lines;
+        expect(logs.map((l: { seq: number }) => l.seq)).to.deep.equal(Array.from({ length: 302 }, (_, i) => i + 1));
+        const stdout = logs.filter((l: { stream: string }) => l.stream === 'stdout').map((l: { text: string }) => l.text);
+        expect(stdout).to.deep.equal(['gpus=0 run=hello', ...Array.from({ length: 300 }, (_, i) => String(i + 1))]);
+        expect(logs.filter((l: { stream: string }) => l.stream === 'stderr').map((l: { text: string }) => l.text)).to.deep.equal(['oops']);
+        const instances = await eventually(async () => {
+          const { body } = await server.api('GET', '/api/projects/main/instances');
+          return body[0]?.status === 'idle' ? body : null;
+        }, 10_000, 'instance idle');
+        expect(instances).to.have.length(1);
+        const reasons = (await server.api('GET', '/api/projects/main/events?object=hello')).body.map((e: { reason: string }) => e.reason);
+        expect(reasons).to.deep.equal(['Submitted', 'Provisioning', 'Running', 'Done']);
+      });
+
+      it('ends a task that exits 3 as failed with its exit code', async () => {
+        await server.api('POST', '/api/projects/main/runs/apply', task('three', ['echo before', 'exit 3']));
+        const run = await runReaches(server, 'three', ['done', 'failed']);
+        expect(run).to.include({ status: 'failed', exitCode: 3, terminationReason: 'failed_by_user_code' });
+      });
+
+      it('queues a second task behind a one-node fleet with a visible reason, then runs it', async () => {
+        await server.api('POST', '/api/projects/main/runs/apply', task('first', ['sleep 2', 'echo first']));
+        await runReaches(server, 'first', ['running']);
+        await server.api('POST', '/api/projects/main/runs/apply', task('second', ['echo second']));
+        const waiting = await eventually(async () => {
+          const { body } = await server.api('GET', '/api/projects/main/runs/second');
+          return body.statusMessage.includes('maximum of 1 node') ? body : null;
+        }, 10_000, 'queue reason');
+        expect(waiting).to.include({ status: 'submitted', queuePosition: 1 });
+        const second = await runReaches(server, 'second', ['done', 'failed']);
+        expect(second.status).to.equal('done');
+        const first = (await server.api('GET', '/api/projects/main/runs/first')).body;
+        expect(new Date(second.startedAt).getTime()).to.be.greaterThanOrEqual(new Date(first.finishedAt).getTime());
+      });
+
+      it('stops a running task and keeps the lines it printed before the stop', async () => {
+        await server.api('POST', '/api/projects/main/runs/apply', task('sleeper', ['echo started', 'sleep 60']));
+        await runReaches(server, 'sleeper', ['running']);
+        await eventually(async () => (await server.api('GET', '/api/projects/main/runs/sleeper/logs')).body.lines.length > 0, 10_000, 'first line');
+        expect((await server.api('POST', '/api/projects/main/runs/sleeper/stop', {})).status).to.equal(202);
+        const run = await runReaches(server, 'sleeper', ['terminated', 'failed', 'done']);
+        expect(run).to.include({ status: 'terminated', terminationReason: 'stopped_by_user' });
+        expect((await server.api('GET', '/api/projects/main/runs/sleeper/logs')).body.lines.map((l: { text: string }) => l.text)).to.deep.equal(['started']);
+      });
+
+      it('fails a run whose fleet has no offer for it, saying so', async () => {
+        await server.api('POST', '/api/projects/main/runs/apply', task('big', ['true'], { resources: { gpu: 'H100:8' } }));
+        const run = await runReaches(server, 'big', ['failed']);
+        expect(run.terminationReason).to.equal('no_offers');
+        expect(run.statusMessage).to.match(/^no offers: no local offer matches H100:8 in fleet local$/);
+      });
+    });
+
+    describe('with the gpucloud emulator', () => {
+      let emulator: RunningEmulator;
+      let server: TestServer;
+      beforeEach(async () => {
+        emulator = await startEmulator({ port: 0, bootDelayMs: 100, apiKey: 'test-key-123456' });
+        server = await startTestServer(kind, gpucloudConfig(emulator.url, emulator.apiKey));
+      });
+      afterEach(async () => {
+        await server.stop();
+        await emulator.close();
+      });
+
+      it('provisions the cheapest matching offer and releases the instance after idle_duration', async () => {
+        await server.api('POST', '/api/projects/main/fleets/apply', gpucloudFleet({ idle_duration: '2s' }));
+        await server.api('POST', '/api/projects/main/runs/apply', task('hello', ['echo gpus=$ORCHESTRATOR_GPUS_NUM']));
+        const run = await runReaches(server, 'hello', ['done', 'failed']);
+        expect(run).to.include({ status: 'done' });
+        expect(run.gpu).to.include({ name: 'L4', count: 1 });
+        expect((await server.api('GET', '/api/projects/main/runs/hello/logs')).body.lines[0].text).to.equal('gpus=1');
+        const gone = await eventually(async () => {
+          const { body } = await server.api('GET', '/api/projects/main/instances?all=true');
+          return body[0]?.status === 'terminated' ? body[0] : null;
+        }, 15_000, 'idle instance terminated');
+        expect(gone.terminationReason).to.equal('idle_timeout');
+        const cloud = new GpucloudBackend({ apiUrl: emulator.url, apiKey: emulator.apiKey });
+        expect((await cloud.list()).filter((i) => i.status !== 'terminated')).to.have.length(0);
+      });
+
+      it('fails a run that no fleet can host, saying what it needs and what the fleets offer', async () => {
+        await server.api('POST', '/api/projects/main/fleets/apply', gpucloudFleet());
+        await server.api('POST', '/api/projects/main/runs/apply', task('small', ['true'], { resources: { gpu: { memory: '..16GB' } } }));
+        const run = await runReaches(server, 'small', ['failed']);
+        expect(run.terminationReason).to.equal('no_fleet_matches');
+        expect(run.statusMessage).to.match(/^no fleet matches: the run needs .*16GB.*; the fleets offer cloud \(.*24GB.*\)$/);
+      });
+
+      it('moves on to the next offer when the cheapest one has no capacity at create time', async () => {
+        await server.api('POST', '/api/projects/main/fleets/apply', gpucloudFleet());
+        await server.api('POST', '/api/projects/main/runs/plan', task('capacity', ['true']));
+        emulator.faults.noCapacity.add('L4');
+        await server.api('POST', '/api/projects/main/runs/apply', task('capacity', ['echo ok']));
+        const run = await runReaches(server, 'capacity', ['done', 'failed']);
+        expect(run.status).to.equal('done');
+        expect(run.gpu.name).to.not.equal('L4');
+        const events = (await server.api('GET', '/api/projects/main/events')).body;
+        expect(events.some((e: { reason: string; message: string }) => e.reason === 'NoCapacity' && e.message.includes('trying the next offer'))).to.equal(true);
+      });
+    });
+
+    describe('across a server crash', () => {
+      let emulator: RunningEmulator;
+      let dir: string;
+      let databaseUrl: string | undefined;
+      let dropDatabase: (() => Promise<void>) | undefined;
+      let child: ChildProcess | undefined;
+
+      before(async () => {
+        emulator = await startEmulator({ port: 0, bootDelayMs: 100, apiKey: 'crash-key-123456' });
+        dir = mkdtempSync(join(tmpdir(), 'orch-crash-'));
+        writeFileSync(join(dir, 'config.yml'), gpucloudConfig(emulator.url, emulator.apiKey));
+        if (kind === 'postgres') ({ url: databaseUrl, drop: dropDatabase } = await createScratchDatabase());
+      });
+      after(async () => {
+        child?.kill('SIGKILL');
+        await emulator.close();
+        await dropDatabase?.();
+        rmSync(dir, { recursive: true, force: true });
+      });
+
+      const startServerProcess = async (port: number) => {
+        child = spawn(process.execPath, ['dist/cli/main.js', 'server', '--port', String(port)], {
+          env: { ...process.env, ORCHESTRATOR_SERVER_DIR: dir, ORCHESTRATOR_SERVER_ADMIN_TOKEN: 'crash-admin', ORCHESTRATOR_DATABASE_URL: databaseUrl ?? '', ORCHESTRATOR_LOG_LEVEL: 'error' },
+          stdio: ['ignore', 'pipe', 'inherit'],
+        });
+        await new Promise<void>((resolve, reject) => {
+          let out = '';
+          child!.stdout!.on('data', (d) => { out += d; if (out.includes('Server URL')) resolve(); });
+          child!.once('exit', (code) => reject(new Error(`server exited with ${code}`)));
+        });
+      };
+
+      it('finishes the run after the server is killed with SIGKILL and restarted, and leaves no instance behind', async () => {
+        const port = 39_000 + Math.floor(Math.random() * 1000);
+        const api = async (method: string, path: string, body?: unknown) => {
+          const response = await fetch(`http://127.0.0.1:${port}${path}`, { method, headers: { authorization: 'Bearer crash-admin' }, body: body ? JSON.stringify(body) : undefined });
+          return { status: response.status, body: response.status === 204 ? null : await response.json() };
+        };
+        await startServerProcess(port);
+        await api('POST', '/api/projects/main/fleets/apply', gpucloudFleet({ idle_duration: '1s' }));
+        await api('POST', '/api/projects/main/runs/apply', task('survivor', ['echo one', 'sleep 3', 'echo two']));
+        await eventually(async () => (await api('GET', '/api/projects/main/runs/survivor')).body.status === 'running', 30_000, 'running');
+        child!.kill('SIGKILL');
+        await new Promise((r) => child!.once('exit', r));
+        await startServerProcess(port);
+        const run = await eventually(async () => {
+          const { body } = await api('GET', '/api/projects/main/runs/survivor');
+          return ['done', 'failed', 'terminated'].includes(body.status) ? body : null;
+        }, 30_000, 'run finished after restart');
+        expect(run.status).to.equal('done');
+        expect((await api('GET', '/api/projects/main/runs/survivor/logs')).body.lines.map((l: { text: string }) => l.text)).to.deep.equal(['one', 'two']);
+        await api('DELETE', '/api/projects/main/fleets/cloud');
+        const cloud = new GpucloudBackend({ apiUrl: emulator.url, apiKey: emulator.apiKey });
+        await eventually(async () => (await cloud.list()).every((i) => i.status === 'terminated'), 20_000, 'every cloud instance terminated');
+      });
+    });
+  });
+}
