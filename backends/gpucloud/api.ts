@@ -1,0 +1,87 @@
+import { Type, type Static } from '@sinclair/typebox';
+
+/** The wire format of the gpucloud REST API (docs/gpucloud-api.md), shared by the client and the emulator. */
+
+export const GPU_MODELS = ['L4', 'H100', 'H200', 'RTXPRO6000'] as const;
+export const GpuModel = Type.Union(GPU_MODELS.map((model) => Type.Literal(model)));
+export type GpuModel = Static<typeof GpuModel>;
+
+export const GpucloudOffer = Type.Object({
+  id: Type.String(),
+  gpu: Type.Object({
+    model: Type.String(),
+    memory_gb: Type.Integer({ minimum: 0 }),
+    count: Type.Integer({ minimum: 0 }),
+  }),
+  vcpus: Type.Integer({ minimum: 1 }),
+  memory_gb: Type.Integer({ minimum: 0 }),
+  disk_gb: Type.Integer({ minimum: 0 }),
+  region: Type.String(),
+  price_per_hour: Type.Number({ minimum: 0 }),
+  availability: Type.Union([Type.Literal('available'), Type.Literal('unavailable')]),
+});
+export type GpucloudOffer = Static<typeof GpucloudOffer>;
+
+export const OfferList = Type.Object({ offers: Type.Array(GpucloudOffer) });
+export type OfferList = Static<typeof OfferList>;
+
+export const INSTANCE_STATUSES = ['provisioning', 'running', 'terminating', 'terminated', 'failed'] as const;
+export const GpucloudInstanceStatus = Type.Union(INSTANCE_STATUSES.map((status) => Type.Literal(status)));
+export type GpucloudInstanceStatus = Static<typeof GpucloudInstanceStatus>;
+
+export const GpucloudInstance = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  client_token: Type.String(),
+  offer_id: Type.String(),
+  status: GpucloudInstanceStatus,
+  status_reason: Type.Union([Type.String(), Type.Null()]),
+  agent_url: Type.Union([Type.String(), Type.Null()]),
+  region: Type.String(),
+  gpu: GpucloudOffer.properties.gpu,
+  price_per_hour: Type.Number({ minimum: 0 }),
+  created_at: Type.String(),
+  updated_at: Type.String(),
+});
+export type GpucloudInstance = Static<typeof GpucloudInstance>;
+
+export const InstanceList = Type.Object({ instances: Type.Array(GpucloudInstance) });
+export type InstanceList = Static<typeof InstanceList>;
+
+export const CreateInstanceBody = Type.Object({
+  offer_id: Type.String({ minLength: 1, maxLength: 200 }),
+  name: Type.String({ minLength: 1, maxLength: 200 }),
+  client_token: Type.String({ minLength: 1, maxLength: 200 }),
+  agent: Type.Object({ token: Type.String({ minLength: 16, maxLength: 512 }) }, { additionalProperties: false }),
+}, { additionalProperties: false });
+export type CreateInstanceBody = Static<typeof CreateInstanceBody>;
+
+export const ERROR_CODES = [
+  'invalid_api_key', 'invalid_json', 'invalid_request', 'payload_too_large', 'not_found',
+  'method_not_allowed', 'offer_not_found', 'instance_not_found', 'no_capacity',
+  'idempotency_mismatch', 'instance_not_running', 'rate_limited', 'internal_error',
+] as const;
+export type ErrorCode = typeof ERROR_CODES[number];
+
+export const ErrorBody = Type.Object({
+  error: Type.Object({ code: Type.String(), message: Type.String() }),
+});
+export type ErrorBody = Static<typeof ErrorBody>;
+
+/** Emulator-only: faults to inject, each field optional; `no_capacity: []` clears that fault. */
+export const FaultsPatch = Type.Object({
+  no_capacity: Type.Optional(Type.Array(Type.Union([GpuModel, Type.Literal('*')]))),
+  api_errors: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000 })),
+  slow_ms: Type.Optional(Type.Integer({ minimum: 0, maximum: 600_000 })),
+  rate_limit: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000 })),
+  kill_instances: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
+}, { additionalProperties: false });
+export type FaultsPatch = Static<typeof FaultsPatch>;
+
+export const FaultsState = Type.Object({
+  no_capacity: Type.Array(Type.String()),
+  api_errors: Type.Integer(),
+  slow_ms: Type.Integer(),
+  rate_limit: Type.Integer(),
+});
+export type FaultsState = Static<typeof FaultsState>;

@@ -1,0 +1,256 @@
+import { randomBytes } from 'node:crypto';
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { ChildProcess } from 'node:child_process';
+import { startAgentProcess } from '../../agent/launch.js';
+import { stopProcessGroup, signalProcessGroup } from '../processes.js';
+import type { CreateInstanceBody, ErrorCode, GpuModel, GpucloudInstance, GpucloudOffer } from './api.js';
+import { buildCatalog, agentGpuSpec, GPU_SHAPES, type CatalogOffer } from './catalog.js';
+import { FaultControl } from './faults.js';
+
+/** An answer the API gives instead of a result: HTTP status, error code and message. */
+export class ApiError extends Error {
+  constructor(readonly status: number, readonly code: ErrorCode, message: string) {
+    super(message);
+    this.name = 'ApiError';
+  }
+}
+
+export type AgentRuntime = 'process' | 'docker' | 'auto';
+
+export interface EmulatedCloudOptions {
+  bootDelayMs: number;
+  capacity: Record<GpuModel, number>;
+  workDir: string;
+  agentRuntime: AgentRuntime;
+  log: (line: string) => void;
+}
+
+interface Machine {
+  record: GpucloudInstance;
+  offer: CatalogOffer;
+  agentToken: string;
+  bootTimer: NodeJS.Timeout | null;
+  booting: Promise<void> | null;
+  agent: ChildProcess | null;
+  agentExited: Promise<void> | null;
+  lostReason: string | null;
+}
+
+const STOP_GRACE_MS = 5_000;
+const HOLDS_CAPACITY: ReadonlySet<string> = new Set(['provisioning', 'running', 'terminating']);
+
+/** The emulated cloud's instances: capacity, boot of a real agent process per instance, termination and failures. */
+export class EmulatedCloud {
+  readonly faults = new FaultControl((id) => this.kill(id));
+  private readonly catalog = buildCatalog();
+  private readonly machines = new Map<string, Machine>();
+  private readonly byClientToken = new Map<string, Machine>();
+  private closed = false;
+
+  constructor(private readonly options: EmulatedCloudOptions) {}
+
+  offers(): GpucloudOffer[] {
+    return this.catalog.map((offer) => ({
+      ...offer,
+      availability: this.hasCapacity(offer.gpu.model) ? 'available' : 'unavailable',
+    }));
+  }
+
+  /** Creates an instance, or returns the one created earlier with the same client_token (`created` false). */
+  create(body: CreateInstanceBody): { instance: GpucloudInstance; created: boolean } {
+    const earlier = this.byClientToken.get(body.client_token);
+    if (earlier) {
+      if (earlier.record.offer_id !== body.offer_id) {
+        throw new ApiError(409, 'idempotency_mismatch',
+          `client_token ${body.client_token} was already used for instance ${earlier.record.id} of offer ${earlier.record.offer_id}`);
+      }
+      return { instance: { ...earlier.record }, created: false };
+    }
+    const offer = this.catalog.find((candidate) => candidate.id === body.offer_id);
+    if (!offer) throw new ApiError(404, 'offer_not_found', `offer ${body.offer_id} does not exist`);
+    if (!this.hasCapacity(offer.gpu.model)) {
+      throw new ApiError(409, 'no_capacity', `no ${offer.gpu.model} capacity left in ${offer.region}`);
+    }
+    const now = new Date().toISOString();
+    const machine: Machine = {
+      record: {
+        id: `i-${randomBytes(8).toString('hex')}`,
+        name: body.name,
+        client_token: body.client_token,
+        offer_id: offer.id,
+        status: 'provisioning',
+        status_reason: null,
+        agent_url: null,
+        region: offer.region,
+        gpu: { ...offer.gpu },
+        price_per_hour: offer.price_per_hour,
+        created_at: now,
+        updated_at: now,
+      },
+      offer,
+      agentToken: body.agent.token,
+      bootTimer: null,
+      booting: null,
+      agent: null,
+      agentExited: null,
+      lostReason: null,
+    };
+    this.machines.set(machine.record.id, machine);
+    this.byClientToken.set(body.client_token, machine);
+    machine.bootTimer = setTimeout(() => {
+      machine.bootTimer = null;
+      machine.booting = this.boot(machine);
+    }, this.options.bootDelayMs);
+    this.options.log(`instance ${machine.record.id} (${offer.id}) provisioning`);
+    return { instance: { ...machine.record }, created: true };
+  }
+
+  get(id: string): GpucloudInstance {
+    return { ...this.machine(id).record };
+  }
+
+  list(): GpucloudInstance[] {
+    return [...this.machines.values()].map((machine) => ({ ...machine.record }));
+  }
+
+  /** Starts termination and returns at once; the instance is terminated once its agent has exited. */
+  terminate(id: string): GpucloudInstance {
+    const machine = this.machine(id);
+    const { status } = machine.record;
+    if (status === 'provisioning' && machine.bootTimer) {
+      clearTimeout(machine.bootTimer);
+      machine.bootTimer = null;
+      this.setStatus(machine, 'terminated', 'terminated by user');
+    } else if (status === 'provisioning' || status === 'running') {
+      this.setStatus(machine, 'terminating', 'terminated by user');
+      if (machine.agent) void this.stopAgent(machine);
+    }
+    return { ...machine.record };
+  }
+
+  async kill(id: string): Promise<void> {
+    const machine = this.machine(id);
+    if (machine.booting) await machine.booting;
+    if (machine.record.status !== 'running' || !machine.agent?.pid || !machine.agentExited) {
+      throw new ApiError(409, 'instance_not_running', `instance ${id} is ${machine.record.status}, not running: nothing to kill`);
+    }
+    machine.lostReason = 'the machine stopped unexpectedly';
+    signalProcessGroup(machine.agent.pid, 'SIGKILL');
+    await machine.agentExited;
+  }
+
+  /** Stops every agent and cancels pending boots. */
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const machine of this.machines.values()) {
+      if (machine.bootTimer) {
+        clearTimeout(machine.bootTimer);
+        machine.bootTimer = null;
+        this.setStatus(machine, 'terminated', 'the cloud shut down');
+      }
+    }
+    await Promise.all([...this.machines.values()].map(async (machine) => {
+      if (machine.booting) await machine.booting;
+      if (machine.agent && machine.agentExited) {
+        if (machine.record.status === 'running') this.setStatus(machine, 'terminating', 'the cloud shut down');
+        await this.stopAgent(machine);
+      }
+    }));
+  }
+
+  capacityState(): Record<string, { limit: number; used: number }> {
+    const state: Record<string, { limit: number; used: number }> = {};
+    for (const model of Object.keys(GPU_SHAPES) as GpuModel[]) {
+      state[model] = { limit: this.options.capacity[model], used: this.used(model) };
+    }
+    return state;
+  }
+
+  agentPid(id: string): number | null {
+    return this.machine(id).agent?.pid ?? null;
+  }
+
+  private machine(id: string): Machine {
+    const machine = this.machines.get(id);
+    if (!machine) throw new ApiError(404, 'instance_not_found', `instance ${id} does not exist`);
+    return machine;
+  }
+
+  private used(model: string): number {
+    let used = 0;
+    for (const machine of this.machines.values()) {
+      if (machine.offer.gpu.model === model && HOLDS_CAPACITY.has(machine.record.status)) used += 1;
+    }
+    return used;
+  }
+
+  private hasCapacity(model: GpuModel): boolean {
+    return !this.faults.isSoldOut(model) && this.used(model) < this.options.capacity[model];
+  }
+
+  private async boot(machine: Machine): Promise<void> {
+    const { id } = machine.record;
+    try {
+      const workDir = join(this.options.workDir, id);
+      await mkdir(workDir, { recursive: true });
+      const { child, url } = await startAgentProcess({
+        token: machine.agentToken,
+        instanceId: id,
+        gpu: agentGpuSpec(machine.offer),
+        runtime: this.options.agentRuntime,
+        workDir,
+        detached: true,
+      });
+      machine.agent = child;
+      machine.agentExited = new Promise((resolve) => {
+        const exited = () => {
+          this.onAgentExit(machine, child.exitCode, child.signalCode);
+          resolve();
+        };
+        if (child.exitCode !== null || child.signalCode !== null) exited();
+        else child.once('exit', exited);
+      });
+      if (machine.record.status === 'provisioning' && !this.closed) {
+        machine.record.agent_url = url;
+        this.setStatus(machine, 'running', null);
+        this.options.log(`instance ${id} running, agent at ${url}`);
+      } else {
+        await this.stopAgent(machine);
+      }
+    } catch (error) {
+      if (machine.record.status === 'provisioning') {
+        this.setStatus(machine, 'failed', `the machine failed to boot: ${(error as Error).message}`);
+      } else {
+        this.setStatus(machine, 'terminated', machine.record.status_reason);
+      }
+    } finally {
+      machine.booting = null;
+    }
+  }
+
+  private async stopAgent(machine: Machine): Promise<void> {
+    if (!machine.agent?.pid || !machine.agentExited) return;
+    await stopProcessGroup(machine.agent.pid, STOP_GRACE_MS, machine.agentExited);
+  }
+
+  private onAgentExit(machine: Machine, code: number | null, signal: NodeJS.Signals | null): void {
+    machine.record.agent_url = null;
+    if (machine.record.status === 'terminating' || this.closed) {
+      this.setStatus(machine, 'terminated', machine.record.status_reason);
+      return;
+    }
+    if (machine.record.status !== 'running') return;
+    const how = signal ? `signal ${signal}` : `code ${code}`;
+    this.setStatus(machine, 'failed', machine.lostReason ?? `the instance's agent exited on its own (${how})`);
+  }
+
+  private setStatus(machine: Machine, status: GpucloudInstance['status'], reason: string | null): void {
+    machine.record.status = status;
+    machine.record.status_reason = reason;
+    machine.record.updated_at = new Date().toISOString();
+    if (status !== 'provisioning' && status !== 'running') {
+      this.options.log(`instance ${machine.record.id} ${status}${reason ? `: ${reason}` : ''}`);
+    }
+  }
+}

@@ -1,0 +1,113 @@
+import type { CAC } from 'cac';
+import { GPU_MODELS } from '../../backends/gpucloud/api.js';
+import { DEFAULT_CAPACITY_PER_MODEL, startEmulator, type EmulatorOptions } from '../../backends/gpucloud/emulator.js';
+
+interface EmulatorFlags {
+  port: unknown;
+  host: unknown;
+  apiKey?: unknown;
+  bootDelay: unknown;
+  capacity: unknown;
+  soldOut?: unknown;
+  runtime: unknown;
+  workDir?: unknown;
+}
+
+const RUNTIMES = ['process', 'docker', 'auto'] as const;
+const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000 };
+
+export function registerGpucloudEmulator(cli: CAC): void {
+  cli.command('gpucloud-emulator', 'Serve an emulated gpucloud API on this machine; every instance boots as a real agent process')
+    .option('--port <port>', 'Port to listen on', { default: 8090 })
+    .option('--host <host>', 'Address to listen on', { default: '127.0.0.1' })
+    .option('--api-key <key>', 'API key clients must send (default: a random one, printed)')
+    .option('--boot-delay <duration>', 'How long an instance provisions before its agent starts, e.g. 500ms, 3s', { default: '3s' })
+    .option('--capacity <n>', 'Instances per GPU model that may exist at once', { default: DEFAULT_CAPACITY_PER_MODEL })
+    .option('--sold-out <models>', `GPU models without capacity: a comma list of ${GPU_MODELS.join(', ')}, or *`)
+    .option('--runtime <runtime>', 'How agents run jobs: process, docker or auto', { default: 'process' })
+    .option('--work-dir <dir>', 'Folder for the agents\' files (default: a temporary folder, removed on exit)')
+    .example('orchestrator gpucloud-emulator --boot-delay 1s --capacity 2 --sold-out H200')
+    .action(async (flags: EmulatorFlags) => {
+      try {
+        await runEmulator(flags);
+      } catch (error) {
+        console.error(`error: ${(error as Error).message}`);
+        process.exitCode = 1;
+      }
+    });
+}
+
+async function runEmulator(flags: EmulatorFlags): Promise<void> {
+  const options = emulatorOptions(flags);
+  const soldOut = parseModels(flags.soldOut);
+  const emulator = await startEmulator({
+    ...options,
+    log: (line) => console.log(`${new Date().toISOString()} ${line}`),
+  });
+  for (const model of soldOut) emulator.faults.noCapacity.add(model);
+  const generatedKey = options.apiKey === undefined;
+  console.log(`gpucloud emulator listening on ${emulator.url}`);
+  if (generatedKey) console.log(`API key: ${emulator.apiKey}`);
+  console.log([
+    '',
+    'Add this backend to the server\'s config.yml:',
+    'projects:',
+    '- name: main',
+    '  backends:',
+    '  - type: gpucloud',
+    `    api_url: ${emulator.url}`,
+    '    creds:',
+    '      type: api_key',
+    `      api_key: ${generatedKey ? emulator.apiKey : '<the key given with --api-key>'}`,
+    '',
+  ].join('\n'));
+  await new Promise<void>((resolve) => {
+    const stop = (signal: NodeJS.Signals) => {
+      console.log(`${signal}: stopping all instances`);
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      resolve();
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+  });
+  await emulator.close();
+}
+
+function emulatorOptions(flags: EmulatorFlags): EmulatorOptions {
+  const port = Number(flags.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port must be a port number, got ${String(flags.port)}`);
+  const capacityPerModel = Number(flags.capacity);
+  if (!Number.isInteger(capacityPerModel) || capacityPerModel < 0) {
+    throw new Error(`--capacity must be a whole number >= 0, got ${String(flags.capacity)}`);
+  }
+  const runtime = String(flags.runtime);
+  if (!(RUNTIMES as readonly string[]).includes(runtime)) throw new Error(`--runtime must be one of ${RUNTIMES.join(', ')}, got ${runtime}`);
+  return {
+    port,
+    host: String(flags.host),
+    ...(flags.apiKey === undefined ? {} : { apiKey: String(flags.apiKey) }),
+    bootDelayMs: parseDurationMs(String(flags.bootDelay)),
+    capacity: Object.fromEntries(GPU_MODELS.map((model) => [model, capacityPerModel])),
+    agentRuntime: runtime as typeof RUNTIMES[number],
+    ...(flags.workDir === undefined ? {} : { workDir: String(flags.workDir) }),
+  };
+}
+
+/** "3s", "500ms", "1m", or a bare number of seconds. */
+function parseDurationMs(text: string): number {
+  const match = /^(\d+(?:\.\d+)?)(ms|s|m)?$/.exec(text.trim());
+  if (!match) throw new Error(`invalid duration ${JSON.stringify(text)}: use e.g. 500ms, 3s or 1m`);
+  return Math.round(Number(match[1]) * DURATION_UNITS_MS[match[2] ?? 's']!);
+}
+
+function parseModels(value: unknown): string[] {
+  if (value === undefined) return [];
+  const models = String(value).split(',').map((model) => model.trim()).filter(Boolean);
+  for (const model of models) {
+    if (model !== '*' && !(GPU_MODELS as readonly string[]).includes(model)) {
+      throw new Error(`--sold-out: unknown GPU model ${model} (known: ${GPU_MODELS.join(', ')}, or *)`);
+    }
+  }
+  return models;
+}
