@@ -1,6 +1,7 @@
 """Serves ui.py's app around the seeded test pipeline on a free loopback port, for the page test.
 
-Prints "listening on http://127.0.0.1:PORT" once the socket is bound; takes server.py's flags.
+Prints "listening on http://127.0.0.1:PORT" once the socket is bound; takes server.py's flags
+but --host and --port, since it always listens on a free loopback port.
 """
 
 import argparse
