@@ -49,6 +49,15 @@ describe('agent (docker runtime, against Podman)', function () {
     if (scratch) rmSync(scratch, { recursive: true, force: true });
   });
 
+  it('chooses the docker runtime by itself when an engine answers', async () => {
+    const auto = await startAgent({ token, runtime: 'auto', dockerHost, instanceId: `${instanceId}-auto`, workDir: join(scratch, 'auto') });
+    try {
+      expect((await new AgentClient(auto.url, token).health()).runtime).to.equal('docker');
+    } finally {
+      await auto.close();
+    }
+  });
+
   it('runs a job in a container: env, files, working directory, tagged logs and exit code', async () => {
     const job = submission({
       image: TEST_IMAGE,

@@ -64,6 +64,19 @@ describe('agent (process runtime)', function () {
     expect(health.jobs).to.include(job.jobId);
   });
 
+  it('falls back to the process runtime when no engine answers, and refuses docker then', async () => {
+    const dockerHost = `unix://${join(scratch, 'no-engine.sock')}`;
+    const auto = await startAgent({ token, runtime: 'auto', dockerHost, workDir: join(scratch, 'auto') });
+    try {
+      expect((await new AgentClient(auto.url, token).health()).runtime).to.equal('process');
+    } finally {
+      await auto.close();
+    }
+    let failure: unknown;
+    await startAgent({ token, runtime: 'docker', dockerHost, workDir: join(scratch, 'docker') }).catch((error: unknown) => { failure = error; });
+    expect((failure as Error).message).to.equal(`no Docker Engine API answers at ${dockerHost}`);
+  });
+
   it('runs commands with the orchestrator variables, the spec env and the uploaded files, without the agent token', async () => {
     const absolute = join(scratch, 'absolute', 'config.txt');
     const job = submission({
