@@ -9,8 +9,11 @@ import {
 /** How long output may keep flowing after the job's shell ended, from processes that left its group. */
 const PIPE_DRAIN_MS = 2000;
 
-/** Variables of the agent's own environment that a job must never inherit. */
-const PRIVATE_VARIABLES = ['ORCHESTRATOR_AGENT_TOKEN'];
+/**
+ * The agent's own settings (its token; on the local backend also the server's, such as the database
+ * URL) share this prefix. Jobs inherit the rest of the agent's environment, never these.
+ */
+const PRIVATE_PREFIX = 'ORCHESTRATOR_';
 
 /**
  * Runs each job as `sh -c` on this machine, in its own process group so that a stop reaches every
@@ -31,8 +34,8 @@ export class ProcessRuntime implements JobRuntime {
     }
     if (context.cancelled()) throw new JobStartError('stopped before it started');
 
-    const env: NodeJS.ProcessEnv = { ...process.env, ...jobEnvironment(submission) };
-    for (const name of PRIVATE_VARIABLES) delete env[name];
+    const inherited = Object.entries(process.env).filter(([name]) => !name.startsWith(PRIVATE_PREFIX));
+    const env: NodeJS.ProcessEnv = { ...Object.fromEntries(inherited), ...jobEnvironment(submission) };
     const child = spawn('/bin/sh', ['-c', jobScript(submission)], {
       cwd: workingDir, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -77,7 +77,10 @@ describe('agent (process runtime)', function () {
     expect((failure as Error).message).to.equal(`no Docker Engine API answers at ${dockerHost}`);
   });
 
-  it('runs commands with the orchestrator variables, the spec env and the uploaded files, without the agent token', async () => {
+  it('runs commands with the orchestrator variables, the spec env and the uploaded files, without the agent\'s secrets', async () => {
+    process.env.ORCHESTRATOR_AGENT_TOKEN = token;
+    process.env.ORCHESTRATOR_DATABASE_URL = 'postgres://user:password@127.0.0.1/db';
+    process.env.AGENT_TEST_INHERITED = 'inherited';
     const absolute = join(scratch, 'absolute', 'config.txt');
     const job = submission({
       runName: 'train-7',
@@ -91,15 +94,22 @@ describe('agent (process runtime)', function () {
       ],
       commands: [
         'echo "gpus=$ORCHESTRATOR_GPUS_NUM run=$ORCHESTRATOR_RUN_NAME greeting=$GREETING"',
-        'echo "token=${ORCHESTRATOR_AGENT_TOKEN:-absent}"',
+        'echo "token=${ORCHESTRATOR_AGENT_TOKEN:-absent} database=${ORCHESTRATOR_DATABASE_URL:-absent} other=$AGENT_TEST_INHERITED"',
         'cat data/input.txt',
         './run.sh',
       ],
     });
-    await client.submit(job);
+    try {
+      await client.submit(job);
+      await waitForState(client, job.jobId, ['exited']);
+    } finally {
+      delete process.env.ORCHESTRATOR_AGENT_TOKEN;
+      delete process.env.ORCHESTRATOR_DATABASE_URL;
+      delete process.env.AGENT_TEST_INHERITED;
+    }
     const lines = (await collectLogs(client, job.jobId)).map((entry) => entry.text);
     expect(lines[0]).to.equal('gpus=3 run=train-7 greeting=hello world');
-    expect(lines[1]).to.equal('token=absent');
+    expect(lines[1]).to.equal('token=absent database=absent other=inherited');
     expect(lines[2]).to.equal('line from a file');
     expect(lines[3]).to.match(/^script ran in \/.*\/project$/);
     expect(readFileSync(absolute, 'utf8')).to.equal('absolute content');
