@@ -72,7 +72,7 @@ export class DockerRuntime implements JobRuntime {
     return this.follow(container, context.log, new Date().toISOString());
   }
 
-  async recover(openLog: (jobId: string) => { log: JobLog }): Promise<RecoveredJob[]> {
+  async recover(openLog: (jobId: string) => JobLog): Promise<RecoveredJob[]> {
     const { docker, instanceId, logger } = this.options;
     const containers = await docker.listContainers({ all: true, filters: { label: [`${LABELS.instanceId}=${instanceId}`] } });
     const recovered: RecoveredJob[] = [];
@@ -91,7 +91,7 @@ export class DockerRuntime implements JobRuntime {
       const details = await container.inspect();
       const startedAt = engineTime(details.State.StartedAt) ?? new Date().toISOString();
       logger.info('re-attached to a container', { jobId, container: info.Id, state: info.State });
-      recovered.push({ jobId, execution: this.follow(container, openLog(jobId).log, startedAt) });
+      recovered.push({ jobId, execution: this.follow(container, openLog(jobId), startedAt) });
     }
     return recovered;
   }

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { Logger } from 'winston';
 import type { JobState, JobStatus, JobSubmission, LogsPage } from '../api/agent.js';
 import { JobLog } from './job-log.js';
+import type { StopRequest } from './requests.js';
 import { JobStartError, type JobExecution, type JobRuntime } from './runtime.js';
 
 export const DEFAULT_GRACE_SECONDS = 10;
@@ -23,11 +24,6 @@ interface Job {
   killTimer: NodeJS.Timeout | null;
 }
 
-export interface StopOptions {
-  abort?: boolean;
-  graceSeconds?: number;
-}
-
 export type RemoveOutcome = 'removed' | 'unknown' | 'running';
 
 /** The jobs of this agent: their lifecycle on a runtime, their logs and their stop. */
@@ -43,10 +39,7 @@ export class JobManager {
 
   /** Takes over the jobs a previous agent left running (containers found by their labels). */
   async recover(): Promise<void> {
-    const recovered = await this.runtime.recover((jobId) => {
-      const job = this.track(jobId);
-      return { log: job.log, dir: job.dir };
-    });
+    const recovered = await this.runtime.recover((jobId) => this.track(jobId).log);
     for (const { jobId, execution } of recovered) this.attach(this.jobs.get(jobId)!, execution);
   }
 
@@ -80,7 +73,7 @@ export class JobManager {
   }
 
   /** SIGTERM, then SIGKILL after the grace period; `abort` kills at once. Stopping a finished job changes nothing. */
-  stop(jobId: string, options: StopOptions): JobStatus | undefined {
+  stop(jobId: string, options: StopRequest): JobStatus | undefined {
     const job = this.jobs.get(jobId);
     if (!job) return undefined;
     if (FINAL_STATES.includes(job.status.state)) return { ...job.status };

@@ -41,7 +41,7 @@ export interface JobRuntime {
   /** Throws JobStartError when the job cannot start (bad image, unwritable file...). */
   start(context: JobContext): Promise<JobExecution>;
   /** Jobs of this instance that outlived a previous agent; `openLog` gives each its (fresh) log. */
-  recover(openLog: (jobId: string) => { log: JobLog; dir: string }): Promise<RecoveredJob[]>;
+  recover(openLog: (jobId: string) => JobLog): Promise<RecoveredJob[]>;
   /** Removes what the runtime keeps for a finished job (its container). */
   remove(jobId: string): Promise<void>;
   /** Stops following jobs; the process runtime also kills them, containers keep running. */
