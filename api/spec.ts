@@ -162,6 +162,13 @@ const runCommon = {
   env: Type.Optional(Env),
 };
 
+/** What reaches the container besides the image: local files, repos, and where the commands start. */
+const workspace = {
+  files: Type.Optional(Type.Array(Type.String(checked('file-mapping', 'a path or a mapping such as "data:/workflow/data"', 'path, or local:remote')), { description: 'Local files and directories to copy into the container' })),
+  repos: Type.Optional(Type.Array(Repo)),
+  working_dir: Type.Optional(Type.String({ minLength: 1, description: 'Directory the commands start in' })),
+};
+
 export const FleetSpec = Type.Object({
   type: Type.Literal('fleet'),
   name: Name,
@@ -189,9 +196,7 @@ export const TaskSpec = Type.Object({
   image: Type.Optional(Image),
   registry_auth: Type.Optional(RegistryAuth),
   python: Type.Optional(Python),
-  files: Type.Optional(Type.Array(Type.String(checked('file-mapping', 'a path or a mapping such as "data:/workflow/data"', 'path, or local:remote')), { description: 'Local files and directories to copy into the container' })),
-  repos: Type.Optional(Type.Array(Repo)),
-  working_dir: Type.Optional(Type.String({ minLength: 1, description: 'Directory the commands start in' })),
+  ...workspace,
   commands: Type.Optional(Commands),
   ports: Type.Optional(Type.Array(PortMapping)),
   max_duration: Type.Optional(durationOrOff('Stop the run after this long')),
@@ -203,6 +208,7 @@ export type TaskSpec = Static<typeof TaskSpec>;
 export const ServiceSpec = Type.Object({
   type: Type.Literal('service'),
   ...runCommon,
+  ...workspace,
   image: Type.Optional(Image),
   commands: Type.Optional(Commands),
   port: Type.Integer({ minimum: 1, maximum: 65535, description: 'Port the commands listen on' }),

@@ -20,7 +20,7 @@ export class RunController extends LeasedController<RunRecord> {
   readonly name = 'run';
 
   constructor(db: Db, owner: string, logger: Logger) {
-    super(db, owner, logger, { table: 'runs', channel: CHANNELS.runs, where: `status IN ('provisioning', 'running', 'terminating')` });
+    super(db, owner, logger, { table: 'runs', channel: CHANNELS.runs, where: `status IN ('provisioning', 'running', 'terminating')`, leaseMs: 15_000 });
   }
 
   protected toRecord(row: Row): RunRecord {
@@ -153,7 +153,7 @@ export class RunController extends LeasedController<RunRecord> {
 }
 
 export function agentOf(instance: InstanceRecord): AgentClient {
-  return new AgentClient(instance.agentUrl!, instance.agentToken, { timeoutMs: 10_000 });
+  return new AgentClient(instance.agentUrl!, instance.agentToken, { timeoutMs: 5000 });
 }
 
 function isFinished(job: JobStatus): boolean {

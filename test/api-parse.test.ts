@@ -247,7 +247,7 @@ describe('api: validating JSON specs', () => {
       'port: expected an integer from 1 to 65535, got "http"',
       'commands[1]: expected a string, got 1',
       'resources.gpu: unknown GPU model "H10"; did you mean "H100"?',
-      'extra: unknown field; expected one of type, name, priority, resources, env, image, commands, port, model, volumes, replicas, scaling, auth, probes',
+      'extra: unknown field; expected one of type, name, priority, resources, env, files, repos, working_dir, image, commands, port, model, volumes, replicas, scaling, auth, probes',
     ]);
   });
 

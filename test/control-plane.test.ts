@@ -161,7 +161,7 @@ for (const kind of DATABASE_KINDS) {
 
       const startServerProcess = async (port: number) => {
         child = spawn(process.execPath, ['dist/cli/main.js', 'server', '--port', String(port)], {
-          env: { ...process.env, ORCHESTRATOR_SERVER_DIR: dir, ORCHESTRATOR_SERVER_ADMIN_TOKEN: 'crash-admin', ORCHESTRATOR_DATABASE_URL: databaseUrl ?? '', ORCHESTRATOR_LOG_LEVEL: 'error' },
+          env: { ...process.env, ORCHESTRATOR_SERVER_DIR: dir, ORCHESTRATOR_SERVER_ADMIN_TOKEN: 'crash-admin', ORCHESTRATOR_DATABASE_URL: databaseUrl ?? '', ORCHESTRATOR_LOG_LEVEL: process.env.ORCHESTRATOR_LOG_LEVEL ?? 'error' },
           stdio: ['ignore', 'pipe', 'inherit'],
         });
         await new Promise<void>((resolve, reject) => {
