@@ -1,4 +1,5 @@
 import type { CAC } from 'cac';
+import { parseDuration } from '../../api/duration.js';
 import { GPU_MODELS } from '../../backends/gpucloud/api.js';
 import { DEFAULT_CAPACITY_PER_MODEL, startEmulator, type EmulatorOptions } from '../../backends/gpucloud/emulator.js';
 
@@ -14,7 +15,6 @@ interface EmulatorFlags {
 }
 
 const RUNTIMES = ['process', 'docker', 'auto'] as const;
-const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000 };
 
 export function registerGpucloudEmulator(cli: CAC): void {
   cli.command('gpucloud-emulator', 'Serve an emulated gpucloud API on this machine; every instance boots as a real agent process')
@@ -87,18 +87,17 @@ function emulatorOptions(flags: EmulatorFlags): EmulatorOptions {
     port,
     host: String(flags.host),
     ...(flags.apiKey === undefined ? {} : { apiKey: String(flags.apiKey) }),
-    bootDelayMs: parseDurationMs(String(flags.bootDelay)),
+    bootDelayMs: parseDelayMs(String(flags.bootDelay)),
     capacity: Object.fromEntries(GPU_MODELS.map((model) => [model, capacityPerModel])),
     agentRuntime: runtime as typeof RUNTIMES[number],
     ...(flags.workDir === undefined ? {} : { workDir: String(flags.workDir) }),
   };
 }
 
-/** "3s", "500ms", "1m", or a bare number of seconds. */
-function parseDurationMs(text: string): number {
-  const match = /^(\d+(?:\.\d+)?)(ms|s|m)?$/.exec(text.trim());
-  if (!match) throw new Error(`invalid duration ${JSON.stringify(text)}: use e.g. 500ms, 3s or 1m`);
-  return Math.round(Number(match[1]) * DURATION_UNITS_MS[match[2] ?? 's']!);
+/** A duration as `orchestrator` reads them (3s, 1m, a bare number of seconds), or milliseconds such as 500ms. */
+function parseDelayMs(text: string): number {
+  const milliseconds = /^(\d+)ms$/.exec(text.trim());
+  return milliseconds ? Number(milliseconds[1]) : parseDuration(text) * 1000;
 }
 
 function parseModels(value: unknown): string[] {
