@@ -1,4 +1,5 @@
 import type { Context, Next } from 'koa';
+import { isDnsLabel } from '../api/names.js';
 import type { Queryable } from '../store/db.js';
 import { getProject, isMember, userByToken, type ProjectRecord, type UserRecord } from '../store/projects.js';
 import { HttpError, notFound } from './http-errors.js';
@@ -22,7 +23,7 @@ export function authMiddleware(db: Queryable) {
 
 /** The project named in the path, when it exists (404) and the caller is a member of it (403). */
 export async function projectFor(db: Queryable, ctx: Context, name: string): Promise<ProjectRecord> {
-  const project = await getProject(db, name);
+  const project = isDnsLabel(name) ? await getProject(db, name) : null;
   if (!project) throw notFound(`project ${name} not found`);
   if (!(await isMember(db, project.id, (ctx.state as AuthState).user))) {
     throw new HttpError(403, 'forbidden', `you are not a member of project ${name}`);

@@ -1,5 +1,6 @@
 import { isDeepStrictEqual } from 'node:util';
 import Router from '@koa/router';
+import { isDnsLabel } from '../../api/names.js';
 import type { FleetPlan } from '../../api/objects.js';
 import { describeRequirement, offerSatisfies } from '../../api/resources.js';
 import { CHANNELS } from '../../controllers/manager.js';
@@ -17,6 +18,12 @@ export function fleetRoutes(server: ServerContext): Router {
   const router = new Router({ prefix: '/api/projects/:project/fleets' });
   const view = async (project: ProjectRecord, fleet: FleetRecord) =>
     fleetView(fleet, project.name, await listInstanceViews(db, project.id, { fleetId: fleet.id, includeTerminated: false }));
+
+  const fleetFor = async (project: ProjectRecord, name: string) => {
+    const fleet = isDnsLabel(name) ? await getLiveFleet(db, project.id, name) : null;
+    if (!fleet) throw notFound(`fleet ${name} not found in project ${project.name}`);
+    return fleet;
+  };
 
   router.post('/plan', async (ctx) => {
     const project = await projectFor(db, ctx, ctx.params.project);
@@ -57,15 +64,13 @@ export function fleetRoutes(server: ServerContext): Router {
 
   router.get('/:name', async (ctx) => {
     const project = await projectFor(db, ctx, ctx.params.project);
-    const fleet = await getLiveFleet(db, project.id, ctx.params.name);
-    if (!fleet) throw notFound(`fleet ${ctx.params.name} not found in project ${project.name}`);
+    const fleet = await fleetFor(project, ctx.params.name);
     ctx.body = await view(project, fleet);
   });
 
   router.delete('/:name', async (ctx) => {
     const project = await projectFor(db, ctx, ctx.params.project);
-    const fleet = await getLiveFleet(db, project.id, ctx.params.name);
-    if (!fleet) throw notFound(`fleet ${ctx.params.name} not found in project ${project.name}`);
+    const fleet = await fleetFor(project, ctx.params.name);
     await requestFleetDeletion(db, fleet.id);
     await recordEvent(db, { projectId: project.id, objectKind: 'fleet', objectId: fleet.id, objectName: fleet.name, reason: 'Deleting', message: 'deletion requested' });
     await db.notify(CHANNELS.fleets);

@@ -1,4 +1,5 @@
 import Router from '@koa/router';
+import { isDnsLabel } from '../../api/names.js';
 import type { ServerInfo } from '../../api/objects.js';
 import { normalizeResources } from '../../api/resources.js';
 import { offerSatisfies } from '../../api/resources.js';
@@ -73,6 +74,7 @@ export function projectRoutes(server: ServerContext): Router {
     const after = ctx.query.after === undefined ? 0 : Number(ctx.query.after);
     if (!Number.isInteger(after) || after < 0) throw badRequest('after: expected a whole number of 0 or more');
     const objectName = typeof ctx.query.object === 'string' ? ctx.query.object : undefined;
+    if (objectName !== undefined && !isDnsLabel(objectName)) throw badRequest('object: expected the name of a run, fleet or instance');
     ctx.body = await listEvents(db, project.id, { after, objectName });
   });
   return router;

@@ -1,7 +1,7 @@
 import Router from '@koa/router';
 import { Value } from '@sinclair/typebox/value';
 import { JobSubmission } from '../../api/agent.js';
-import { randomRunName } from '../../api/names.js';
+import { isDnsLabel, randomRunName } from '../../api/names.js';
 import type { RunPlan } from '../../api/objects.js';
 import { describeRequirement, intersectRequirements, normalizeResources, offerSatisfies } from '../../api/resources.js';
 import type { RunSpec } from '../../api/spec.js';
@@ -93,7 +93,7 @@ export function runRoutes(server: ServerContext): Router {
 
 export async function runFor(server: ServerContext, ctx: Parameters<typeof projectFor>[1], projectName: string, runName: string): Promise<{ project: ProjectRecord; run: RunRecord }> {
   const project = await projectFor(server.db, ctx, projectName);
-  const run = await getRunByName(server.db, project.id, runName);
+  const run = isDnsLabel(runName) ? await getRunByName(server.db, project.id, runName) : null;
   if (!run) throw notFound(`run ${runName} not found in project ${project.name}`);
   return { project, run };
 }

@@ -1,0 +1,78 @@
+import { expect } from 'chai';
+import fc from 'fast-check';
+import { DATABASE_KINDS } from './helpers/databases.js';
+import { LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
+
+const segment = fc.oneof(
+  fc.constantFrom('main', 'nope', 'local', 'hello', '', '..', '%00', 'a'.repeat(300), '%E0%A4%A', '💥'),
+  fc.string({ maxLength: 12 }).map(encodeURIComponent),
+);
+
+const path = fc.oneof(
+  fc.tuple(fc.constantFrom(
+    '/api/projects/:p', '/api/projects/:p/fleets', '/api/projects/:p/fleets/plan', '/api/projects/:p/fleets/apply',
+    '/api/projects/:p/fleets/:n', '/api/projects/:p/runs', '/api/projects/:p/runs/plan', '/api/projects/:p/runs/apply',
+    '/api/projects/:p/runs/:n', '/api/projects/:p/runs/:n/stop', '/api/projects/:p/runs/:n/logs', '/api/projects/:p/runs/:n/metrics',
+    '/api/projects/:p/offers', '/api/projects/:p/instances', '/api/projects/:p/events', '/api/projects/:p/members', '/api/users',
+    '/api/server/info', '/api/projects', '/api', '/nowhere',
+  ), segment, segment).map(([template, p, n]) => template.replace(':p', p).replace(':n', n)),
+  fc.webPath(),
+);
+
+const query = fc.dictionary(fc.constantFrom('after', 'follow', 'all', 'backend', 'gpu', 'object'), fc.oneof(fc.string({ maxLength: 8 }), fc.constantFrom('-1', '1e9', 'true', 'H100:8', 'NaN')), { maxKeys: 3 })
+  .map((q) => new URLSearchParams(q).toString());
+
+const specLike = fc.record({
+  type: fc.oneof(fc.constantFrom('task', 'fleet', 'service', 'dev-environment', 'nonsense'), fc.anything()),
+  name: fc.oneof(fc.constantFrom('hello', 'Bad_Name', ''), fc.anything()),
+  commands: fc.oneof(fc.array(fc.string(), { maxLength: 3 }), fc.anything()),
+  nodes: fc.oneof(fc.constantFrom('0..1', '2..1', 'x'), fc.integer(), fc.anything()),
+  resources: fc.oneof(fc.record({ gpu: fc.oneof(fc.constantFrom('H100:2', 'H10', '24GB..', '1..0'), fc.anything()) }), fc.anything()),
+  port: fc.oneof(fc.integer(), fc.anything()),
+  env: fc.anything(),
+}, { requiredKeys: [] });
+
+const body = fc.oneof(
+  fc.constant(undefined),
+  fc.record({ spec: fc.oneof(specLike, fc.anything()), files: fc.anything(), abort: fc.anything(), name: fc.anything(), user: fc.anything() }, { requiredKeys: [] }).map((b) => JSON.stringify(b)),
+  fc.jsonValue().map((v) => JSON.stringify(v)),
+  fc.string({ maxLength: 40 }),
+);
+
+for (const kind of DATABASE_KINDS) {
+  describe(`management API under random requests on ${kind}`, function () {
+    this.timeout(120_000);
+    let server: TestServer;
+    before(async () => { server = await startTestServer(kind, LOCAL_CONFIG); });
+    after(async () => { await server.stop(); });
+
+    it('never answers 5xx to anything a client can send, and always in the one error shape', async () => {
+      await fc.assert(fc.asyncProperty(
+        fc.constantFrom('GET', 'POST', 'DELETE', 'PUT', 'PATCH'), path, query,
+        fc.oneof(fc.constant(`Bearer ${server.adminToken}`), fc.constant('Bearer wrong'), fc.constant(''), fc.string({ maxLength: 20 })),
+        body,
+        async (method, p, q, authorization, payload) => {
+          const response = await fetch(`${server.url}${p}${q && !q.includes('follow') ? `?${q}` : ''}`, {
+            method,
+            headers: { ...(authorization ? { authorization } : {}), 'content-type': 'application/json' },
+            body: method === 'GET' ? undefined : payload,
+          });
+          const text = await response.text();
+          expect(response.status, `${method} ${p} ${payload} → ${text}`).to.be.lessThan(500);
+          if (response.status >= 400) expect(JSON.parse(text).error).to.have.keys(text.includes('"details"') ? ['code', 'message', 'details'] : ['code', 'message']);
+        }), { numRuns: 300 });
+    });
+
+    it('answers 401 without a valid token, 404 for an unknown project or run, 403 outside a project, 409 and 422 for conflicts and bad specs', async () => {
+      expect((await server.api('GET', '/api/projects/main/runs', undefined, 'nope')).status).to.equal(401);
+      expect((await server.api('GET', '/api/projects/unknown/runs')).status).to.equal(404);
+      expect((await server.api('GET', '/api/projects/main/runs/unknown')).status).to.equal(404);
+      const { body: outsider } = await server.api('POST', '/api/users', { name: 'outsider' });
+      expect((await server.api('GET', '/api/projects/main/runs', undefined, outsider.token)).status).to.equal(403);
+      const bad = await server.api('POST', '/api/projects/main/runs/apply', { spec: { type: 'task', commands: ['true'], resources: { gpu: 'H10' } } });
+      expect(bad.status).to.equal(422);
+      expect(bad.body.error.message).to.include('did you mean "H100"');
+      expect((await server.api('POST', '/api/users', { name: 'outsider' })).status).to.equal(409);
+    });
+  });
+}
