@@ -1,0 +1,72 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { LogLine, Run } from '../api/objects.js';
+import { FINISHED_RUN_STATUSES } from '../api/status.js';
+import type { ApiClient } from './client.js';
+import { CliError } from './errors.js';
+import type { StatusDisplay } from './progress.js';
+
+const RECONNECT_DELAY_MS = 1000;
+const MAX_BROKEN_STREAMS = 3;
+
+export type FollowOutcome = { kind: 'finished'; run: Run } | { kind: 'interrupted' };
+
+export function isFinished(run: Pick<Run, 'status'>): boolean {
+  return FINISHED_RUN_STATUSES.includes(run.status);
+}
+
+export function runPath(client: ApiClient, name: string, rest = ''): string {
+  return client.projectPath(`/runs/${encodeURIComponent(name)}${rest}`);
+}
+
+export function writeLogLine(line: LogLine): void {
+  (line.stream === 'stderr' ? process.stderr : process.stdout).write(`${line.text}\n`);
+}
+
+/**
+ * Streams a run's logs (stdout lines to stdout, stderr lines to stderr) and, when `display` is given,
+ * its status changes, until the run finishes or the user presses Ctrl-C. A stream the server ends
+ * early is picked up again after the last line printed, so no line shows twice.
+ */
+export async function followRun(client: ApiClient, name: string, display: StatusDisplay | null): Promise<FollowOutcome> {
+  const controller = new AbortController();
+  const interrupt = () => controller.abort();
+  process.on('SIGINT', interrupt);
+  let after = 0;
+  let broken = 0;
+  try {
+    for (;;) {
+      try {
+        for await (const item of client.stream(runPath(client, name, `/logs?follow=true&after=${after}`), controller.signal)) {
+          if (item.type === 'status') {
+            display?.update(item.status, item.statusMessage);
+          } else {
+            after = item.line.seq;
+            if (display) display.around(() => writeLogLine(item.line));
+            else writeLogLine(item.line);
+          }
+        }
+      } catch (error) {
+        if (controller.signal.aborted) return { kind: 'interrupted' };
+        if (!(error instanceof CliError) || error.message.startsWith('cannot reach') || ++broken > MAX_BROKEN_STREAMS) throw error;
+      }
+      if (controller.signal.aborted) return { kind: 'interrupted' };
+      const run = await client.get<Run>(runPath(client, name));
+      if (isFinished(run)) {
+        display?.update(run.status, run.statusMessage);
+        return { kind: 'finished', run };
+      }
+      await sleep(RECONNECT_DELAY_MS, undefined, { signal: controller.signal }).catch(() => undefined);
+      if (controller.signal.aborted) return { kind: 'interrupted' };
+    }
+  } finally {
+    process.off('SIGINT', interrupt);
+    display?.stop();
+  }
+}
+
+/** The exit code that stands for how a run ended: 0 when done, the task's own code when it failed with one, else 1. */
+export function exitCodeOf(run: Run): number {
+  if (run.status === 'done') return 0;
+  if (run.status === 'failed' && run.exitCode !== null && run.exitCode > 0) return Math.min(run.exitCode, 255);
+  return 1;
+}

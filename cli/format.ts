@@ -1,0 +1,35 @@
+import { formatGpu } from '../api/resources.js';
+import type { GpuInfo } from '../api/offer.js';
+
+export { formatSize } from '../api/resources.js';
+
+/** `$2.5` per hour; `-` when unknown. */
+export function formatPrice(pricePerHour: number | null | undefined): string {
+  if (pricePerHour === null || pricePerHour === undefined) return '-';
+  return `$${Number(pricePerHour.toFixed(4))}`;
+}
+
+/** `H100:80GB:2`; `-` for no GPU or unknown. */
+export function formatGpuInfo(gpu: GpuInfo | null | undefined): string {
+  return gpu ? formatGpu(gpu) : '-';
+}
+
+/** `12s ago`, `5m ago`, `3h ago`, `2d ago`. */
+export function formatAge(timestamp: string, now = Date.now()): string {
+  const seconds = Math.max(0, Math.round((now - Date.parse(timestamp)) / 1000));
+  if (seconds < 60) return `${seconds}s ago`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)}m ago`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ago`;
+  return `${Math.floor(seconds / 86400)}d ago`;
+}
+
+/** `2026-01-31 14:05:09` in local time. */
+export function formatTime(timestamp: string): string {
+  const date = new Date(timestamp);
+  const pad = (n: number) => String(n).padStart(2, '0');
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())} ${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+}
+
+export function printJson(value: unknown): void {
+  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+}

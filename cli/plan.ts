@@ -1,0 +1,53 @@
+import type { FleetPlan, RunPlan } from '../api/objects.js';
+import type { FleetSpec, RunSpec } from '../api/spec.js';
+import { formatGpuInfo, formatPrice, formatSize } from './format.js';
+import { outputWidth, renderTable } from './table.js';
+
+const INDENT = '    ';
+
+function field(label: string, value = ''): string {
+  return `  ${label.padEnd(12)} ${value}`.trimEnd() + '\n';
+}
+
+function indented(table: string): string {
+  return table.split('\n').filter((line) => line !== '').map((line) => `${INDENT}${line}\n`).join('');
+}
+
+function offersTable(offers: FleetPlan['offers'] | RunPlan['offers'], stream: NodeJS.WriteStream): string {
+  const withFleet = offers.some((o) => 'fleet' in o);
+  const headers = [...(withFleet ? ['fleet'] : []), 'backend', 'gpu', 'cpus', 'memory', 'disk', 'region', '$/h', 'availability'];
+  const rows = offers.map((o) => [
+    ...(withFleet ? [(o as RunPlan['offers'][number]).fleet] : []),
+    o.backend, formatGpuInfo(o.gpu), String(o.cpus), formatSize(o.memoryMib), formatSize(o.diskMib), o.region, formatPrice(o.pricePerHour), o.availability,
+  ]);
+  return indented(renderTable(headers, rows, outputWidth(stream) - INDENT.length));
+}
+
+export function renderFleetPlan(spec: FleetSpec, plan: FleetPlan, stream: NodeJS.WriteStream = process.stderr): string {
+  const action = plan.action === 'create' ? 'create'
+    : plan.action === 'update' ? `update (generation ${plan.currentGeneration} → ${(plan.currentGeneration ?? 0) + 1})`
+      : `unchanged (generation ${plan.currentGeneration})`;
+  let text = `fleet ${plan.name}: ${action}\n`;
+  text += field('nodes', String(spec.nodes));
+  text += field('backends', spec.backends?.join(', ') ?? 'all configured');
+  text += field('resources', plan.requirement);
+  if (plan.offers.length > 0) text += field('offers') + offersTable(plan.offers, stream);
+  if (plan.problem) text += field('problem', plan.problem);
+  return text;
+}
+
+export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.WriteStream = process.stderr): string {
+  const name = plan.name ?? '(a name will be generated)';
+  const action = plan.action === 'replace' ? `replace (the finished run ${plan.name} is replaced)` : 'create';
+  let text = `${spec.type} ${name}: ${action}\n`;
+  text += field('resources', plan.requirement);
+  text += field('fleets', plan.fleets.length > 0 ? plan.fleets.join(', ') : 'none match');
+  if (plan.idleInstance) {
+    const idle = plan.idleInstance;
+    text += field('instance', `${idle.name} (idle, fleet ${idle.fleet}, GPU ${formatGpuInfo(idle.gpu)}, ${formatPrice(idle.pricePerHour)}/h)`);
+  } else if (plan.offers.length > 0) {
+    text += field('offers', 'a new instance from the cheapest that is available') + offersTable(plan.offers, stream);
+  }
+  if (plan.problem) text += field('problem', plan.problem);
+  return text;
+}

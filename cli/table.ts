@@ -1,0 +1,49 @@
+const ELLIPSIS = '…';
+const GAP = '  ';
+const NARROWEST_COLUMN = 4;
+/** Width used when stdout is not a terminal. */
+export const DEFAULT_WIDTH = 120;
+
+/** The terminal's width, else $COLUMNS, else 120. */
+export function outputWidth(stream: NodeJS.WriteStream = process.stdout): number {
+  if (stream.isTTY && stream.columns) return stream.columns;
+  const fromEnvironment = Number(process.env.COLUMNS);
+  return Number.isInteger(fromEnvironment) && fromEnvironment > 0 ? fromEnvironment : DEFAULT_WIDTH;
+}
+
+export function truncate(text: string, width: number): string {
+  if (text.length <= width) return text;
+  return width <= 0 ? '' : `${text.slice(0, width - 1)}${ELLIPSIS}`;
+}
+
+/**
+ * Column widths that fit `width`: while too wide, the widest column gives up one character (the
+ * rightmost of equals first), so long messages and names shrink before short status columns.
+ */
+function fitWidths(natural: number[], width: number): number[] {
+  const widths = [...natural];
+  const total = () => widths.reduce((sum, w) => sum + w, 0) + GAP.length * (widths.length - 1);
+  while (total() > width) {
+    let widest = -1;
+    for (let index = widths.length - 1; index >= 0; index--) {
+      if (widths[index]! > NARROWEST_COLUMN && (widest < 0 || widths[index]! > widths[widest]!)) widest = index;
+    }
+    if (widest < 0) break;
+    widths[widest]!--;
+  }
+  return widths;
+}
+
+/** A plain-text table with upper-case headers, cut to `width` columns with `…` where a cell does not fit. */
+export function renderTable(headers: readonly string[], rows: readonly (readonly string[])[], width = outputWidth()): string {
+  const cells = [headers.map((h) => h.toUpperCase()), ...rows.map((row) => headers.map((_, index) => (row[index] ?? '').replace(/\s*\n\s*/g, ' ')))];
+  const natural = headers.map((_, index) => Math.max(...cells.map((row) => row[index]!.length)));
+  const widths = fitWidths(natural, width);
+  return cells.map((row) => row
+    .map((cell, index) => {
+      const text = truncate(cell, widths[index]!);
+      return index === row.length - 1 ? text : text.padEnd(widths[index]!);
+    })
+    .join(GAP)
+    .trimEnd()).join('\n') + '\n';
+}

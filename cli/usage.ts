@@ -1,0 +1,22 @@
+import type { CAC } from 'cac';
+
+/**
+ * Runs the command line. A mistake in it (an unknown command or option, a missing argument) is the
+ * user's: it prints `error: <message>` and exits 1 rather than a stack trace; no command prints the help.
+ */
+export function parseCommandLine(cli: CAC, argv: string[] = process.argv): void {
+  try {
+    cli.parse(argv);
+  } catch (error) {
+    if ((error as Error).name !== 'CACError') throw error;
+    const command = cli.matchedCommandName ? ` ${cli.matchedCommandName}` : '';
+    process.stderr.write(`error: ${(error as Error).message}; see orchestrator${command} --help\n`);
+    process.exit(1);
+  }
+  if (cli.matchedCommand || cli.options.help || cli.options.version) return;
+  if (cli.args.length > 0) {
+    process.stderr.write(`error: unknown command "${cli.args[0]}"; see orchestrator --help\n`);
+    process.exit(1);
+  }
+  cli.outputHelp();
+}

@@ -1,0 +1,156 @@
+import { expect } from 'chai';
+import { existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import type { Run } from '../api/objects.js';
+import { addProject, makeHome, releaseInstances, runCli, show, startCli } from './helpers/cli.js';
+import { DATABASE_KINDS } from './helpers/databases.js';
+import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
+
+const REPO = resolve(import.meta.dirname, '..');
+
+for (const kind of DATABASE_KINDS) {
+  describe(`orchestrator CLI on the local backend (${kind})`, function () {
+    this.timeout(60_000);
+    let server: TestServer;
+    let home: ReturnType<typeof makeHome>;
+    let work: string;
+    const cli = (args: string[], cwd = work) => runCli(args, { home: home.home, cwd });
+    const task = (name: string, body: string) => {
+      const file = join(work, `${name}.yml`);
+      writeFileSync(file, `type: task\nname: ${name}\n${body}`);
+      return file;
+    };
+    const runs = async (): Promise<Run[]> => {
+      const result = await cli(['ps', '-a', '--json']);
+      expect(result.code, show(result)).to.equal(0);
+      return JSON.parse(result.stdout) as Run[];
+    };
+
+    before(async function () {
+      this.timeout(120_000);
+      server = await startTestServer(kind, LOCAL_CONFIG);
+      home = makeHome();
+      work = mkdtempSync(join(tmpdir(), 'orch-cli-work-'));
+    });
+
+    after(async function () {
+      this.timeout(60_000);
+      if (server) {
+        await releaseInstances(server).catch(() => undefined);
+        await server.stop();
+      }
+      home?.remove();
+      if (work) rmSync(work, { recursive: true, force: true });
+    });
+
+    it('runs the quickstart: project add, the local fleet, then hello with its plan, statuses and logs', async () => {
+      const added = await addProject(home.home, server.url);
+      expect(added.stdout).to.contain('project main');
+      expect(added.stdout).to.contain('as the default');
+      const config = join(home.home, '.orchestrator', 'config.yml');
+      expect(statSync(config).mode & 0o777).to.equal(0o600);
+
+      const fleet = await cli(['apply', '-f', 'examples/fleets/local.yml', '-y'], REPO);
+      expect(fleet.code, show(fleet)).to.equal(0);
+      expect(fleet.stderr).to.contain('fleet local: create');
+      expect(fleet.stdout).to.match(/local\s+-\s+local/);
+
+      const hello = await cli(['apply', '-f', 'examples/tasks/hello.yml', '-y'], REPO);
+      expect(hello.code, show(hello)).to.equal(0);
+      expect(hello.stderr).to.contain('task hello: create');
+      expect(hello.stderr).to.match(/fleets\s+local/);
+      expect(hello.stderr).to.match(/^submitted: /m);
+      expect(hello.stderr).to.match(/^running: /m);
+      expect(hello.stderr).to.match(/^done: /m);
+      expect(hello.stdout).to.contain('Hello from ');
+      expect(hello.stdout).to.contain('GPUs on this machine: 0');
+
+      const ps = await cli(['ps', '-a']);
+      expect(ps.stdout).to.match(/hello\s+task\s+done/);
+      const logs = await cli(['logs', 'hello']);
+      expect(logs.code, show(logs)).to.equal(0);
+      expect(logs.stdout).to.contain('Hello from ');
+      expect(logs.stdout).to.contain('GPUs on this machine: 0');
+    });
+
+    it('exits with the task\'s exit code and records it', async () => {
+      const result = await cli(['apply', '-f', 'examples/tasks/exit-code.yml', '-y'], REPO);
+      expect(result.code, show(result)).to.equal(3);
+      expect(result.stdout).to.contain('about to fail');
+      expect(result.stderr).to.contain('something went wrong');
+      expect(result.stderr).to.match(/^failed: exited with code 3$/m);
+      const run = (await runs()).find((r) => r.name === 'exit-code');
+      expect(run).to.include({ status: 'failed', exitCode: 3 });
+    });
+
+    it('uploads task files, keeping relative paths or using the given place', async () => {
+      const result = await cli(['apply', '-f', 'examples/tasks/files.yml', '-y'], REPO);
+      expect(result.code, show(result)).to.equal(0);
+      expect(result.stdout).to.contain('name: hello');
+      expect(result.stdout).to.match(/^exit-code\.yml$/m);
+    });
+
+    it('queues a second task behind a full fleet and shows why and where it waits', async () => {
+      const release = join(work, 'release-first');
+      const first = startCli(['apply', '-f', task('first', `commands: ["echo first started", "until [ -f ${release} ]; do sleep 0.1; done"]\n`), '-y'], { home: home.home, cwd: work });
+      await first.waitFor(/first started/);
+      const second = await cli(['apply', '-f', task('second', 'commands: ["echo second ran"]\n'), '-y', '-d']);
+      expect(second.code, show(second)).to.equal(0);
+      expect(second.stdout.trim()).to.equal('second');
+
+      const ps = await cli(['ps']);
+      expect(ps.stdout).to.match(/first\s+task\s+running/);
+      expect(ps.stdout).to.match(/second\s+task\s+submitted \(#1\).*maximum of 1 node/);
+
+      writeFileSync(release, '');
+      const firstResult = await first.done;
+      expect(firstResult.code, show(firstResult)).to.equal(0);
+      await eventually(async () => (await runs()).find((r) => r.name === 'second' && r.status === 'done'), 20_000, 'second to be done');
+      const logs = await cli(['logs', 'second']);
+      expect(logs.stdout).to.contain('second ran');
+    });
+
+    it('detaches on Ctrl-C; stop then ends the run and the log tail stays', async () => {
+      const apply = startCli(['apply', '-f', task('sleeper', 'commands: ["echo before stop", "sleep 30"]\n'), '-y'], { home: home.home, cwd: work });
+      await apply.waitFor(/before stop/);
+      const detached = await apply.interrupt();
+      expect(detached.code, show(detached)).to.equal(130);
+      expect(detached.stderr).to.contain('orchestrator logs -f sleeper');
+      expect(detached.stderr).to.contain('orchestrator stop sleeper');
+      expect((await runs()).find((r) => r.name === 'sleeper')?.status).to.equal('running');
+
+      const stop = await cli(['stop', 'sleeper']);
+      expect(stop.code, show(stop)).to.equal(0);
+      expect(stop.stdout).to.match(/^sleeper: terminated \(stopped_by_user\)/);
+      const logs = await cli(['logs', 'sleeper']);
+      expect(logs.stdout).to.equal('before stop\n');
+
+      const deleted = await cli(['delete', 'sleeper']);
+      expect(deleted.code, show(deleted)).to.equal(0);
+      expect((await runs()).map((r) => r.name)).not.to.include('sleeper');
+    });
+
+    it('shows the plan\'s problem and exits 1 with the reason when nothing can host the run', async () => {
+      const result = await cli(['apply', '-f', task('needs-gpu', 'resources: {gpu: H100}\ncommands: [nvidia-smi]\n'), '-y']);
+      expect(result.code, show(result)).to.equal(1);
+      expect(result.stderr).to.match(/problem\s+no offers: no local offer matches H100:1/);
+      expect(result.stderr).to.match(/^error: needs-gpu failed: no offers: no local offer matches H100:1/m);
+    });
+
+    it('says so when the token is wrong or the run does not exist', async () => {
+      const other = makeHome();
+      try {
+        const wrongToken = await runCli(['project', 'add', '--name', 'main', '--url', server.url, '--token', 'not-the-token'], { home: other.home });
+        expect(wrongToken.code).to.equal(1);
+        expect(wrongToken.stderr).to.equal('error: invalid token\n');
+        expect(existsSync(join(other.home, '.orchestrator', 'config.yml'))).to.equal(false);
+      } finally {
+        other.remove();
+      }
+      const unknown = await cli(['logs', 'no-such-run']);
+      expect(unknown.code).to.equal(1);
+      expect(unknown.stderr).to.equal('error: run no-such-run not found in project main\n');
+    });
+  });
+}
