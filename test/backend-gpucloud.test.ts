@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { AddressInfo } from 'node:net';
 import type { Offer } from '../api/offer.js';
 import { BackendAuthError, BackendError, NoCapacityError } from '../backends/backend.js';
@@ -125,7 +126,12 @@ describe('gpucloud backend against the emulator', function () {
     expect((await cloud.offers()).filter((candidate) => candidate.gpu.name === 'L4').map((candidate) => candidate.availability))
       .to.satisfy((availability: string[]) => availability.every((value) => value === 'unavailable'));
     await cloud.terminate(first.id);
-    await waitForStatus(cloud, first.id, 'terminated');
+    const l4Available = async () => (await cloud.offers()).find((candidate) => candidate.offerId === 'l4-x2-eu-west-1')!.availability === 'available';
+    const deadline = Date.now() + 20_000;
+    while (!await l4Available()) {
+      if (Date.now() > deadline) expect.fail('L4 capacity was not freed after termination');
+      await sleep(50);
+    }
     const later = await create('l4-x2-eu-west-1');
     await cloud.terminate(later.id);
   });

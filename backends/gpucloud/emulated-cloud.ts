@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import { startAgentProcess } from '../../agent/launch.js';
@@ -30,7 +31,8 @@ interface Machine {
   record: GpucloudInstance;
   offer: CatalogOffer;
   agentToken: string;
-  bootTimer: NodeJS.Timeout | null;
+  /** From creation until its agent starts booting: the boot delay's timer, then 'queued' while every boot slot is taken. */
+  pendingBoot: NodeJS.Timeout | 'queued' | null;
   booting: Promise<void> | null;
   agent: ChildProcess | null;
   agentExited: Promise<void> | null;
@@ -38,6 +40,7 @@ interface Machine {
 }
 
 const STOP_GRACE_MS = 5_000;
+const MAX_CONCURRENT_BOOTS = Math.max(1, availableParallelism());
 const HOLDS_CAPACITY: ReadonlySet<string> = new Set(['provisioning', 'running', 'terminating']);
 
 /** The emulated cloud's instances: capacity, boot of a real agent process per instance, termination and failures. */
@@ -46,6 +49,8 @@ export class EmulatedCloud {
   private readonly catalog = buildCatalog();
   private readonly machines = new Map<string, Machine>();
   private readonly byClientToken = new Map<string, Machine>();
+  private readonly bootQueue: Machine[] = [];
+  private activeBoots = 0;
   private closed = false;
 
   constructor(private readonly options: EmulatedCloudOptions) {}
@@ -90,7 +95,7 @@ export class EmulatedCloud {
       },
       offer,
       agentToken: body.agent.token,
-      bootTimer: null,
+      pendingBoot: null,
       booting: null,
       agent: null,
       agentExited: null,
@@ -98,9 +103,10 @@ export class EmulatedCloud {
     };
     this.machines.set(machine.record.id, machine);
     this.byClientToken.set(body.client_token, machine);
-    machine.bootTimer = setTimeout(() => {
-      machine.bootTimer = null;
-      machine.booting = this.boot(machine);
+    machine.pendingBoot = setTimeout(() => {
+      machine.pendingBoot = 'queued';
+      this.bootQueue.push(machine);
+      this.startQueuedBoots();
     }, this.options.bootDelayMs);
     this.options.log(`instance ${machine.record.id} (${offer.id}) provisioning`);
     return { instance: { ...machine.record }, created: true };
@@ -118,9 +124,7 @@ export class EmulatedCloud {
   terminate(id: string): GpucloudInstance {
     const machine = this.machine(id);
     const { status } = machine.record;
-    if (status === 'provisioning' && machine.bootTimer) {
-      clearTimeout(machine.bootTimer);
-      machine.bootTimer = null;
+    if (status === 'provisioning' && this.cancelPendingBoot(machine)) {
       this.setStatus(machine, 'terminated', 'terminated by user');
     } else if (status === 'provisioning' || status === 'running') {
       this.setStatus(machine, 'terminating', 'terminated by user');
@@ -144,11 +148,7 @@ export class EmulatedCloud {
   async close(): Promise<void> {
     this.closed = true;
     for (const machine of this.machines.values()) {
-      if (machine.bootTimer) {
-        clearTimeout(machine.bootTimer);
-        machine.bootTimer = null;
-        this.setStatus(machine, 'terminated', 'the cloud shut down');
-      }
+      if (this.cancelPendingBoot(machine)) this.setStatus(machine, 'terminated', 'the cloud shut down');
     }
     await Promise.all([...this.machines.values()].map(async (machine) => {
       if (machine.booting) await machine.booting;
@@ -189,8 +189,26 @@ export class EmulatedCloud {
     return !this.faults.isSoldOut(model) && this.used(model) < this.options.capacity[model];
   }
 
+  /** Agents boot a few at a time, as many as there are CPUs: a burst of creates must not starve every boot of CPU. */
+  private startQueuedBoots(): void {
+    while (this.activeBoots < MAX_CONCURRENT_BOOTS && this.bootQueue.length > 0) {
+      const machine = this.bootQueue.shift()!;
+      machine.pendingBoot = null;
+      machine.booting = this.boot(machine);
+    }
+  }
+
+  private cancelPendingBoot(machine: Machine): boolean {
+    if (machine.pendingBoot === null) return false;
+    if (machine.pendingBoot === 'queued') this.bootQueue.splice(this.bootQueue.indexOf(machine), 1);
+    else clearTimeout(machine.pendingBoot);
+    machine.pendingBoot = null;
+    return true;
+  }
+
   private async boot(machine: Machine): Promise<void> {
     const { id } = machine.record;
+    this.activeBoots += 1;
     try {
       const workDir = join(this.options.workDir, id);
       await mkdir(workDir, { recursive: true });
@@ -226,6 +244,8 @@ export class EmulatedCloud {
       }
     } finally {
       machine.booting = null;
+      this.activeBoots -= 1;
+      this.startQueuedBoots();
     }
   }
 
