@@ -1,6 +1,9 @@
 import { expect } from 'chai';
 import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { AddressInfo } from 'node:net';
 import type { Offer } from '../api/offer.js';
@@ -12,11 +15,20 @@ import { agentHealth, waitForStatus } from './helpers/backend-waits.js';
 
 const token = () => randomBytes(24).toString('hex');
 
+async function eventually(condition: () => boolean | Promise<boolean>, failure: string, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!await condition()) {
+    if (Date.now() > deadline) expect.fail(failure);
+    await sleep(50);
+  }
+}
+
 describe('gpucloud backend against the emulator', function () {
   this.timeout(60_000);
   let emulator: RunningEmulator;
   let cloud: GpucloudBackend;
   let offers: Offer[];
+  let workDir: string;
   const offer = (id: string) => {
     const found = offers.find((candidate) => candidate.offerId === id);
     if (!found) throw new Error(`no offer ${id}`);
@@ -33,12 +45,14 @@ describe('gpucloud backend against the emulator', function () {
   };
 
   before(async () => {
-    emulator = await startEmulator({ bootDelayMs: 50, capacity: { L4: 1 } });
+    workDir = mkdtempSync(join(tmpdir(), 'gpucloud-machines-'));
+    emulator = await startEmulator({ bootDelayMs: 50, capacity: { L4: 1 }, workDir });
     cloud = new GpucloudBackend({ apiUrl: emulator.url, apiKey: emulator.apiKey, timeoutMs: 5_000 });
     offers = await cloud.offers();
   });
   after(async () => {
     await emulator?.close();
+    rmSync(workDir, { recursive: true, force: true });
   });
   afterEach(() => {
     emulator.faults.noCapacity.clear();
@@ -81,9 +95,11 @@ describe('gpucloud backend against the emulator', function () {
     expect((await cloud.list()).map((instance) => instance.id)).to.include(created.id);
 
     const pid = await agentPid(created.id);
+    expect(existsSync(join(workDir, created.id))).to.equal(true);
     await cloud.terminate(created.id);
     await waitForStatus(cloud, created.id, 'terminated');
     await waitForExit(pid);
+    await eventually(() => !existsSync(join(workDir, created.id)), 'the terminated machine\'s folder was not removed');
     await agentHealth(running.agentUrl!, agentToken).then(
       () => expect.fail('the agent still answers after termination'),
       (error: Error) => expect(error.message).to.match(/fetch failed/),
@@ -126,12 +142,8 @@ describe('gpucloud backend against the emulator', function () {
     expect((await cloud.offers()).filter((candidate) => candidate.gpu.name === 'L4').map((candidate) => candidate.availability))
       .to.satisfy((availability: string[]) => availability.every((value) => value === 'unavailable'));
     await cloud.terminate(first.id);
-    const l4Available = async () => (await cloud.offers()).find((candidate) => candidate.offerId === 'l4-x2-eu-west-1')!.availability === 'available';
-    const deadline = Date.now() + 20_000;
-    while (!await l4Available()) {
-      if (Date.now() > deadline) expect.fail('L4 capacity was not freed after termination');
-      await sleep(50);
-    }
+    await eventually(async () => (await cloud.offers()).find((candidate) => candidate.offerId === 'l4-x2-eu-west-1')!.availability === 'available',
+      'L4 capacity was not freed after termination');
     const later = await create('l4-x2-eu-west-1');
     await cloud.terminate(later.id);
   });
@@ -199,6 +211,7 @@ describe('gpucloud backend against the emulator', function () {
     expect(failed.reason).to.match(/stopped unexpectedly/);
     expect(isProcessAlive(pid)).to.equal(false);
     expect((await cloud.list()).map((instance) => instance.id)).to.include(id);
+    expect(existsSync(join(workDir, id))).to.equal(true);
   });
 
   it('marks an instance failed when its agent exits on its own', async () => {

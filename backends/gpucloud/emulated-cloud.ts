@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir } from 'node:fs/promises';
+import { mkdir, rm } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
@@ -224,7 +224,11 @@ export class EmulatedCloud {
       machine.agentExited = new Promise((resolve) => {
         const exited = () => {
           this.onAgentExit(machine, child.exitCode, child.signalCode);
-          resolve();
+          if (machine.record.status !== 'terminated') return resolve();
+          // A terminated machine's disk is gone; a failed one's stays for a post-mortem.
+          rm(workDir, { recursive: true, force: true })
+            .catch((error: Error) => this.options.log(`cannot remove ${workDir}: ${error.message}`))
+            .finally(resolve);
         };
         if (child.exitCode !== null || child.signalCode !== null) exited();
         else child.once('exit', exited);
