@@ -244,10 +244,15 @@ describe('kubernetes manifests', () => {
       expect(dockerfile).to.match(new RegExp(`ORCHESTRATOR_SERVER_DIR=${envValue('ORCHESTRATOR_SERVER_DIR')}\\s`));
     });
 
-    it('copies every folder tsconfig.json compiles into the build stage', () => {
+    it('builds from a context that lets in what tsc compiles and keeps node_modules out', () => {
+      const patterns = readFileSync(`${DOCKERFILE}.dockerignore`, 'utf8').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+      expect(patterns[0], 'everything is excluded first').to.equal('*');
+      const allowed = patterns.filter((p) => p.startsWith('!')).map((p) => p.slice(1));
       const { include } = JSON.parse(readFileSync(join(ROOT, 'tsconfig.json'), 'utf8')) as { include: string[] };
-      const copied = instruction('COPY').filter((args) => !args.startsWith('--from')).map((args) => args.split(/\s+/)[0]);
-      expect(copied).to.include.members(include);
+      expect(allowed).to.include.members(['package.json', 'package-lock.json', 'tsconfig.json', ...include]);
+      const lastAllowed = patterns.map((p) => p.startsWith('!')).lastIndexOf(true);
+      expect(patterns.slice(lastAllowed), 'node_modules excluded again inside the allowed folders').to.include('**/node_modules');
+      expect(instruction('COPY')).to.include('. .');
     });
   });
 });
