@@ -14,7 +14,8 @@ export interface OfferListing {
 
 interface CachedOffers {
   at: number;
-  listing: Promise<Offer[]>;
+  offers?: Offer[];
+  refreshing?: Promise<Offer[]>;
 }
 
 /** The backends each project's config names, built once, with a short-lived cache of their offers. */
@@ -60,13 +61,29 @@ export class BackendPool {
     return listing;
   }
 
+  /**
+   * Offers younger than the TTL are served from memory. Older ones are still served (scheduling
+   * never waits on a cloud API) while one refresh runs; only the first listing is awaited.
+   */
   private cachedOffers(key: string, backend: Backend): Promise<Offer[]> {
     const cached = this.offerCache.get(key);
-    if (cached && Date.now() - cached.at < this.offersTtlMs) return cached.listing;
-    const listing = backend.offers();
-    this.offerCache.set(key, { at: Date.now(), listing });
-    listing.catch(() => this.offerCache.delete(key));
-    return listing;
+    if (cached?.offers && Date.now() - cached.at < this.offersTtlMs) return Promise.resolve(cached.offers);
+    if (!cached?.refreshing) {
+      const refreshing = backend.offers().then(
+        (offers) => {
+          this.offerCache.set(key, { at: Date.now(), offers });
+          return offers;
+        },
+        (error: unknown) => {
+          const entry = this.offerCache.get(key);
+          if (entry) entry.refreshing = undefined;
+          throw error;
+        });
+      refreshing.catch(() => {});
+      this.offerCache.set(key, { at: cached?.at ?? 0, offers: cached?.offers, refreshing });
+    }
+    const entry = this.offerCache.get(key)!;
+    return entry.offers ? Promise.resolve(entry.offers) : entry.refreshing!;
   }
 
   /** After a capacity error the cached availability is stale. */

@@ -14,13 +14,23 @@ import { CHANNELS } from './manager.js';
 const RUNNING_POLL_MS = 1000;
 const LOG_PAGE_WAIT_MS = 0;
 const REQUEUE_BACKOFF_MS = 5000;
+const LOG_COPY_INTERVAL_MS = 2000;
 
-/** Follows each placed run: submits its job to the instance's agent, copies its logs, and ends it. */
+/**
+ * Follows each placed run: submits its job to the instance's agent, copies its logs, and ends it.
+ * Two loops share this code: one starts placed runs, one watches running ones, so that starting a
+ * run never waits behind a pass over thousands of running jobs.
+ */
 export class RunController extends LeasedController<RunRecord> {
-  readonly name = 'run';
+  readonly name: string;
+  private readonly lastLogCopy = new Map<string, number>();
 
-  constructor(db: Db, owner: string, logger: Logger) {
-    super(db, owner, logger, { table: 'runs', channel: CHANNELS.runs, where: `status IN ('provisioning', 'running', 'terminating')`, leaseMs: 15_000 });
+  constructor(db: Db, owner: string, logger: Logger, phase: 'start' | 'watch') {
+    super(db, owner, logger, {
+      table: 'runs', channel: CHANNELS.runs, leaseMs: 15_000,
+      where: phase === 'start' ? `status = 'provisioning'` : `status IN ('running', 'terminating')`,
+    });
+    this.name = `run-${phase}`;
   }
 
   protected toRecord(row: Row): RunRecord {
@@ -43,7 +53,7 @@ export class RunController extends LeasedController<RunRecord> {
       if (error instanceof AgentUnreachableError) return RUNNING_POLL_MS;
       throw error;
     }
-    await this.copyLogs(run, instance);
+    if (isFinished(job) || this.logsDue(run.id)) await this.copyLogs(run, instance);
     if (isFinished(job)) {
       await this.finishJob(run, instance, job);
       return RUNNING_POLL_MS;
@@ -59,7 +69,7 @@ export class RunController extends LeasedController<RunRecord> {
       await this.transition(run, 'terminating', `max_duration of ${maxSeconds}s exceeded`);
       return 200;
     }
-    return run.status === 'terminating' ? 250 : RUNNING_POLL_MS;
+    return run.status === 'terminating' ? 250 : pollDelay(run);
   }
 
   private async provisioning(run: RunRecord, instance: InstanceRecord | null): Promise<number> {
@@ -114,6 +124,7 @@ export class RunController extends LeasedController<RunRecord> {
       status, termination_reason: reason, status_message: message, exit_code: exitCode, finished_at: new Date(),
     });
     if (!written) return;
+    this.lastLogCopy.delete(run.id);
     await recordEvent(this.db, { projectId: run.projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: statusReason(status), message: `${reason}: ${message}` });
     if (instance && run.jobId && instance.status !== 'terminated') {
       await agentOf(instance).remove(run.jobId).catch(() => {});
@@ -138,6 +149,14 @@ export class RunController extends LeasedController<RunRecord> {
     await this.db.notify(CHANNELS.runs);
   }
 
+  /** Whether a running job's lines are due to be copied again; a hint kept in memory, so a restart copies at once. */
+  private logsDue(runId: string): boolean {
+    const last = this.lastLogCopy.get(runId) ?? 0;
+    if (Date.now() - last < LOG_COPY_INTERVAL_MS) return false;
+    this.lastLogCopy.set(runId, Date.now());
+    return true;
+  }
+
   /** Copies the lines the agent has that the database does not, so logs outlive the instance. */
   private async copyLogs(run: RunRecord, instance: InstanceRecord | null): Promise<void> {
     if (!instance?.agentUrl || !run.jobId || instance.status === 'terminated') return;
@@ -154,6 +173,12 @@ export class RunController extends LeasedController<RunRecord> {
 
 export function agentOf(instance: InstanceRecord): AgentClient {
   return new AgentClient(instance.agentUrl!, instance.agentToken, { timeoutMs: 5000 });
+}
+
+/** Young runs are looked at often, so a short task ends (and frees its instance) quickly; old ones once a second. */
+function pollDelay(run: RunRecord): number {
+  const age = run.startedAt ? Date.now() - run.startedAt.getTime() : 0;
+  return Math.min(RUNNING_POLL_MS, 50 + age / 4);
 }
 
 function isFinished(job: JobStatus): boolean {

@@ -70,6 +70,7 @@ export class Scheduler implements Controller {
     const instances = (await tx.query(
       `SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [projectId])).map(toInstance);
     let changed = false;
+    const reasons = { ids: [] as string[], messages: [] as string[] };
     for (const run of runs) {
       if (run.desired !== 'run') {
         await this.finishUnplaced(tx, projectId, run, 'terminated', run.desired === 'abort' ? 'aborted_by_user' : 'stopped_by_user', 'stopped before it started');
@@ -77,17 +78,26 @@ export class Scheduler implements Controller {
         continue;
       }
       const placement = place(run, fleets, instances, offers);
+      if (placement.kind === 'wait') {
+        if (placement.message !== run.status_message) {
+          reasons.ids.push(run.id);
+          reasons.messages.push(placement.message);
+        }
+        continue;
+      }
       changed = (await this.apply(tx, projectId, run, placement, instances)) || changed;
+    }
+    if (reasons.ids.length > 0) {
+      await tx.query(
+        `UPDATE runs SET status_message = reason.message, updated_at = now()
+         FROM (SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS message) reason WHERE runs.id = reason.id`,
+        [reasons.ids, reasons.messages]);
     }
     return changed;
   }
 
-  private async apply(tx: Queryable, projectId: string, run: QueuedRun, placement: Placement, instances: InstanceRecord[]): Promise<boolean> {
+  private async apply(tx: Queryable, projectId: string, run: QueuedRun, placement: Exclude<Placement, { kind: 'wait' }>, instances: InstanceRecord[]): Promise<boolean> {
     switch (placement.kind) {
-      case 'wait':
-        if (placement.message === run.status_message) return false;
-        await tx.query('UPDATE runs SET status_message = $2, updated_at = now() WHERE id = $1', [run.id, placement.message]);
-        return false;
       case 'fail':
         await this.finishUnplaced(tx, projectId, run, 'failed', placement.reason, placement.message);
         return true;
@@ -167,8 +177,7 @@ export function place(run: Pick<QueuedRun, 'requirement'>, fleets: FleetRecord[]
     }
     onlyNoOffers = false;
     if (fleet.nodesMax !== null && fleetInstances.length >= fleet.nodesMax) {
-      const busy = fleetInstances.filter((i) => i.runId !== null).length;
-      reasons.push(`fleet ${fleet.name} is at its maximum of ${fleet.nodesMax} node${fleet.nodesMax === 1 ? '' : 's'} (${busy} busy)`);
+      reasons.push(`fleet ${fleet.name} is at its maximum of ${fleet.nodesMax} node${fleet.nodesMax === 1 ? '' : 's'}, all in use`);
       continue;
     }
     const available = matching.filter((o) => o.availability === 'available');

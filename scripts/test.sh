@@ -2,6 +2,7 @@
 # Builds, runs the TypeScript suite (mocha) and the image server's suite (pytest), and prints one closing line for both.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+sh scripts/test-setup.sh || exit 1
 npx tsc -p tsconfig.json || exit 1
 
 mocha_out=$(mktemp)

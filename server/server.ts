@@ -32,6 +32,8 @@ export interface ServerOptions {
 export interface RunningServer {
   url: string;
   adminToken: string;
+  /** Where the admin token came from: only one the server made itself is shown at start-up. */
+  adminTokenSource: 'generated' | 'environment' | 'option';
   configPath: string;
   db: Db;
   close(): Promise<void>;
@@ -51,6 +53,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const databaseUrl = options.databaseUrl ?? process.env.ORCHESTRATOR_DATABASE_URL;
   const db = await openDatabase({ url: databaseUrl, dataDir: join(dir, 'data') });
   for (const project of config.projects) await upsertProject(db, project.name, project.backends);
+  const adminTokenSource = options.adminToken ? 'option' : process.env.ORCHESTRATOR_SERVER_ADMIN_TOKEN ? 'environment' : 'generated';
   const adminToken = options.adminToken ?? process.env.ORCHESTRATOR_SERVER_ADMIN_TOKEN ?? storedAdminToken(dir);
   await upsertUser(db, 'admin', adminToken, 'admin');
 
@@ -70,7 +73,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const timings = { ...DEFAULT_INSTANCE_TIMINGS, ...options.instanceTimings };
   const manager = new ControllerManager(db, owner, [
     new Scheduler(db, pool, logger),
-    new RunController(db, owner, logger),
+    new RunController(db, owner, logger, 'start'),
+    new RunController(db, owner, logger, 'watch'),
     new InstanceController(db, owner, logger, pool, timings),
     new FleetController(db, owner, logger, pool),
   ], logger, options.controllerIntervalMs);
@@ -81,6 +85,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   return {
     url: `http://${host}:${address.port}`,
     adminToken,
+    adminTokenSource,
     configPath,
     db,
     close: async () => {

@@ -17,12 +17,14 @@ export function registerServer(cli: CAC): void {
         }
         throw error;
       }
+      const shown = server.adminTokenSource === 'generated';
+      const token = shown ? server.adminToken : '<ORCHESTRATOR_SERVER_ADMIN_TOKEN>';
       process.stdout.write([
         `Applied config: ${server.configPath}`,
-        `Admin token:    ${server.adminToken}`,
+        `Admin token:    ${shown ? server.adminToken : '(from ORCHESTRATOR_SERVER_ADMIN_TOKEN, not shown)'}`,
         `Server URL:     ${server.url}`,
         '',
-        `In another terminal: orchestrator project add --name main --url ${server.url} --token ${server.adminToken}`,
+        `In another terminal: orchestrator project add --name main --url ${server.url} --token ${token}`,
         '',
       ].join('\n'));
       const shutdown = () => {
