@@ -38,7 +38,8 @@ export async function followRun(client: ApiClient, name: string, display: Status
       try {
         for await (const item of client.stream(runPath(client, name, `/logs?follow=true&after=${after}`), controller.signal)) {
           if (item.type === 'status') {
-            display?.update(item.status, item.statusMessage);
+            // The server may report the end before the last lines; the end is shown once they are printed.
+            if (!isFinished(item)) display?.update(item.status, item.statusMessage);
           } else {
             after = item.line.seq;
             if (display) display.around(() => writeLogLine(item.line));

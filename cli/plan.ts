@@ -44,7 +44,8 @@ export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.Write
   text += field('fleets', plan.fleets.length > 0 ? plan.fleets.join(', ') : 'none match');
   if (plan.idleInstance) {
     const idle = plan.idleInstance;
-    text += field('instance', `${idle.name} (idle, fleet ${idle.fleet}, GPU ${formatGpuInfo(idle.gpu)}, ${formatPrice(idle.pricePerHour)}/h)`);
+    const gpu = idle.gpu.count === 0 ? 'no GPU' : `GPU ${formatGpuInfo(idle.gpu)}`;
+    text += field('instance', `${idle.name} (idle, fleet ${idle.fleet}, ${gpu}, ${formatPrice(idle.pricePerHour)}/h)`);
   } else if (plan.offers.length > 0) {
     text += field('offers', 'a new instance from the cheapest that is available') + offersTable(plan.offers, stream);
   }

@@ -27,8 +27,8 @@ export function registerStop(cli: CAC): void {
         run = await client.get<Run>(path);
       }
       if (isFinished(run)) {
-        const reason = run.terminationReason ? ` (${run.terminationReason})` : '';
-        process.stdout.write(`${run.name}: ${run.status}${reason}${run.statusMessage ? `: ${run.statusMessage}` : ''}\n`);
+        const why = run.terminationReason ? ` (${run.terminationReason})` : run.statusMessage ? `: ${run.statusMessage}` : '';
+        process.stdout.write(`${run.name}: ${run.status}${why}\n`);
       } else {
         process.stdout.write(`${run.name}: ${run.status}${run.statusMessage ? `: ${run.statusMessage}` : ''}; orchestrator ps${projectFlag()} shows when it has ended\n`);
       }

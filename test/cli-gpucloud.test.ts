@@ -1,0 +1,75 @@
+import { expect } from 'chai';
+import { resolve } from 'node:path';
+import type { Fleet } from '../api/objects.js';
+import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
+import { addProject, makeHome, releaseInstances, runCli, show } from './helpers/cli.js';
+import { DATABASE_KINDS } from './helpers/databases.js';
+import { gpucloudConfig, startTestServer, type TestServer } from './helpers/server.js';
+
+const REPO = resolve(import.meta.dirname, '..');
+
+for (const kind of DATABASE_KINDS) {
+  describe(`orchestrator CLI on the gpucloud backend (${kind})`, function () {
+    this.timeout(90_000);
+    let emulator: RunningEmulator;
+    let server: TestServer;
+    let home: ReturnType<typeof makeHome>;
+    const cli = (args: string[]) => runCli(args, { home: home.home, cwd: REPO });
+
+    before(async function () {
+      this.timeout(120_000);
+      emulator = await startEmulator({ port: 0, bootDelayMs: 200 });
+      server = await startTestServer(kind, gpucloudConfig(emulator.url, emulator.apiKey));
+      home = makeHome();
+      await addProject(home.home, server.url);
+    });
+
+    after(async function () {
+      this.timeout(60_000);
+      if (server) {
+        await releaseInstances(server).catch(() => undefined);
+        await server.stop();
+      }
+      await emulator?.close();
+      home?.remove();
+    });
+
+    it('lists the cloud\'s GPUs with their prices, filtered by a GPU spec', async () => {
+      const all = await cli(['offer', '-b', 'gpucloud']);
+      expect(all.code, show(all)).to.equal(0);
+      const header = all.stdout.split('\n')[0]!;
+      expect(header.split(/\s+/)).to.deep.equal(['GPU', 'MEMORY', 'COUNT', 'VCPUS', 'RAM', 'DISK', 'REGION', '$/H', 'AVAILABILITY']);
+      expect(all.stdout).to.match(/^L4\s+24GB\s+1\s+8\s+32GB\s+200GB\s+us-east-1\s+\$0\.8\s+available$/m);
+      expect(all.stdout).to.match(/^H100\s+80GB\s+8\s+/m);
+
+      const filtered = await cli(['offer', '-b', 'gpucloud', '--gpu', 'H100:2', '--json']);
+      const { offers } = JSON.parse(filtered.stdout) as { offers: { gpu: { name: string; count: number } }[] };
+      expect(offers.length).to.be.greaterThan(0);
+      expect(offers.every((o) => o.gpu.name === 'H100' && o.gpu.count === 2)).to.equal(true);
+    });
+
+    it('provisions an instance for hello, shows its GPU count in the logs, and leaves it idle', async () => {
+      const fleet = await cli(['apply', '-f', 'examples/fleets/gpucloud.yml', '-y']);
+      expect(fleet.code, show(fleet)).to.equal(0);
+      expect(fleet.stderr).to.contain('fleet gpucloud: create');
+      expect(fleet.stderr).to.match(/^\s+gpucloud\s+L4:24GB:1\s+8\s+32GB\s+200GB\s+\S+\s+\$0\.8/m);
+
+      const hello = await cli(['apply', '-f', 'examples/tasks/hello.yml', '-y']);
+      expect(hello.code, show(hello)).to.equal(0);
+      expect(hello.stderr).to.match(/^provisioning: /m);
+      expect(hello.stdout).to.contain('Hello from ');
+
+      const listed = await cli(['fleet', '--json']);
+      const [gpucloud] = JSON.parse(listed.stdout) as Fleet[];
+      expect(gpucloud!.instances).to.have.length(1);
+      const instance = gpucloud!.instances[0]!;
+      expect(instance.gpu?.name).to.equal('L4');
+      expect(hello.stdout).to.contain(`GPUs on this machine: ${instance.gpu!.count}\n`);
+
+      const table = await cli(['fleet']);
+      expect(table.stdout).to.match(new RegExp(`^gpucloud\\s+${instance.name}\\s+gpucloud\\s+L4:24GB:1\\s+idle\\s+\\$0\\.8\\s+-$`, 'm'));
+      const ps = await cli(['ps', '-a']);
+      expect(ps.stdout).to.match(/^hello\s+task\s+done\s+L4:24GB:1\s+\$0\.8\s+\d+s ago/m);
+    });
+  });
+}
