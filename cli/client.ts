@@ -10,6 +10,9 @@ export class ApiRequestError extends CliError {
   }
 }
 
+/** A followed stream that broke off midway; following again may pick it up. */
+export class ConnectionLostError extends CliError {}
+
 const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ETIMEDOUT', 'UND_ERR_CONNECT_TIMEOUT']);
 
 /** The management API of one server, as one user, scoped to one project. */
@@ -67,7 +70,7 @@ export class ApiClient {
       }
     } catch (error) {
       if (signal.aborted) return;
-      throw new CliError(`the connection to the server at ${this.url} broke: ${causeOf(error)}`);
+      throw new ConnectionLostError(`the connection to the server at ${this.url} broke: ${causeOf(error)}`);
     }
   }
 

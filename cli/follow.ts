@@ -1,8 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { LogLine, Run } from '../api/objects.js';
 import { FINISHED_RUN_STATUSES } from '../api/status.js';
-import type { ApiClient } from './client.js';
-import { CliError } from './errors.js';
+import { ConnectionLostError, type ApiClient } from './client.js';
 import type { StatusDisplay } from './progress.js';
 
 const RECONNECT_DELAY_MS = 1000;
@@ -48,7 +47,7 @@ export async function followRun(client: ApiClient, name: string, display: Status
         }
       } catch (error) {
         if (controller.signal.aborted) return { kind: 'interrupted' };
-        if (!(error instanceof CliError) || error.message.startsWith('cannot reach') || ++broken > MAX_BROKEN_STREAMS) throw error;
+        if (!(error instanceof ConnectionLostError) || ++broken > MAX_BROKEN_STREAMS) throw error;
       }
       if (controller.signal.aborted) return { kind: 'interrupted' };
       const run = await client.get<Run>(runPath(client, name));

@@ -4,7 +4,7 @@ import type { Fleet } from '../api/objects.js';
 import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
 import { addProject, makeHome, releaseInstances, runCli, show } from './helpers/cli.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
-import { gpucloudConfig, startTestServer, type TestServer } from './helpers/server.js';
+import { eventually, gpucloudConfig, startTestServer, type TestServer } from './helpers/server.js';
 
 const REPO = resolve(import.meta.dirname, '..');
 
@@ -70,6 +70,23 @@ for (const kind of DATABASE_KINDS) {
       expect(table.stdout).to.match(new RegExp(`^gpucloud\\s+${instance.name}\\s+gpucloud\\s+L4:24GB:1\\s+idle\\s+\\$0\\.8\\s+-$`, 'm'));
       const ps = await cli(['ps', '-a']);
       expect(ps.stdout).to.match(/^hello\s+task\s+done\s+L4:24GB:1\s+\$0\.8\s+\d+s ago/m);
+    });
+
+    it('deletes the fleet, releasing its instance, and tells the instance\'s story in events', async () => {
+      const [fleet] = JSON.parse((await cli(['fleet', '--json'])).stdout) as Fleet[];
+      const instance = fleet!.instances[0]!.name;
+      const deleted = await cli(['fleet', 'delete', 'gpucloud', '-y']);
+      expect(deleted.code, show(deleted)).to.equal(0);
+      expect(deleted.stdout).to.contain('fleet gpucloud is being deleted');
+      await eventually(async () => {
+        const all = JSON.parse((await cli(['fleet', '-a', '--json'])).stdout) as Fleet[];
+        return all.find((f) => f.name === 'gpucloud')?.status === 'terminated';
+      }, 30_000, 'the fleet to be terminated');
+      const events = await cli(['events', '--object', instance]);
+      expect(events.code, show(events)).to.equal(0);
+      const reasons = events.stdout.trimEnd().split('\n').slice(1).map((line) => line.split(/\s{2,}/)[2]);
+      expect(reasons).to.include.members(['Created', 'Ready', 'Terminated']);
+      expect(events.stdout).to.match(new RegExp(`^\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d\\s+instance/${instance}\\s+Created`, 'm'));
     });
   });
 }

@@ -14,7 +14,6 @@ import { loadSpecs, type LoadedSpec } from '../spec-files.js';
 import { collectFiles } from '../upload.js';
 
 interface ApplyFlags {
-  file?: unknown;
   yes?: boolean;
   detach?: boolean;
 }

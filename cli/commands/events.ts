@@ -57,7 +57,7 @@ async function followEvents(client: ApiClient, first: Event[], object: string | 
       return;
     }
     const [time, name, reason, message] = eventRow(event);
-    process.stdout.write(`${truncate(`${time}  ${name.padEnd(24)}  ${reason!.padEnd(12)}  ${message}`, width)}\n`);
+    process.stdout.write(`${truncate(`${time}  ${name.padEnd(24)}  ${reason.padEnd(12)}  ${message}`, width)}\n`);
   };
   try {
     let after = 0;
