@@ -8,6 +8,7 @@ import { eventually, gpucloudConfig, startTestServer, type TestServer } from './
 
 const REPO = resolve(import.meta.dirname, '..');
 
+// The cases run in order: the fleet that the second one creates is deleted by the third.
 for (const kind of DATABASE_KINDS) {
   describe(`orchestrator CLI on the gpucloud backend (${kind})`, function () {
     this.timeout(90_000);

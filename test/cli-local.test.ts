@@ -5,10 +5,11 @@ import { join, resolve } from 'node:path';
 import type { Run } from '../api/objects.js';
 import { addProject, makeHome, releaseInstances, runCli, show, startCli } from './helpers/cli.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
-import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
+import { LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
 const REPO = resolve(import.meta.dirname, '..');
 
+// The cases run in order, as a user would type them: the quickstart adds the project and the local fleet that the others use.
 for (const kind of DATABASE_KINDS) {
   describe(`orchestrator CLI on the local backend (${kind})`, function () {
     this.timeout(90_000);
@@ -105,9 +106,10 @@ for (const kind of DATABASE_KINDS) {
       writeFileSync(release, '');
       const firstResult = await first.done;
       expect(firstResult.code, show(firstResult)).to.equal(0);
-      await eventually(async () => (await runs()).find((r) => r.name === 'second' && r.status === 'done'), 20_000, 'second to be done');
-      const logs = await cli(['logs', 'second']);
-      expect(logs.stdout).to.contain('second ran');
+      const followed = await cli(['logs', '-f', 'second']);
+      expect(followed.code, show(followed)).to.equal(0);
+      expect(followed.stdout).to.equal('second ran\n');
+      expect((await runs()).find((r) => r.name === 'second')?.status).to.equal('done');
     });
 
     it('detaches on Ctrl-C; stop then ends the run and the log tail stays', async () => {
