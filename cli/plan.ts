@@ -23,7 +23,22 @@ function offersTable(offers: FleetPlan['offers'] | RunPlan['offers'], stream: No
   return indented(renderTable(headers, rows, outputWidth(stream) - INDENT.length));
 }
 
-export function renderFleetPlan(spec: FleetSpec, plan: FleetPlan, stream: NodeJS.WriteStream = process.stderr): string {
+function shown(value: unknown): string {
+  if (value === undefined) return '(not set)';
+  return typeof value === 'string' ? value : JSON.stringify(value);
+}
+
+/** `nodes: 0..1 → 0..2` for each top-level field that differs. */
+function fleetChanges(current: Record<string, unknown>, spec: FleetSpec): string[] {
+  const next = spec as unknown as Record<string, unknown>;
+  const fields = [...new Set([...Object.keys(current), ...Object.keys(next)])].filter((f) => f !== 'type' && f !== 'name');
+  return fields
+    .filter((f) => JSON.stringify(current[f]) !== JSON.stringify(next[f]))
+    .map((f) => `${f}: ${shown(current[f])} → ${shown(next[f])}`);
+}
+
+/** The fleet's plan; `current` is the spec now applied, when the fleet exists. */
+export function renderFleetPlan(spec: FleetSpec, plan: FleetPlan, current: Record<string, unknown> | null, stream: NodeJS.WriteStream = process.stderr): string {
   const action = plan.action === 'create' ? 'create'
     : plan.action === 'update' ? `update (generation ${plan.currentGeneration} → ${(plan.currentGeneration ?? 0) + 1})`
       : `unchanged (generation ${plan.currentGeneration})`;
@@ -31,6 +46,9 @@ export function renderFleetPlan(spec: FleetSpec, plan: FleetPlan, stream: NodeJS
   text += field('nodes', String(spec.nodes));
   text += field('backends', spec.backends?.join(', ') ?? 'all configured');
   text += field('resources', plan.requirement);
+  if (plan.action === 'update' && current) {
+    fleetChanges(current, spec).forEach((change, index) => { text += field(index === 0 ? 'changes' : '', change); });
+  }
   if (plan.offers.length > 0) text += field('offers') + offersTable(plan.offers, stream);
   if (plan.problem) text += field('problem', plan.problem);
   return text;

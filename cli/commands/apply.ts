@@ -59,7 +59,8 @@ async function apply(flags: ApplyFlags): Promise<number> {
 
 async function applyFleet(client: ApiClient, spec: FleetSpec, yes: boolean): Promise<void> {
   const plan = await client.post<FleetPlan>(client.projectPath('/fleets/plan'), { spec });
-  process.stderr.write(renderFleetPlan(spec, plan));
+  const current = plan.action === 'update' ? (await client.get<Fleet>(client.projectPath(`/fleets/${encodeURIComponent(spec.name)}`))).spec : null;
+  process.stderr.write(renderFleetPlan(spec, plan, current));
   if (plan.action === 'unchanged') {
     process.stderr.write(`fleet ${spec.name} is already up to date\n\n`);
     return;
