@@ -10,6 +10,10 @@ import { runRoutes } from './routes/runs.js';
 /** The management API: JSON under /api, one error shape, a bearer token on every route. */
 export function createApp(server: ServerContext): Koa {
   const app = new Koa();
+  app.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code === 'ERR_STREAM_PREMATURE_CLOSE' || error.code === 'ECONNRESET' || error.code === 'EPIPE') return;
+    server.logger.error(`http: ${error.stack ?? error.message}`);
+  });
   app.use(errorMiddleware(server.logger));
   app.use(async (ctx, next) => {
     if (ctx.path.startsWith('/api/') || ctx.path === '/api') await authMiddleware(server.db)(ctx, next);

@@ -4,6 +4,7 @@ import type { Offer } from '../api/offer.js';
 import type { ResourceRequirement } from '../api/resources.js';
 import type { InstanceStatus, InstanceTerminationReason } from '../api/status.js';
 import type { Queryable, Row } from './db.js';
+import { updateLeased } from './leases.js';
 
 export interface InstanceRecord {
   id: string;
@@ -87,13 +88,8 @@ type InstanceColumn = 'status' | 'status_message' | 'termination_reason' | 'offe
   | 'run_id' | 'idle_since' | 'provisioning_started_at' | 'unreachable_since' | 'terminated_at';
 
 /** Writes the changes only while `owner` still holds the instance's lease; false when it lost it. */
-export async function updateInstance(db: Queryable, id: string, owner: string, patch: Partial<Record<InstanceColumn, unknown>>): Promise<boolean> {
-  const columns = Object.keys(patch);
-  const sets = columns.map((c, i) => `${c} = $${i + 3}`).join(', ');
-  const rows = await db.query(
-    `UPDATE instances SET ${sets}, updated_at = now() WHERE id = $1 AND lease_owner = $2 RETURNING id`,
-    [id, owner, ...columns.map((c) => patch[c as InstanceColumn])]);
-  return rows.length > 0;
+export function updateInstance(db: Queryable, id: string, owner: string, patch: Partial<Record<InstanceColumn, unknown>>): Promise<boolean> {
+  return updateLeased<InstanceColumn>(db, 'instances', id, owner, patch);
 }
 
 /** A busy instance goes back to idle once its run let go of it; only the run that holds it may free it. */

@@ -36,3 +36,13 @@ export async function releaseAllLeases(db: Queryable, owner: string): Promise<vo
 export async function markDue(db: Queryable, table: LeasedTable, id: string): Promise<void> {
   await db.query(`UPDATE ${table} SET next_reconcile_at = now() WHERE id = $1`, [id]);
 }
+
+/** Writes the changes only while `owner` still holds the row's lease; false when it lost it. */
+export async function updateLeased<Column extends string>(db: Queryable, table: LeasedTable, id: string, owner: string, patch: Partial<Record<Column, unknown>>): Promise<boolean> {
+  const columns = Object.keys(patch) as Column[];
+  const sets = columns.map((c, i) => `${c} = $${i + 3}`).join(', ');
+  const rows = await db.query(
+    `UPDATE ${table} SET ${sets}, updated_at = now() WHERE id = $1 AND lease_owner = $2 RETURNING id`,
+    [id, owner, ...columns.map((c) => patch[c])]);
+  return rows.length > 0;
+}

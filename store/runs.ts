@@ -4,6 +4,7 @@ import type { Run } from '../api/objects.js';
 import type { ResourceRequirement } from '../api/resources.js';
 import type { RunStatus, RunTerminationReason } from '../api/status.js';
 import type { Queryable, Row } from './db.js';
+import { updateLeased } from './leases.js';
 
 export type RunDesire = 'run' | 'stop' | 'abort';
 
@@ -121,11 +122,6 @@ type RunColumn = 'status' | 'status_message' | 'termination_reason' | 'fleet_id'
   | 'started_at' | 'finished_at';
 
 /** Writes the changes only while `owner` still holds the run's lease; false when it lost it. */
-export async function updateRun(db: Queryable, id: string, owner: string, patch: Partial<Record<RunColumn, unknown>>): Promise<boolean> {
-  const columns = Object.keys(patch);
-  const sets = columns.map((c, i) => `${c} = $${i + 3}`).join(', ');
-  const rows = await db.query(
-    `UPDATE runs SET ${sets}, updated_at = now() WHERE id = $1 AND lease_owner = $2 RETURNING id`,
-    [id, owner, ...columns.map((c) => patch[c as RunColumn])]);
-  return rows.length > 0;
+export function updateRun(db: Queryable, id: string, owner: string, patch: Partial<Record<RunColumn, unknown>>): Promise<boolean> {
+  return updateLeased<RunColumn>(db, 'runs', id, owner, patch);
 }
