@@ -126,6 +126,19 @@ for (const kind of DATABASE_KINDS) {
         expect(run.statusMessage).to.match(/^no fleet matches: the run needs .*16GB.*; the fleets offer cloud \(.*24GB.*\)$/);
       });
 
+      it('fails the run with a reason when its instance vanishes, and terminates the instance', async () => {
+        await server.api('POST', '/api/projects/main/fleets/apply', gpucloudFleet());
+        await server.api('POST', '/api/projects/main/runs/apply', task('doomed', ['echo working', 'sleep 60']));
+        await runReaches(server, 'doomed', ['running']);
+        const cloud = new GpucloudBackend({ apiUrl: emulator.url, apiKey: emulator.apiKey });
+        const [machine] = await cloud.list();
+        await emulator.faults.killInstance(machine.id);
+        const run = await runReaches(server, 'doomed', ['failed', 'done', 'terminated']);
+        expect(run).to.include({ status: 'failed', terminationReason: 'instance_unreachable' });
+        const [instance] = (await server.api('GET', '/api/projects/main/instances?all=true')).body;
+        expect(instance).to.include({ status: 'terminated', terminationReason: 'terminated_by_backend' });
+      });
+
       it('moves on to the next offer when the cheapest one has no capacity at create time', async () => {
         await server.api('POST', '/api/projects/main/fleets/apply', gpucloudFleet());
         await server.api('POST', '/api/projects/main/runs/plan', task('capacity', ['true']));

@@ -17,6 +17,8 @@ export const GPU_SHAPES: Record<GpuModel, PerGpuShape> = {
 };
 
 export const GPU_COUNTS = [1, 2, 4, 8] as const;
+/** Instances per GPU model the emulator lets exist at once unless told otherwise. */
+export const DEFAULT_CAPACITY_PER_MODEL = 8;
 export const REGIONS = ['us-east-1', 'eu-west-1'] as const;
 
 export type CatalogOffer = Omit<GpucloudOffer, 'availability'> & { gpu: { model: GpuModel } };

@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { firstMismatch } from '../validation.js';
 import { CreateInstanceBody, FaultsPatch, GPU_MODELS, type GpuModel } from './api.js';
 import { ApiError, EmulatedCloud, type AgentRuntime } from './emulated-cloud.js';
+import { DEFAULT_CAPACITY_PER_MODEL } from './catalog.js';
 import type { FaultControl } from './faults.js';
 
 export interface EmulatorOptions {
@@ -32,7 +33,6 @@ export interface RunningEmulator {
   close(): Promise<void>;
 }
 
-export const DEFAULT_CAPACITY_PER_MODEL = 8;
 export const DEFAULT_BOOT_DELAY_MS = 3_000;
 const MAX_BODY_BYTES = 64 * 1024;
 

@@ -1,5 +1,5 @@
 import type { CAC } from 'cac';
-import { RUNTIME_CHOICES, startAgent, type RuntimeChoice } from '../../agent/server.js';
+import type { RuntimeChoice } from '../../agent/server.js';
 
 export const AGENT_TOKEN_VARIABLE = 'ORCHESTRATOR_AGENT_TOKEN';
 
@@ -48,6 +48,7 @@ export function registerAgent(cli: CAC): void {
       const argv = cli.rawArgs;
       const port = Number(flags.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) fail(`invalid --port ${flags.port}: expected 0-65535`);
+      const { RUNTIME_CHOICES, startAgent } = await import('../../agent/server.js');
       const runtime = String(flags.runtime) as RuntimeChoice;
       if (!RUNTIME_CHOICES.includes(runtime)) fail(`invalid --runtime ${flags.runtime}: expected ${RUNTIME_CHOICES.join(', ')}`);
 

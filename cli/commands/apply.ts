@@ -77,7 +77,7 @@ async function applyFleet(client: ApiClient, spec: FleetSpec, yes: boolean): Pro
 
 async function submitRun(client: ApiClient, loaded: LoadedSpec, yes: boolean): Promise<Run | null> {
   const spec = loaded.spec as RunSpec;
-  const files = spec.type === 'task' && spec.files ? collectFiles(spec.files, loaded.baseDir) : [];
+  const files = spec.type !== 'dev-environment' && spec.files ? collectFiles(spec.files, loaded.baseDir) : [];
   const plan = await client.post<RunPlan>(client.projectPath('/runs/plan'), { spec });
   process.stderr.write(renderRunPlan(spec, plan));
   const label = plan.name ? `${spec.type} ${plan.name}` : spec.type;

@@ -1,7 +1,8 @@
 import type { CAC } from 'cac';
 import { parseDuration } from '../../api/duration.js';
 import { GPU_MODELS } from '../../backends/gpucloud/api.js';
-import { DEFAULT_CAPACITY_PER_MODEL, startEmulator, type EmulatorOptions } from '../../backends/gpucloud/emulator.js';
+import { DEFAULT_CAPACITY_PER_MODEL } from '../../backends/gpucloud/catalog.js';
+import type { EmulatorOptions } from '../../backends/gpucloud/emulator.js';
 
 interface EmulatorFlags {
   port: unknown;
@@ -40,6 +41,7 @@ export function registerGpucloudEmulator(cli: CAC): void {
 async function runEmulator(flags: EmulatorFlags): Promise<void> {
   const options = emulatorOptions(flags);
   const soldOut = parseModels(flags.soldOut);
+  const { startEmulator } = await import('../../backends/gpucloud/emulator.js');
   const emulator = await startEmulator({
     ...options,
     log: (line) => console.log(`${new Date().toISOString()} ${line}`),

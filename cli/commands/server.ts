@@ -1,12 +1,12 @@
 import type { CAC } from 'cac';
-import { StartupError } from '../../server/config.js';
-import { startServer } from '../../server/server.js';
 
 export function registerServer(cli: CAC): void {
   cli.command('server', 'Start the orchestrator server (embedded database unless ORCHESTRATOR_DATABASE_URL is set)')
     .option('--host <host>', 'Address to listen on', { default: '127.0.0.1' })
     .option('--port <port>', 'Port to listen on', { default: 3000 })
     .action(async (options: { host: string; port: number }) => {
+      const { StartupError } = await import('../../server/config.js');
+      const { startServer } = await import('../../server/server.js');
       let server;
       try {
         server = await startServer({ host: options.host, port: Number(options.port) });

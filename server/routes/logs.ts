@@ -48,19 +48,24 @@ async function follow(server: ServerContext, runId: string, after: number, strea
   const write = (item: LogStreamItem) => stream.write(`${JSON.stringify(item)}\n`);
   let cursor = after;
   let lastStatus = '';
+  const writeStatus = (run: RunRecord) => {
+    const status = `${run.status}|${run.statusMessage}`;
+    if (status === lastStatus) return;
+    write({ type: 'status', status: run.status, statusMessage: run.statusMessage, exitCode: run.exitCode });
+    lastStatus = status;
+  };
   while (!closed()) {
     const run = (await getRun(server.db, runId))!;
-    const status = `${run.status}|${run.statusMessage}`;
-    if (status !== lastStatus) {
-      write({ type: 'status', status: run.status, statusMessage: run.statusMessage, exitCode: run.exitCode });
-      lastStatus = status;
-    }
     const finished = FINISHED_RUN_STATUSES.includes(run.status);
+    if (!finished) writeStatus(run);
     const pulled = finished ? 0 : await pullFromAgent(server, run, cursor, AGENT_WAIT_MS);
     const lines = await readLogs(server.db, runId, cursor);
     for (const line of lines) write({ type: 'log', line });
     if (lines.length) cursor = lines[lines.length - 1].seq;
-    if (finished && lines.length === 0) break;
+    if (finished && lines.length === 0) {
+      writeStatus(run);
+      break;
+    }
     if (pulled === 0 && lines.length === 0) await new Promise((r) => setTimeout(r, IDLE_WAIT_MS));
   }
   stream.end();

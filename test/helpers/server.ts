@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { LocalBackend } from '../../backends/local/local.js';
 import { startServer, type RunningServer, type ServerOptions } from '../../server/server.js';
 import { createScratchDatabase, type DatabaseKind } from './databases.js';
 
@@ -39,6 +40,8 @@ export async function startTestServer(kind: DatabaseKind, config: string, option
     api,
     stop: async () => {
       await server.close();
+      const local = new LocalBackend({ stateDir: join(dir, 'backends', 'local') });
+      for (const instance of await local.list()) await local.terminate(instance.id);
       await scratch?.drop();
       rmSync(dir, { recursive: true, force: true });
     },
