@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -84,7 +84,8 @@ function sourceFiles(folder: string): string[] {
 /** The environment variables read (`process.env.NAME` or `process.env['NAME']`) by the .ts files under the given folders. */
 function variablesReadIn(folders: string[]): Set<string> {
   const names = new Set<string>();
-  for (const file of folders.flatMap((folder) => sourceFiles(join(ROOT, folder)))) {
+  const present = folders.map((folder) => join(ROOT, folder)).filter((path) => existsSync(path));
+  for (const file of present.flatMap(sourceFiles)) {
     for (const match of readFileSync(file, 'utf8').matchAll(/process\.env(?:\.([A-Za-z_][A-Za-z0-9_]*)|\[\s*['"]([A-Za-z_][A-Za-z0-9_]*)['"]\s*\])/g)) {
       names.add(match[1] ?? match[2]);
     }
