@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
 import { GpucloudBackend } from '../backends/gpucloud/client.js';
 import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
-import { eventually, gpucloudConfig, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
+import { eventually, FAST_TIMINGS, gpucloudConfig, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
 const task = (name: string, commands: string[], extra: Record<string, unknown> = {}) => ({ spec: { type: 'task', name, commands, ...extra } });
 const gpucloudFleet = (extra: Record<string, unknown> = {}) => ({ spec: { type: 'fleet', name: 'cloud', backends: ['gpucloud'], nodes: '0..2', idle_duration: '1m', resources: { gpu: '24GB..' }, ...extra } });
@@ -82,6 +82,23 @@ for (const kind of DATABASE_KINDS) {
         expect((await server.api('GET', '/api/projects/main/runs/sleeper/logs')).body.lines.map((l: { text: string }) => l.text)).to.deep.equal(['started']);
       });
 
+      it('deletes a fleet only once its busy instance has finished its run', async () => {
+        await server.api('POST', '/api/projects/main/runs/apply', task('last', ['sleep 2', 'echo finished']));
+        await runReaches(server, 'last', ['running']);
+        expect((await server.api('DELETE', '/api/projects/main/fleets/local')).status).to.equal(202);
+        const deleting = (await server.api('GET', '/api/projects/main/fleets/local')).body;
+        expect(deleting.status).to.equal('terminating');
+        const run = await runReaches(server, 'last', ['done', 'failed', 'terminated']);
+        expect(run.status).to.equal('done');
+        const [instance] = await eventually(async () => {
+          const { body } = await server.api('GET', '/api/projects/main/instances?all=true');
+          return body.length && body.every((i: { status: string }) => i.status === 'terminated') ? body : null;
+        }, 15_000, 'instance terminated');
+        expect(instance.terminationReason).to.equal('fleet_deleted');
+        await eventually(async () => (await server.api('GET', '/api/projects/main/fleets/local')).status === 404, 10_000, 'fleet gone');
+        expect((await server.api('POST', '/api/projects/main/fleets/apply', { spec: { type: 'fleet', name: 'local', backends: ['local'], nodes: '0..1' } })).status).to.equal(201);
+      });
+
       it('fails a run whose fleet has no offer for it, saying so', async () => {
         await server.api('POST', '/api/projects/main/runs/apply', task('big', ['true'], { resources: { gpu: 'H100:8' } }));
         const run = await runReaches(server, 'big', ['failed']);
@@ -137,6 +154,29 @@ for (const kind of DATABASE_KINDS) {
         expect(run).to.include({ status: 'failed', terminationReason: 'instance_unreachable' });
         const [instance] = (await server.api('GET', '/api/projects/main/instances?all=true')).body;
         expect(instance).to.include({ status: 'terminated', terminationReason: 'terminated_by_backend' });
+      });
+
+      it('gives up on an instance that does not boot in time and puts its run back in the queue', async () => {
+        await server.stop();
+        await emulator.close();
+        emulator = await startEmulator({ port: 0, bootDelayMs: 60_000, apiKey: 'test-key-123456' });
+        server = await startTestServer(kind, gpucloudConfig(emulator.url, emulator.apiKey), { instanceTimings: { ...FAST_TIMINGS, provisioningTimeoutMs: 1500 } });
+        await server.api('POST', '/api/projects/main/fleets/apply', gpucloudFleet());
+        await server.api('POST', '/api/projects/main/runs/apply', task('slowboot', ['true']));
+        const instance = await eventually(async () => {
+          const { body } = await server.api('GET', '/api/projects/main/instances?all=true');
+          return body.find((i: { status: string }) => i.status === 'terminated');
+        }, 20_000, 'instance given up');
+        expect(instance.terminationReason).to.equal('provisioning_timeout');
+        const run = await eventually(async () => {
+          const { body } = await server.api('GET', '/api/projects/main/runs/slowboot');
+          return body.statusMessage.includes('back in the queue') ? body : null;
+        }, 10_000, 'run requeued');
+        expect(run.status).to.equal('submitted');
+        await server.api('POST', '/api/projects/main/runs/slowboot/stop', {});
+        await runReaches(server, 'slowboot', ['terminated']);
+        const cloud = new GpucloudBackend({ apiUrl: emulator.url, apiKey: emulator.apiKey });
+        await eventually(async () => (await cloud.list()).filter((i) => i.status !== 'terminated').length <= 1, 10_000, 'timed-out machine terminated');
       });
 
       it('moves on to the next offer when the cheapest one has no capacity at create time', async () => {
