@@ -37,7 +37,7 @@ export async function followRun(client: ApiClient, name: string, display: Status
       try {
         for await (const item of client.stream(runPath(client, name, `/logs?follow=true&after=${after}`), controller.signal)) {
           if (item.type === 'status') {
-            // The server may report the end before the last lines; the end is shown once they are printed.
+            // The end is shown from the run itself once the stream closes, after every line.
             if (!isFinished(item)) display?.update(item.status, item.statusMessage);
           } else {
             after = item.line.seq;
