@@ -95,14 +95,14 @@ export class RunController extends LeasedController<RunRecord> {
       }
       throw error;
     }
-    if (!(await updateRun(this.db, run.id, this.owner, { job_id: submission.jobId }))) return RUNNING_POLL_MS;
     run.jobId = submission.jobId;
     if (isFinished(job)) {
+      if (!(await updateRun(this.db, run.id, this.owner, { job_id: submission.jobId }))) return RUNNING_POLL_MS;
       await this.copyLogs(run, instance);
       await this.finishJob(run, instance, job);
       return RUNNING_POLL_MS;
     }
-    await this.transition(run, 'running', `running on ${instance.name}`, { started_at: new Date() });
+    await this.transition(run, 'running', `running on ${instance.name}`, { job_id: submission.jobId, started_at: new Date() });
     return 100;
   }
 
@@ -129,7 +129,7 @@ export class RunController extends LeasedController<RunRecord> {
     if (instance && run.jobId && instance.status !== 'terminated') {
       await agentOf(instance).remove(run.jobId).catch(() => {});
     }
-    if (run.instanceId && (await releaseInstanceFromRun(this.db, run.instanceId, run.id))) await this.db.notify(CHANNELS.instances);
+    if (run.instanceId) await releaseInstanceFromRun(this.db, run.instanceId, run.id);
     await this.db.notify(CHANNELS.runs);
   }
 

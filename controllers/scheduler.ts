@@ -33,6 +33,7 @@ type Placement =
 export class Scheduler implements Controller {
   readonly name = 'scheduler';
   readonly channel = CHANNELS.runs;
+  private createdInstances = false;
 
   constructor(private readonly db: Db, private readonly pool: BackendPool, private readonly logger: Logger) {}
 
@@ -49,6 +50,7 @@ export class Scheduler implements Controller {
         offers.set(fleet.id, await this.pool.offers(projectId, fleet.backends));
       }
     }
+    this.createdInstances = false;
     const changed = await this.db.transaction(async (tx) => {
       const [{ locked }] = await tx.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock($1) AS locked', [SCHEDULER_LOCK]);
       if (!locked) return false;
@@ -59,10 +61,8 @@ export class Scheduler implements Controller {
       }
       return any;
     });
-    if (changed) {
-      await this.db.notify(CHANNELS.instances);
-      await this.db.notify(CHANNELS.runs);
-    }
+    if (this.createdInstances) await this.db.notify(CHANNELS.instances);
+    if (changed) await this.db.notify(CHANNELS.runs);
   }
 
   private async scheduleProject(tx: Queryable, projectId: string, runs: QueuedRun[], offers: Map<string, OfferListing>): Promise<boolean> {
@@ -104,7 +104,7 @@ export class Scheduler implements Controller {
       case 'instance': {
         const { instance, fleet, ready } = placement;
         const taken = ready
-          ? await tx.query(`UPDATE instances SET status = 'busy', run_id = $2, idle_since = NULL, next_reconcile_at = now(), updated_at = now()
+          ? await tx.query(`UPDATE instances SET status = 'busy', run_id = $2, idle_since = NULL, updated_at = now()
                             WHERE id = $1 AND status = 'idle' AND run_id IS NULL RETURNING id`, [instance.id, run.id])
           : await tx.query(`UPDATE instances SET run_id = $2, updated_at = now()
                             WHERE id = $1 AND status IN ('pending', 'provisioning') AND run_id IS NULL RETURNING id`, [instance.id, run.id]);
@@ -121,6 +121,7 @@ export class Scheduler implements Controller {
           requirement: placement.requirement, runId: run.id,
         });
         instances.push(instance);
+        this.createdInstances = true;
         await recordEvent(tx, { projectId, objectKind: 'instance', objectId: instance.id, objectName: instance.name, reason: 'Created', message: `created for run ${run.name} (${describeRequirement(placement.requirement)}) on ${placement.backend}` });
         await this.startProvisioning(tx, projectId, run, placement.fleet, instance, `provisioning ${instance.name} on ${placement.backend}`);
         return true;

@@ -96,7 +96,7 @@ export function updateInstance(db: Queryable, id: string, owner: string, patch: 
 export async function releaseInstanceFromRun(db: Queryable, instanceId: string, runId: string): Promise<boolean> {
   const rows = await db.query(
     `UPDATE instances SET run_id = NULL, status = CASE WHEN status = 'busy' THEN 'idle' ELSE status END,
-       idle_since = now(), updated_at = now(), next_reconcile_at = now()
+       idle_since = now(), updated_at = now()
      WHERE id = $1 AND run_id = $2 RETURNING id`, [instanceId, runId]);
   return rows.length > 0;
 }
