@@ -1,13 +1,14 @@
-.PHONY: install build test server bench crds clean
+.PHONY: build test server bench crds clean
 
-install:
+node_modules: package.json package-lock.json
 	npm ci
+	touch node_modules
 
-build: install
+build: node_modules
 	npx tsc -p tsconfig.json
 
 # Everything, as CI runs it: sets up PostgreSQL, Podman and the Python packages when missing.
-test: install
+test: node_modules
 	npm test
 
 server: build
@@ -17,7 +18,7 @@ bench: build
 	node dist/bench/control-plane.js
 
 # Regenerates crds/ from the schemas in api/ (a test fails while they are stale).
-crds: install
+crds: node_modules
 	node --import tsx api/crd.ts
 
 clean:
