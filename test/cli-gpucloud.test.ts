@@ -73,6 +73,26 @@ for (const kind of DATABASE_KINDS) {
       expect(ps.stdout).to.match(/^hello\s+task\s+done\s+L4:24GB:1\s+\$0\.8\s+\d+s ago/m);
     });
 
+    it('shows a running task\'s CPU, memory and GPU use, and refuses once it has stopped', async () => {
+      const runStatus = async (all: boolean) => (JSON.parse((await cli(['ps', ...(all ? ['-a'] : []), '--json'])).stdout) as { name: string; status: string }[])
+        .find((r) => r.name === 'sleeper')?.status;
+      const submitted = await cli(['apply', '-f', 'test/fixtures/sleeper.yml', '-y', '-d']);
+      expect(submitted.code, show(submitted)).to.equal(0);
+      await eventually(async () => (await runStatus(false)) === 'running', 30_000, 'sleeper running');
+      const table = await cli(['metrics', 'sleeper']);
+      expect(table.code, show(table)).to.equal(0);
+      expect(table.stdout).to.match(/^CPU\s+MEMORY/im);
+      expect(table.stdout).to.match(/^0\s+L4\s+0%\s+/m);
+      const json = JSON.parse((await cli(['metrics', 'sleeper', '--json'])).stdout) as { memoryTotalMib: number; gpus: { name: string }[] };
+      expect(json.memoryTotalMib).to.be.greaterThan(0);
+      expect(json.gpus.map((g) => g.name)).to.deep.equal(['L4']);
+      expect((await cli(['stop', 'sleeper'])).code).to.equal(0);
+      await eventually(async () => (await runStatus(true)) === 'terminated', 30_000, 'sleeper stopped');
+      const refused = await cli(['metrics', 'sleeper']);
+      expect(refused.code).to.equal(1);
+      expect(refused.stderr).to.match(/^error: run sleeper is terminated; metrics exist only while it runs$/m);
+    });
+
     it('deletes the fleet, releasing its instance, and tells the instance\'s story in events', async () => {
       const [fleet] = JSON.parse((await cli(['fleet', '--json'])).stdout) as Fleet[];
       const instance = fleet!.instances[0]!.name;
