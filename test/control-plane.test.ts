@@ -82,6 +82,14 @@ for (const kind of DATABASE_KINDS) {
         expect((await server.api('GET', '/api/projects/main/runs/sleeper/logs')).body.lines.map((l: { text: string }) => l.text)).to.deep.equal(['started']);
       });
 
+      it('stops a task that runs past its max_duration', async () => {
+        await server.api('POST', '/api/projects/main/runs/apply', task('overtime', ['echo begun', 'sleep 60'], { max_duration: '2s' }));
+        const run = await runReaches(server, 'overtime', ['terminated', 'failed', 'done'], 30_000);
+        expect(run).to.include({ status: 'terminated', terminationReason: 'max_duration_exceeded' });
+        expect(new Date(run.finishedAt).getTime() - new Date(run.startedAt).getTime()).to.be.within(2000, 15_000);
+        expect((await server.api('GET', '/api/projects/main/runs/overtime/logs')).body.lines.map((l: { text: string }) => l.text)).to.deep.equal(['begun']);
+      });
+
       it('deletes a fleet only once its busy instance has finished its run', async () => {
         await server.api('POST', '/api/projects/main/runs/apply', task('last', ['sleep 2', 'echo finished']));
         await runReaches(server, 'last', ['running']);
