@@ -47,8 +47,7 @@ export function loadServerConfig(path: string): ServerConfig {
   const problems = configProblems(value);
   if (problems.length > 0) {
     const lines = problems.slice(0, 5).map(({ path: segments, message }) => {
-      const node = document.getIn(segments, true) as { range?: [number, number] } | undefined;
-      const at = node?.range ? lineCounter.linePos(node.range[0]) : null;
+      const at = positionOf(document, lineCounter, segments);
       return `${path}${at ? `:${at.line}:${at.col}` : ''}: ${fieldPath(segments) || '(top level)'}: ${message}`;
     });
     throw new ConfigError(`invalid server config:\n${lines.join('\n')}`);
@@ -71,21 +70,40 @@ interface Problem {
 function configProblems(value: unknown): Problem[] {
   const toPath = (pointer: string, prefix: (string | number)[] = []) =>
     [...prefix, ...pointer.split('/').filter(Boolean).map((s) => (/^\d+$/.test(s) ? Number(s) : s))];
-  const problems: Problem[] = [...Value.Errors(Outline, value)].map((e) => ({ path: toPath(e.path), message: e.message }));
+  const problems: Problem[] = [];
+  const add = (path: (string | number)[], message: string) => {
+    if (!problems.some((p) => fieldPath(p.path) === fieldPath(path))) problems.push({ path, message: plainMessage(message) });
+  };
+  for (const e of Value.Errors(Outline, value)) add(toPath(e.path), e.message);
   if (problems.length > 0) return problems;
   (value as ServerConfig).projects.forEach((project, p) => project.backends.forEach((backend, b) => {
     const at = ['projects', p, 'backends', b];
     const type = (backend as { type?: unknown })?.type;
     const schema = BACKEND_SCHEMAS[type as keyof typeof BACKEND_SCHEMAS];
     if (!schema) {
-      problems.push({ path: [...at, 'type'], message: `unknown backend type ${JSON.stringify(type)}; expected one of: gpucloud, local` });
+      add([...at, 'type'], `unknown backend type ${JSON.stringify(type)}; expected one of: gpucloud, local`);
       return;
     }
-    for (const e of Value.Errors(schema, backend)) problems.push({ path: toPath(e.path, at), message: e.message });
+    for (const e of Value.Errors(schema, backend)) add(toPath(e.path, at), e.message);
   }));
   return problems;
 }
 
 function fieldPath(segments: (string | number)[]): string {
   return segments.reduce<string>((acc, s) => (typeof s === 'number' ? `${acc}[${s}]` : acc ? `${acc}.${s}` : s), '');
+}
+
+function plainMessage(message: string): string {
+  if (message === 'Expected required property') return 'missing; this field is required';
+  if (message === 'Unexpected property') return 'unknown field';
+  return message.charAt(0).toLowerCase() + message.slice(1);
+}
+
+/** Where the field is written, or where its nearest written parent is (a missing field has no place of its own). */
+function positionOf(document: ReturnType<typeof parseDocument>, lineCounter: LineCounter, segments: (string | number)[]): { line: number; col: number } | null {
+  for (let length = segments.length; length >= 0; length--) {
+    const node = document.getIn(segments.slice(0, length), true) as { range?: [number, number] } | undefined;
+    if (node?.range) return lineCounter.linePos(node.range[0]);
+  }
+  return null;
 }

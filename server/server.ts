@@ -50,11 +50,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     format: winston.format.combine(winston.format.timestamp(), winston.format.printf((i) => `${i.timestamp} ${i.level} ${i.message}`)),
     transports: [new winston.transports.Console({ stderrLevels: ['error', 'warn', 'info', 'debug'] })],
   });
-  const databaseUrl = options.databaseUrl ?? process.env.ORCHESTRATOR_DATABASE_URL;
+  const databaseUrl = options.databaseUrl || process.env.ORCHESTRATOR_DATABASE_URL || undefined;
   const db = await openDatabase({ url: databaseUrl, dataDir: join(dir, 'data') });
   for (const project of config.projects) await upsertProject(db, project.name, project.backends);
-  const adminTokenSource = options.adminToken ? 'option' : process.env.ORCHESTRATOR_SERVER_ADMIN_TOKEN ? 'environment' : 'generated';
-  const adminToken = options.adminToken ?? process.env.ORCHESTRATOR_SERVER_ADMIN_TOKEN ?? storedAdminToken(dir);
+  const fromEnvironment = process.env.ORCHESTRATOR_SERVER_ADMIN_TOKEN || undefined;
+  const adminTokenSource = options.adminToken ? 'option' : fromEnvironment ? 'environment' : 'generated';
+  const adminToken = options.adminToken || fromEnvironment || storedAdminToken(dir);
   await upsertUser(db, 'admin', adminToken, 'admin');
 
   const pool = new BackendPool(db, join(dir, 'backends'));

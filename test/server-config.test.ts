@@ -1,0 +1,94 @@
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ConfigError, loadServerConfig } from '../server/config.js';
+
+function tempDir(): string {
+  return mkdtempSync(join(tmpdir(), 'orch-config-'));
+}
+
+function configError(text: string): string {
+  const dir = tempDir();
+  const path = join(dir, 'config.yml');
+  writeFileSync(path, text);
+  try {
+    loadServerConfig(path);
+  } catch (error) {
+    expect(error).to.be.instanceOf(ConfigError);
+    return (error as Error).message.replaceAll(path, 'config.yml');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  throw new Error('the config was accepted');
+}
+
+/** Starts `orchestrator server` and resolves with its output once it prints its URL, or once it exits. */
+function serverProcess(dir: string, port: number): Promise<{ stdout: string; stderr: string; code: number | null; stop(): Promise<void> }> {
+  const child = spawn(process.execPath, ['dist/cli/main.js', 'server', '--port', String(port)], {
+    env: { ...process.env, ORCHESTRATOR_SERVER_DIR: dir, ORCHESTRATOR_SERVER_ADMIN_TOKEN: '', ORCHESTRATOR_DATABASE_URL: '', ORCHESTRATOR_LOG_LEVEL: 'error' },
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stderr.on('data', (d) => { stderr += d; });
+  const stop = () => new Promise<void>((resolve) => { child.once('exit', () => resolve()); child.kill('SIGTERM'); });
+  return new Promise((resolve) => {
+    child.stdout.on('data', (d) => {
+      stdout += d;
+      if (stdout.includes('Server URL')) resolve({ stdout, stderr, code: null, stop });
+    });
+    child.once('exit', (code) => resolve({ stdout, stderr, code, stop: async () => {} }));
+  });
+}
+
+describe('server configuration', function () {
+  this.timeout(60_000);
+
+  it('writes a default config.yml with project main on the local backend and a commented gpucloud example', () => {
+    const dir = tempDir();
+    const config = loadServerConfig(join(dir, 'config.yml'));
+    expect(config).to.deep.equal({ projects: [{ name: 'main', backends: [{ type: 'local' }] }] });
+    expect(readFileSync(join(dir, 'config.yml'), 'utf8')).to.match(/^ {2}# - type: gpucloud$/m);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('names the file, line, column and field of every mistake', () => {
+    expect(configError('projects:\n- name: main\n  backends:\n  - type: gcp\n')).to.equal(
+      'invalid server config:\nconfig.yml:4:11: projects[0].backends[0].type: unknown backend type "gcp"; expected one of: gpucloud, local');
+    expect(configError('projects:\n- name: main\n  backends:\n  - type: gpucloud\n    api_url: http://x\n')).to.match(
+      /^config\.yml:4:5: projects\[0\]\.backends\[0\]\.creds: missing; this field is required$/m);
+    expect(configError('projects:\n- name: Main Project\n  backends: []\n')).to.match(/^config\.yml:2:9: projects\[0\]\.name: /m);
+    expect(configError('projects:\n  - name: main\n   backends: [\n')).to.match(/^config\.yml:\d+:\d+: /);
+  });
+
+  it('refuses to start on an invalid config with one error line and no stack trace', async () => {
+    const dir = tempDir();
+    writeFileSync(join(dir, 'config.yml'), 'projects:\n- name: main\n  backends:\n  - type: local\n    region: mars\n');
+    const server = await serverProcess(dir, 0);
+    expect(server.code).to.equal(1);
+    expect(server.stderr).to.match(/^error: invalid server config:\n.*config\.yml:5:13: projects\[0\]\.backends\[0\]\.region: unknown field$/m);
+    expect(server.stderr).to.not.match(/\n\s+at /);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('prints its config, admin token and URL, keeps the token across restarts and picks up config changes', async () => {
+    const dir = tempDir();
+    const port = 38_000 + Math.floor(Math.random() * 1000);
+    const first = await serverProcess(dir, port);
+    const token = /Admin token: +(\S+)/.exec(first.stdout)?.[1];
+    expect(first.stdout).to.contain(`Applied config: ${join(dir, 'config.yml')}`);
+    expect(first.stdout).to.contain(`Server URL:     http://127.0.0.1:${port}`);
+    expect(token).to.have.length.greaterThan(30);
+    await first.stop();
+
+    writeFileSync(join(dir, 'config.yml'), 'projects:\n- name: main\n  backends:\n  - type: local\n- name: research\n  backends:\n  - type: local\n');
+    const second = await serverProcess(dir, port);
+    expect(/Admin token: +(\S+)/.exec(second.stdout)?.[1]).to.equal(token);
+    const projects = await (await fetch(`http://127.0.0.1:${port}/api/projects`, { headers: { authorization: `Bearer ${token}` } })).json() as { name: string }[];
+    expect(projects.map((p) => p.name)).to.deep.equal(['main', 'research']);
+    await second.stop();
+    expect(existsSync(join(dir, 'data'))).to.equal(true);
+    rmSync(dir, { recursive: true, force: true });
+  });
+});
