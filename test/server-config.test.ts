@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,11 +24,14 @@ function configError(text: string): string {
   throw new Error('the config was accepted');
 }
 
+const started: ChildProcess[] = [];
+
 /** Starts `orchestrator server` and resolves with its output once it prints its URL, or once it exits. */
 function serverProcess(dir: string, port: number): Promise<{ stdout: string; stderr: string; code: number | null; stop(): Promise<void> }> {
   const child = spawn(process.execPath, ['dist/cli/main.js', 'server', '--port', String(port)], {
     env: { ...process.env, ORCHESTRATOR_SERVER_DIR: dir, ORCHESTRATOR_SERVER_ADMIN_TOKEN: '', ORCHESTRATOR_DATABASE_URL: '', ORCHESTRATOR_LOG_LEVEL: 'error' },
   });
+  started.push(child);
   let stdout = '';
   let stderr = '';
   child.stderr.on('data', (d) => { stderr += d; });
@@ -44,6 +47,9 @@ function serverProcess(dir: string, port: number): Promise<{ stdout: string; std
 
 describe('server configuration', function () {
   this.timeout(60_000);
+  afterEach(() => {
+    for (const child of started.splice(0)) if (child.exitCode === null) child.kill('SIGKILL');
+  });
 
   it('writes a default config.yml with project main on the local backend and a commented gpucloud example', () => {
     const dir = tempDir();
