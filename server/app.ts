@@ -1,5 +1,5 @@
 import Koa from 'koa';
-import { authMiddleware } from './auth.js';
+import { authenticateEveryRoute } from './auth.js';
 import type { ServerContext } from './context.js';
 import { errorMiddleware } from './http-errors.js';
 import { fleetRoutes } from './routes/fleets.js';
@@ -15,11 +15,8 @@ export function createApp(server: ServerContext): Koa {
     server.logger.error(`http: ${error.stack ?? error.message}`);
   });
   app.use(errorMiddleware(server.logger));
-  app.use(async (ctx, next) => {
-    if (ctx.path.startsWith('/api/') || ctx.path === '/api') await authMiddleware(server.db)(ctx, next);
-    else await next();
-  });
   for (const router of [projectRoutes(server), fleetRoutes(server), runRoutes(server), logRoutes(server)]) {
+    authenticateEveryRoute(router, server.db);
     app.use(router.routes());
     app.use(router.allowedMethods());
   }

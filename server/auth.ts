@@ -1,3 +1,4 @@
+import type Router from '@koa/router';
 import type { Context, Next } from 'koa';
 import { isDnsLabel } from '../api/names.js';
 import type { Queryable } from '../store/db.js';
@@ -8,7 +9,19 @@ export interface AuthState {
   user: UserRecord;
 }
 
-/** Every /api route needs `Authorization: Bearer <token>`; the token is looked up by its hash. */
+/**
+ * Puts authentication first on every route of the router, so that it runs once a route has matched,
+ * whatever the spelling of the path: no handler is reachable without a user. (Router-level `use`
+ * would not do: its prefix is matched case-sensitively while routes are not.)
+ */
+export function authenticateEveryRoute(router: Router, db: Queryable): void {
+  const authenticate = authMiddleware(db);
+  for (const layer of router.stack) {
+    if (layer.methods.length > 0) layer.stack.unshift(authenticate);
+  }
+}
+
+/** A route needs `Authorization: Bearer <token>`; the token is looked up by its hash. */
 export function authMiddleware(db: Queryable) {
   return async (ctx: Context, next: Next) => {
     const header = ctx.get('authorization');
