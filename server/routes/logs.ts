@@ -7,7 +7,7 @@ import { getInstance } from '../../store/instances.js';
 import { appendLogs, readLogs } from '../../store/logs.js';
 import { getRun, type RunRecord } from '../../store/runs.js';
 import type { ServerContext } from '../context.js';
-import { badRequest } from '../http-errors.js';
+import { cursorQuery } from '../query.js';
 import { runFor } from './runs.js';
 
 const AGENT_WAIT_MS = 5000;
@@ -23,8 +23,7 @@ export function logRoutes(server: ServerContext): Router {
 
   router.get('/:name/logs', async (ctx) => {
     const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
-    const after = ctx.query.after === undefined ? 0 : Number(ctx.query.after);
-    if (!Number.isInteger(after) || after < 0) throw badRequest('after: expected a whole number of 0 or more');
+    const after = cursorQuery(ctx, 'after');
     if (ctx.query.follow !== 'true') {
       await pullFromAgent(server, run, after, 0);
       const lines = await readLogs(server.db, run.id, after);

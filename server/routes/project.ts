@@ -9,6 +9,7 @@ import { addMember, createUser, getUser, listProjectsOf, projectView } from '../
 import { projectFor, requireAdmin, type AuthState } from '../auth.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, conflict, notFound, readJsonObject } from '../http-errors.js';
+import { cursorQuery } from '../query.js';
 
 export function projectRoutes(server: ServerContext): Router {
   const { db, pool } = server;
@@ -71,8 +72,7 @@ export function projectRoutes(server: ServerContext): Router {
 
   router.get('/projects/:project/events', async (ctx) => {
     const project = await projectFor(db, ctx, ctx.params.project);
-    const after = ctx.query.after === undefined ? 0 : Number(ctx.query.after);
-    if (!Number.isInteger(after) || after < 0) throw badRequest('after: expected a whole number of 0 or more');
+    const after = cursorQuery(ctx, 'after');
     const objectName = typeof ctx.query.object === 'string' ? ctx.query.object : undefined;
     if (objectName !== undefined && !isDnsLabel(objectName)) throw badRequest('object: expected the name of a run, fleet or instance');
     ctx.body = await listEvents(db, project.id, { after, objectName });

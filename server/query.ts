@@ -1,0 +1,16 @@
+import type { Context } from 'koa';
+import { badRequest } from './http-errors.js';
+
+/** Sequence numbers and event ids are 4-byte integers in the database; any cursor past the largest finds nothing. */
+const LARGEST_CURSOR = 2 ** 31 - 1;
+
+/**
+ * A cursor from the query string (`after=N`): a whole number of 0 or more, 0 when absent. One past
+ * anything the database can hold is clamped, since nothing can come after it anyway.
+ */
+export function cursorQuery(ctx: Context, name: string): number {
+  const raw = ctx.query[name];
+  if (raw === undefined) return 0;
+  if (typeof raw !== 'string' || !/^\d{1,20}$/.test(raw)) throw badRequest(`${name}: expected a whole number of 0 or more`);
+  return Math.min(Number(raw), LARGEST_CURSOR);
+}
