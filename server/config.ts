@@ -2,7 +2,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { LineCounter, parseDocument } from 'yaml';
+import { LineCounter, parseDocument, type Document } from 'yaml';
 import { BackendConfig, GpucloudBackendConfig, LocalBackendConfig } from '../backends/config.js';
 
 export const ServerConfig = Type.Object({
@@ -26,6 +26,9 @@ projects:
   #     api_key: <your gpucloud API key>
 `;
 
+/** More alias expansions than a hand-written config needs; beyond it a file is taken for an attack. */
+const MAX_ALIAS_EXPANSIONS = 100;
+
 /** A reason the server cannot start that the user can fix; shown without a stack trace. */
 export class StartupError extends Error {}
 export class ConfigError extends StartupError {}
@@ -38,12 +41,14 @@ export function loadServerConfig(path: string): ServerConfig {
   }
   const text = readFileSync(path, 'utf8');
   const lineCounter = new LineCounter();
-  const document = parseDocument(text, { lineCounter });
+  // Pretty errors quote the offending line, which for a pathologically nested file exhausts memory.
+  const document = parseDocument(text, { lineCounter, prettyErrors: false });
   if (document.errors.length > 0) {
-    const e = document.errors[0];
-    throw new ConfigError(`${path}:${e.linePos?.[0].line ?? '?'}:${e.linePos?.[0].col ?? '?'}: ${e.message.split('\n')[0]}`);
+    const e = document.errors[0]!;
+    const at = lineCounter.linePos(e.pos[0]);
+    throw new ConfigError(`${path}:${at.line}:${at.col}: ${e.message.split('\n')[0]}`);
   }
-  const value = document.toJS();
+  const value = plainValue(document, path);
   const problems = configProblems(value);
   if (problems.length > 0) {
     const lines = problems.slice(0, 5).map(({ path: segments, message }) => {
@@ -53,6 +58,23 @@ export function loadServerConfig(path: string): ServerConfig {
     throw new ConfigError(`invalid server config:\n${lines.join('\n')}`);
   }
   return value as ServerConfig;
+}
+
+/**
+ * The file as plain data. Aliases are expanded here, not while parsing, so this is where an
+ * exponentially expanding file ("billion laughs") is refused, and where an alias without its anchor
+ * is found.
+ */
+function plainValue(document: Document, path: string): unknown {
+  try {
+    return document.toJS({ maxAliasCount: MAX_ALIAS_EXPANSIONS });
+  } catch (error) {
+    const message = (error as Error).message;
+    if (message.startsWith('Excessive alias count')) {
+      throw new ConfigError(`${path}: too many aliases: its anchors expand beyond ${MAX_ALIAS_EXPANSIONS} copies, as in a "billion laughs" attack; write the values out instead`);
+    }
+    throw new ConfigError(`${path}: ${message.split('\n')[0]}`);
+  }
 }
 
 const BACKEND_SCHEMAS = { gpucloud: GpucloudBackendConfig, local: LocalBackendConfig } as const;
@@ -100,7 +122,7 @@ function plainMessage(message: string): string {
 }
 
 /** Where the field is written, or where its nearest written parent is (a missing field has no place of its own). */
-function positionOf(document: ReturnType<typeof parseDocument>, lineCounter: LineCounter, segments: (string | number)[]): { line: number; col: number } | null {
+function positionOf(document: Document, lineCounter: LineCounter, segments: (string | number)[]): { line: number; col: number } | null {
   for (let length = segments.length; length >= 0; length--) {
     const node = document.getIn(segments.slice(0, length), true) as { range?: [number, number] } | undefined;
     if (node?.range) return lineCounter.linePos(node.range[0]);

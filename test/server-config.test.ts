@@ -66,6 +66,25 @@ describe('server configuration', function () {
       /^config\.yml:4:5: projects\[0\]\.backends\[0\]\.creds: missing; this field is required$/m);
     expect(configError('projects:\n- name: Main Project\n  backends: []\n')).to.match(/^config\.yml:2:9: projects\[0\]\.name: /m);
     expect(configError('projects:\n  - name: main\n   backends: [\n')).to.match(/^config\.yml:\d+:\d+: /);
+    expect(configError('projects:\n- name: main\n  backends: *missing\n')).to.equal(
+      'config.yml: Unresolved alias (the anchor must be set before the alias): missing');
+    expect(configError(`projects: ${'['.repeat(100_000)}${']'.repeat(100_000)}\n`)).to.match(/^config\.yml:1:\d+: Maximum call stack size exceeded$/);
+  });
+
+  it('refuses a config whose aliases expand exponentially, naming the file, without a stack trace', async () => {
+    const dir = tempDir();
+    const path = join(dir, 'config.yml');
+    const levels = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]'];
+    for (const name of 'bcdefghi') {
+      const previous = String.fromCharCode(name.charCodeAt(0) - 1);
+      levels.push(`${name}: &${name} [${Array(9).fill(`*${previous}`).join(', ')}]`);
+    }
+    writeFileSync(path, `${levels.join('\n')}\nprojects: *i\n`);
+    const server = await serverProcess(dir, 0);
+    expect(server.code).to.equal(1);
+    expect(server.stderr).to.include(`${path}: too many aliases`);
+    expect(server.stderr).to.not.match(/\n\s+at /);
+    rmSync(dir, { recursive: true, force: true });
   });
 
   it('refuses to start on an invalid config with one error line and no stack trace', async () => {
