@@ -114,6 +114,8 @@ export const RunPlan = Type.Object({
   fleets: Type.Array(Type.String()),
   idleInstance: Type.Union([Type.Object({ name: Type.String(), fleet: Type.String(), gpu: GpuInfo, pricePerHour: Type.Number() }), Type.Null()]),
   offers: Type.Array(PlannedOffer),
+  /** Backends whose offers could not be refreshed, with why and how old the offers shown are. */
+  offerErrors: Type.Array(Type.String()),
   problem: Type.Union([Type.String(), Type.Null()]),
 });
 export type RunPlan = Static<typeof RunPlan>;
@@ -124,6 +126,7 @@ export const FleetPlan = Type.Object({
   requirement: Type.String(),
   currentGeneration: Type.Union([Type.Integer(), Type.Null()]),
   offers: Type.Array(Offer),
+  offerErrors: RunPlan.properties.offerErrors,
   problem: Type.Union([Type.String(), Type.Null()]),
 });
 export type FleetPlan = Static<typeof FleetPlan>;

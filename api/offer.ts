@@ -23,3 +23,20 @@ export const Offer = Type.Object({
   availability: Type.Union([Type.Literal('available'), Type.Literal('unavailable')]),
 });
 export type Offer = Static<typeof Offer>;
+
+/** How current one backend's offers are: when they were last fetched, and why the refreshes since have failed. */
+export const BackendOffersState = Type.Object({
+  backend: Type.String(),
+  fetchedAt: Type.Union([Type.String({ description: 'ISO 8601' }), Type.Null()], { description: 'null: never listed' }),
+  ageSeconds: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()]),
+  error: Type.Union([Type.String(), Type.Null()], { description: 'the last refresh\'s error, until a refresh succeeds' }),
+});
+export type BackendOffersState = Static<typeof BackendOffersState>;
+
+/** The offers of some backends, cheapest first, with each backend's state and one line per backend that could not be asked. */
+export const OfferListing = Type.Object({
+  offers: Type.Array(Offer),
+  backends: Type.Array(BackendOffersState),
+  errors: Type.Array(Type.String()),
+});
+export type OfferListing = Static<typeof OfferListing>;

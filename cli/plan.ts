@@ -23,6 +23,11 @@ function offersTable(offers: FleetPlan['offers'] | RunPlan['offers'], stream: No
   return indented(renderTable(headers, rows, outputWidth(stream) - INDENT.length));
 }
 
+/** One line per backend whose offers could not be refreshed: the offers above may be out of date. */
+function offerErrors(plan: FleetPlan | RunPlan): string {
+  return plan.offerErrors.map((error, index) => field(index === 0 ? 'warning' : '', error)).join('');
+}
+
 function shown(value: unknown): string {
   if (value === undefined) return '(not set)';
   return typeof value === 'string' ? value : JSON.stringify(value);
@@ -50,6 +55,7 @@ export function renderFleetPlan(spec: FleetSpec, plan: FleetPlan, current: Recor
     fleetChanges(current, spec).forEach((change, index) => { text += field(index === 0 ? 'changes' : '', change); });
   }
   if (plan.offers.length > 0) text += field('offers') + offersTable(plan.offers, stream);
+  text += offerErrors(plan);
   if (plan.problem) text += field('problem', plan.problem);
   return text;
 }
@@ -67,6 +73,7 @@ export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.Write
   } else if (plan.offers.length > 0) {
     text += field('offers', 'a new instance from the cheapest that is available') + offersTable(plan.offers, stream);
   }
+  text += offerErrors(plan);
   if (plan.problem) text += field('problem', plan.problem);
   return text;
 }

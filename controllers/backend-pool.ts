@@ -1,22 +1,29 @@
 import { isDeepStrictEqual } from 'node:util';
-import type { BackendType, Offer } from '../api/offer.js';
+import { formatDuration } from '../api/duration.js';
+import type { BackendOffersState, BackendType, Offer, OfferListing } from '../api/offer.js';
 import type { Backend } from '../backends/backend.js';
 import { createBackend } from '../backends/registry.js';
 import type { Queryable } from '../store/db.js';
 import { getProjectById } from '../store/projects.js';
 import type { BackendConfig } from '../backends/config.js';
 
-export interface OfferListing {
-  offers: Offer[];
-  /** Backends that could not be asked, with why (an invalid key, an outage). */
-  errors: string[];
-}
+export type { OfferListing };
 
 interface CachedOffers {
-  at: number;
-  offers?: Offer[];
-  refreshing?: Promise<Offer[]>;
+  offers: Offer[] | null;
+  fetchedAt: number | null;
+  /** Why the last refresh failed; cleared by the next one that succeeds. */
+  error: string | null;
+  attemptedAt: number;
+  refreshing: Promise<void> | null;
 }
+
+export interface ListingOptions {
+  /** Wait a little for a refresh of offers older than the TTL before answering with them: a person is waiting for the answer. */
+  fresh?: boolean;
+}
+
+const FRESH_WAIT_MS = 5000;
 
 /** The backends each project's config names, built once, with a short-lived cache of their offers. */
 export class BackendPool {
@@ -36,6 +43,7 @@ export class BackendPool {
     const byType = new Map<BackendType, Backend>();
     for (const config of project.backends) byType.set(config.type, createBackend(config, { stateDir: this.stateDir }));
     this.backends.set(projectId, { config: project.backends, byType });
+    this.forgetOffers(projectId);
     return byType;
   }
 
@@ -43,51 +51,82 @@ export class BackendPool {
     return (await this.forProject(projectId)).get(type as BackendType) ?? null;
   }
 
-  /** Offers of the named backends (all the project's when `types` is undefined), cheapest first. */
-  async offers(projectId: string, types?: readonly string[]): Promise<OfferListing> {
+  /** Offers of the named backends (all the project's when `types` is undefined), cheapest first, with how old they are. */
+  async offers(projectId: string, types?: readonly string[], options: ListingOptions = {}): Promise<OfferListing> {
     const backends = await this.forProject(projectId);
-    const listing: OfferListing = { offers: [], errors: [] };
+    const listing: OfferListing = { offers: [], backends: [], errors: [] };
     for (const [type, backend] of backends) {
       if (types && !types.includes(type)) continue;
-      try {
-        listing.offers.push(...await this.cachedOffers(`${projectId}/${type}`, backend));
-      } catch (error) {
-        listing.errors.push(`${type}: ${(error as Error).message}`);
-      }
+      const cached = await this.cachedOffers(`${projectId}/${type}`, backend, options.fresh ? FRESH_WAIT_MS : 0);
+      const state = backendState(type, cached);
+      listing.backends.push(state);
+      listing.offers.push(...cached.offers ?? []);
+      if (state.error !== null) listing.errors.push(describeFailure(state));
     }
     const missing = (types ?? []).filter((t) => !backends.has(t as BackendType));
-    for (const type of missing) listing.errors.push(`${type}: not configured for this project`);
+    for (const type of missing) {
+      const state: BackendOffersState = { backend: type, fetchedAt: null, ageSeconds: null, error: 'not configured for this project' };
+      listing.backends.push(state);
+      listing.errors.push(describeFailure(state));
+    }
     listing.offers.sort((a, b) => a.pricePerHour - b.pricePerHour);
     return listing;
   }
 
   /**
    * Offers younger than the TTL are served from memory. Older ones are still served (scheduling
-   * never waits on a cloud API) while one refresh runs; only the first listing is awaited.
+   * never waits on a cloud API) while one refresh runs; only a backend's first listing is awaited.
+   * A failed refresh is remembered and reported until one succeeds, and retried once per TTL.
    */
-  private cachedOffers(key: string, backend: Backend): Promise<Offer[]> {
-    const cached = this.offerCache.get(key);
-    if (cached?.offers && Date.now() - cached.at < this.offersTtlMs) return Promise.resolve(cached.offers);
-    if (!cached?.refreshing) {
-      const refreshing = backend.offers().then(
-        (offers) => {
-          this.offerCache.set(key, { at: Date.now(), offers });
-          return offers;
-        },
-        (error: unknown) => {
-          const entry = this.offerCache.get(key);
-          if (entry) entry.refreshing = undefined;
-          throw error;
-        });
-      refreshing.catch(() => {});
-      this.offerCache.set(key, { at: cached?.at ?? 0, offers: cached?.offers, refreshing });
+  private async cachedOffers(key: string, backend: Backend, refreshWaitMs: number): Promise<CachedOffers> {
+    let cached = this.offerCache.get(key);
+    if (!cached) {
+      cached = { offers: null, fetchedAt: null, error: null, attemptedAt: 0, refreshing: null };
+      this.offerCache.set(key, cached);
     }
-    const entry = this.offerCache.get(key)!;
-    return entry.offers ? Promise.resolve(entry.offers) : entry.refreshing!;
+    if (!cached.refreshing && Date.now() - cached.attemptedAt >= this.offersTtlMs) cached.refreshing = refresh(cached, backend);
+    const neverAnswered = cached.offers === null && cached.error === null;
+    if (cached.refreshing && neverAnswered) await cached.refreshing;
+    else if (cached.refreshing && refreshWaitMs > 0) await settledWithin(cached.refreshing, refreshWaitMs);
+    return cached;
   }
 
   /** After a capacity error the cached availability is stale. */
   forgetOffers(projectId: string): void {
     for (const key of this.offerCache.keys()) if (key.startsWith(`${projectId}/`)) this.offerCache.delete(key);
   }
+}
+
+function refresh(cached: CachedOffers, backend: Backend): Promise<void> {
+  cached.attemptedAt = Date.now();
+  return backend.offers().then(
+    (offers) => {
+      cached.offers = offers;
+      cached.fetchedAt = Date.now();
+      cached.error = null;
+    },
+    (error: unknown) => { cached.error = (error as Error).message; },
+  ).finally(() => { cached.refreshing = null; });
+}
+
+function settledWithin(work: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<void>((resolve) => { timer = setTimeout(resolve, ms); });
+  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
+}
+
+function backendState(type: string, cached: CachedOffers): BackendOffersState {
+  return {
+    backend: type,
+    fetchedAt: cached.fetchedAt === null ? null : new Date(cached.fetchedAt).toISOString(),
+    ageSeconds: cached.fetchedAt === null ? null : Math.floor((Date.now() - cached.fetchedAt) / 1000),
+    error: cached.error,
+  };
+}
+
+/** `gpucloud: invalid gpucloud API key (offers shown are 5m old)`. */
+function describeFailure(state: BackendOffersState): string {
+  if (state.ageSeconds === null) return `${state.backend}: ${state.error}`;
+  const age = state.ageSeconds < 60 ? state.ageSeconds : state.ageSeconds - (state.ageSeconds % 60);
+  return `${state.backend}: ${state.error} (offers shown are ${formatDuration(age)} old)`;
 }

@@ -1,5 +1,6 @@
 import type { Logger } from 'winston';
 import type { Offer } from '../api/offer.js';
+import type { InstanceStatus } from '../api/status.js';
 import { describeRequirement, intersectRequirements, offerSatisfies, type ResourceRequirement } from '../api/resources.js';
 import type { Db, Queryable } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
@@ -169,7 +170,7 @@ export function place(run: Pick<QueuedRun, 'requirement'>, fleets: FleetRecord[]
   const reasons: string[] = [];
   let onlyNoOffers = true;
   for (const { fleet, requirement } of candidates) {
-    const listing = offers.get(fleet.id) ?? { offers: [], errors: [] };
+    const listing = offers.get(fleet.id) ?? { offers: [], backends: [], errors: [] };
     const matching = listing.offers.filter((o: Offer) => offerSatisfies(o, requirement));
     const fleetInstances = instances.filter((i) => i.fleetId === fleet.id);
     if (matching.length === 0 && listing.errors.length === 0 && !fleetInstances.some((i) => i.offer && offerSatisfies(i.offer, run.requirement))) {
@@ -178,7 +179,7 @@ export function place(run: Pick<QueuedRun, 'requirement'>, fleets: FleetRecord[]
     }
     onlyNoOffers = false;
     if (fleet.nodesMax !== null && fleetInstances.length >= fleet.nodesMax) {
-      reasons.push(`fleet ${fleet.name} is at its maximum of ${fleet.nodesMax} node${fleet.nodesMax === 1 ? '' : 's'}, all in use`);
+      reasons.push(`fleet ${fleet.name} is at its maximum of ${fleet.nodesMax} node${fleet.nodesMax === 1 ? '' : 's'}: ${countByStatus(fleetInstances)}`);
       continue;
     }
     const available = matching.filter((o) => o.availability === 'available');
@@ -191,4 +192,15 @@ export function place(run: Pick<QueuedRun, 'requirement'>, fleets: FleetRecord[]
   }
   if (onlyNoOffers) return { kind: 'fail', reason: 'no_offers', message: reasons.join('; ') };
   return { kind: 'wait', message: `waiting: ${reasons.join('; ')}` };
+}
+
+const STATUS_ORDER: readonly InstanceStatus[] = ['pending', 'provisioning', 'idle', 'busy', 'terminating'];
+
+/** `1 busy, 1 terminating`: what holds a fleet's places, so that a user sees an instance that is only going away. */
+function countByStatus(instances: InstanceRecord[]): string {
+  return STATUS_ORDER
+    .map((status) => ({ status, count: instances.filter((i) => i.status === status).length }))
+    .filter(({ count }) => count > 0)
+    .map(({ status, count }) => `${count} ${status}`)
+    .join(', ');
 }

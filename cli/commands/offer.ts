@@ -1,9 +1,9 @@
 import type { CAC } from 'cac';
-import type { Offer } from '../../api/offer.js';
+import type { OfferListing } from '../../api/offer.js';
 import { optionText } from '../args.js';
 import { connect } from '../connect.js';
 import { action } from '../errors.js';
-import { formatPrice, formatSize, printJson } from '../format.js';
+import { formatAge, formatPrice, formatSize, printJson } from '../format.js';
 import { renderTable } from '../table.js';
 
 interface OfferFlags {
@@ -25,17 +25,19 @@ export function registerOffer(cli: CAC): void {
       if (backend !== undefined) query.set('backend', backend);
       if (gpu !== undefined) query.set('gpu', gpu);
       const suffix = query.size > 0 ? `?${query}` : '';
-      const listing = await client.get<{ offers: Offer[]; errors: string[] }>(client.projectPath(`/offers${suffix}`));
+      const listing = await client.get<OfferListing>(client.projectPath(`/offers${suffix}`));
       const offers = [...listing.offers].sort((a, b) => a.pricePerHour - b.pricePerHour || a.gpu.name.localeCompare(b.gpu.name) || a.gpu.count - b.gpu.count);
+      const exitCode = listing.errors.length > 0 ? 1 : 0;
       if (flags.json === true) {
-        printJson({ offers, errors: listing.errors });
-        return;
+        printJson({ ...listing, offers });
+        return exitCode;
       }
-      for (const error of listing.errors) process.stderr.write(`warning: ${error}\n`);
+      for (const error of listing.errors) process.stderr.write(`${error}\n`);
       if (offers.length === 0) {
         process.stdout.write(`no offers${gpu === undefined ? '' : ` with GPU ${gpu}`}${backend === undefined ? '' : ` from ${backend}`}\n`);
-        return;
+        return exitCode;
       }
+      const staleAge = new Map(listing.backends.filter((b) => b.error !== null && b.fetchedAt !== null).map((b) => [b.backend, formatAge(b.fetchedAt!)]));
       const headers = [...(backend === undefined ? ['backend'] : []), 'gpu', 'memory', 'count', 'vcpus', 'ram', 'disk', 'region', '$/h', 'availability'];
       const rows = offers.map((o) => [
         ...(backend === undefined ? [o.backend] : []),
@@ -47,8 +49,9 @@ export function registerOffer(cli: CAC): void {
         formatSize(o.diskMib),
         o.region,
         formatPrice(o.pricePerHour),
-        o.availability,
+        staleAge.has(o.backend) ? `${o.availability} ${staleAge.get(o.backend)}` : o.availability,
       ]);
       process.stdout.write(renderTable(headers, rows));
+      return exitCode;
     }));
 }

@@ -30,7 +30,7 @@ export function fleetRoutes(server: ServerContext): Router {
     const spec = checkedFleetSpec((await readJsonObject(ctx)).spec);
     const desired = fleetDesired(spec, project);
     const existing = await getLiveFleet(db, project.id, desired.name);
-    const listing = await pool.offers(project.id, desired.backends);
+    const listing = await pool.offers(project.id, desired.backends, { fresh: true });
     const offers = listing.offers.filter((o) => offerSatisfies(o, desired.requirement)).slice(0, 10);
     const plan: FleetPlan = {
       action: !existing ? 'create' : isDeepStrictEqual(existing.spec, desired.spec) ? 'unchanged' : 'update',
@@ -38,7 +38,8 @@ export function fleetRoutes(server: ServerContext): Router {
       requirement: describeRequirement(desired.requirement),
       currentGeneration: existing?.generation ?? null,
       offers,
-      problem: offers.length > 0 ? null : listing.errors.length ? listing.errors.join('; ') : `no offer matches ${describeRequirement(desired.requirement)}`,
+      offerErrors: listing.errors,
+      problem: offers.length > 0 || listing.errors.length > 0 ? null : `no offer matches ${describeRequirement(desired.requirement)}`,
     };
     ctx.body = plan;
   });

@@ -1,6 +1,7 @@
 import Router from '@koa/router';
 import { isDnsLabel } from '../../api/names.js';
 import type { ServerInfo } from '../../api/objects.js';
+import type { OfferListing } from '../../api/offer.js';
 import { normalizeResources } from '../../api/resources.js';
 import { offerSatisfies } from '../../api/resources.js';
 import { listEvents } from '../../store/events.js';
@@ -60,9 +61,10 @@ export function projectRoutes(server: ServerContext): Router {
         throw badRequest(`gpu: ${(error as Error).message}`);
       }
     }
-    const listing = await pool.offers(project.id, backend ? [backend] : undefined);
+    const listing = await pool.offers(project.id, backend ? [backend] : undefined, { fresh: true });
     const offers = requirement ? listing.offers.filter((o) => offerSatisfies(o, requirement)) : listing.offers;
-    ctx.body = { offers, errors: listing.errors };
+    const body: OfferListing = { ...listing, offers };
+    ctx.body = body;
   });
 
   router.get('/projects/:project/instances', async (ctx) => {

@@ -105,7 +105,7 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
   const fleets = await listActiveFleets(db, project.id);
   const instances = (await db.query(`SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated'`, [project.id])).map(toInstance);
   const listings = new Map<string, OfferListing>();
-  for (const fleet of fleets) listings.set(fleet.id, await pool.offers(project.id, fleet.backends));
+  for (const fleet of fleets) listings.set(fleet.id, await pool.offers(project.id, fleet.backends, { fresh: true }));
   const placement = place({ requirement }, fleets, instances, listings);
   const candidates = fleets.filter((f) => intersectRequirements(f.requirement, requirement) !== null);
   const offers = candidates.flatMap((fleet) => {
@@ -121,6 +121,7 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
     fleets: candidates.map((f) => f.name),
     idleInstance: idle ? { name: idle.name, fleet: placement.kind === 'instance' ? placement.fleet.name : '', gpu: idle.offer!.gpu, pricePerHour: idle.offer!.pricePerHour } : null,
     offers,
+    offerErrors: [...new Set([...listings.values()].flatMap((listing) => listing.errors))],
     problem: placement.kind === 'fail' || placement.kind === 'wait' ? placement.message : null,
   };
 }
