@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { join, resolve } from 'node:path';
-import { makeDirectories, writeJobFiles } from './job-files.js';
+import { join } from 'node:path';
+import { prepareJobDirectory } from './job-files.js';
 import {
   JobStartError, jobEnvironment, jobScript, signalExitCode,
   type JobContext, type JobExecution, type JobExit, type JobRuntime, type RecoveredJob, type StopSignal,
@@ -25,12 +25,11 @@ export class ProcessRuntime implements JobRuntime {
 
   async start(context: JobContext): Promise<JobExecution> {
     const { submission, dir, log } = context;
-    const workingDir = resolve(join(dir, 'work'), submission.workingDir ?? '.');
+    let workingDir: string;
     try {
-      await makeDirectories(workingDir);
-      await writeJobFiles(workingDir, submission.files);
+      workingDir = await prepareJobDirectory(join(dir, 'work'), submission.workingDir, submission.files);
     } catch (error) {
-      throw new JobStartError(`could not prepare the working directory ${workingDir}: ${(error as Error).message}`);
+      throw new JobStartError(`could not prepare the working directory: ${(error as Error).message}`);
     }
     if (context.cancelled()) throw new JobStartError('stopped before it started');
 

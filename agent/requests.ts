@@ -12,7 +12,6 @@ export type StopRequest = Static<typeof StopRequest>;
 
 /** Job ids name directories and containers' labels: letters, digits, '.', '_' and '-' only. */
 export const JOB_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
-const BASE64_PATTERN = /^[A-Za-z0-9+/]*={0,2}$/;
 
 const submissionCheck = TypeCompiler.Compile(JobSubmission);
 const stopCheck = TypeCompiler.Compile(StopRequest);
@@ -29,20 +28,9 @@ function checked<T extends TSchema>(what: string, check: ReturnType<typeof TypeC
 
 export function parseSubmission(body: unknown): JobSubmission {
   const submission = checked('job submission', submissionCheck, body);
-  const problems: { path: string; message: string }[] = [];
   if (!JOB_ID_PATTERN.test(submission.jobId)) {
-    problems.push({ path: '/jobId', message: `must match ${JOB_ID_PATTERN.source}` });
+    throw invalid('job submission', [{ path: '/jobId', message: `must match ${JOB_ID_PATTERN.source}` }]);
   }
-  submission.files.forEach((file, index) => {
-    if (file.path.length === 0) problems.push({ path: `/files/${index}/path`, message: 'must not be empty' });
-    if (file.contentBase64.length % 4 !== 0 || !BASE64_PATTERN.test(file.contentBase64)) {
-      problems.push({ path: `/files/${index}/contentBase64`, message: 'must be base64' });
-    }
-    if (file.mode !== undefined && (file.mode < 0 || file.mode > 0o7777)) {
-      problems.push({ path: `/files/${index}/mode`, message: 'must be a file mode between 0 and 0o7777' });
-    }
-  });
-  if (problems.length > 0) throw invalid('job submission', problems);
   return submission;
 }
 

@@ -1,4 +1,6 @@
-/** One regular file of a tar archive. `path` is relative to where the archive is extracted. */
+import { posix } from 'node:path';
+
+/** One regular file of a tar archive. `path` is relative to where the archive is extracted, and never leaves it. */
 export interface TarFile {
   path: string;
   content: Buffer;
@@ -9,14 +11,16 @@ const BLOCK = 512;
 
 /**
  * A POSIX tar archive (ustar, with a PAX header for paths longer than 100 bytes) of regular files,
- * the format the Docker Engine API takes to put files into a container.
+ * the format the Docker Engine API takes to put files into a container. Paths are resolved as from
+ * the root of the extraction (`..` stops there, as `cd ..` does at `/`), so no entry can lead out of
+ * it; modes keep their permission bits only.
  */
 export function createTar(files: readonly TarFile[]): Buffer {
   const mtime = Math.floor(Date.now() / 1000);
   const parts: Buffer[] = [];
   for (const file of files) {
-    const path = file.path.replace(/^\/+/, '');
-    if (path.length === 0) throw new Error('a file in a tar archive needs a name');
+    const path = posix.normalize(`/${file.path}`).slice(1);
+    if (path.length === 0 || path.includes('\u0000')) throw new Error(`a file in a tar archive needs a name without NUL characters, got ${JSON.stringify(file.path)}`);
     if (Buffer.byteLength(path) > 100) {
       const record = paxRecord('path', path);
       parts.push(header({ name: 'PaxHeader', size: record.length, mode: 0o644, mtime, type: 'x' }), padded(record));
@@ -38,7 +42,7 @@ interface Header {
 function header(fields: Header): Buffer {
   const block = Buffer.alloc(BLOCK);
   block.write(fields.name, 0, 100, 'utf8');
-  octal(block, 100, 8, fields.mode & 0o7777);
+  octal(block, 100, 8, fields.mode & 0o777);
   octal(block, 108, 8, 0);
   octal(block, 116, 8, 0);
   octal(block, 124, 12, fields.size);

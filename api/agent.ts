@@ -1,5 +1,25 @@
-import { Type, type Static } from '@sinclair/typebox';
+import { FormatRegistry, Type, type Static } from '@sinclair/typebox';
 import { GpuInfo } from './offer.js';
+
+/**
+ * Standard base64 with its padding (Buffer.from(text, 'base64') would quietly read anything). A format,
+ * not a pattern: a regular expression that counts groups of four overflows the stack on megabytes.
+ */
+FormatRegistry.Set('base64', (text) => text.length % 4 === 0 && /^[A-Za-z0-9+/]*={0,2}$/.test(text));
+
+/** One file of a run, as `apply` takes it and the agent writes it. */
+export const JobFile = Type.Object({
+  path: Type.String({
+    minLength: 1, pattern: '^[^\\u0000]*$', 'x-expected': 'a path without NUL characters',
+    description: 'Relative to the working directory, or absolute inside a container',
+  }),
+  contentBase64: Type.String({ format: 'base64', 'x-expected': 'base64 (A-Z, a-z, 0-9, + and /, padded with =)' }),
+  mode: Type.Optional(Type.Integer({
+    minimum: 0, maximum: 0o7777, 'x-expected': 'a file mode from 0 to 0o7777 (4095)',
+    description: 'Only the permission bits (0o777) are kept: never setuid, setgid or sticky',
+  })),
+}, { additionalProperties: false });
+export type JobFile = Static<typeof JobFile>;
 
 /** What the control plane sends an instance's agent: one job of a run. Submitting the same jobId twice is a no-op. */
 export const JobSubmission = Type.Object({
@@ -8,11 +28,7 @@ export const JobSubmission = Type.Object({
   image: Type.Optional(Type.String()),
   commands: Type.Array(Type.String()),
   env: Type.Record(Type.String(), Type.String()),
-  files: Type.Array(Type.Object({
-    path: Type.String(),
-    contentBase64: Type.String(),
-    mode: Type.Optional(Type.Integer()),
-  })),
+  files: Type.Array(JobFile),
   workingDir: Type.Optional(Type.String()),
   ports: Type.Array(Type.Integer({ minimum: 1, maximum: 65535 })),
   gpus: Type.Integer({ minimum: 0 }),

@@ -1,4 +1,5 @@
 /** The `a:b` forms of ports, files and volumes, shared by validation, the CLI and the server. */
+import { posix } from 'node:path';
 
 export interface PortMapping {
   local: number;
@@ -34,6 +35,18 @@ export interface FileMapping {
   path: string | null;
 }
 
+/**
+ * Why a file's place in the run can never be valid, or null. A relative path is under the working
+ * directory and must stay there; an absolute one is inside the container (the process runtime,
+ * which has none, refuses it when the job starts).
+ */
+export function remotePathProblem(path: string): string | null {
+  if (posix.isAbsolute(path)) return null;
+  const normalized = posix.normalize(path);
+  if (normalized !== '..' && !normalized.startsWith('../')) return null;
+  return `${JSON.stringify(path)} leaves the working directory; give a path inside it, or an absolute path in the container`;
+}
+
 /** `data` or `data:/workflow/data`. */
 export function parseFileMapping(text: string): FileMapping {
   const separator = text.indexOf(':');
@@ -46,6 +59,8 @@ export function parseFileMapping(text: string): FileMapping {
   if (localPath.trim() === '' || path.trim() === '') {
     throw new Error(`invalid file mapping "${text}"; expected "local:remote" with both paths given, such as "data:/workflow/data"`);
   }
+  const problem = remotePathProblem(path);
+  if (problem) throw new Error(`invalid file mapping "${text}": ${problem}`);
   return { localPath, path };
 }
 

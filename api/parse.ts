@@ -4,7 +4,7 @@ import { checkSpecRules } from './spec-rules.js';
 import { SPEC_SCHEMAS, SPEC_TYPES, type AnySpec, type SpecType } from './spec.js';
 import { isDnsLabel } from './names.js';
 import { closestMatch, quoteList } from './suggest.js';
-import { describeValue, report, validateValue, type Issue, type IssueAt, type Path, type ValidationContext } from './validate.js';
+import { describeValue, report, reportNulCharacters, validateValue, type Issue, type IssueAt, type Path, type ValidationContext } from './validate.js';
 
 /** One problem in a configuration, with where it is: `file` and `line` are null for specs that did not come from a file. */
 export const SpecError = Type.Object({
@@ -45,6 +45,8 @@ function checkDocument(value: unknown, environment: ValidationContext['environme
   const issues: Issue[] = [];
   const context: ValidationContext = { environment, issues };
   const types = quoteList(SPEC_TYPES);
+  reportNulCharacters(value, context);
+  if (issues.length > 0) return { spec: null, issues };
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     report(context, [], `expected a map with a type field (${types}), got ${describeValue(value)}`);
     return { spec: null, issues };

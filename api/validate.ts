@@ -1,4 +1,4 @@
-import type { TSchema } from '@sinclair/typebox';
+import { FormatRegistry, type TSchema } from '@sinclair/typebox';
 import { parseDuration, parseDurationOrOff } from './duration.js';
 import { resolveEnv } from './env.js';
 import { parseGpuModels, parseGpuSpec } from './gpu.js';
@@ -92,6 +92,44 @@ const CHECKS: Record<CheckName, Check> = {
 
 export function report(context: ValidationContext, path: Path, message: string, at: IssueAt = 'value'): void {
   context.issues.push({ path, message, at });
+}
+
+interface Visit {
+  value: unknown;
+  parent: Visit | null;
+  key: string | number;
+}
+
+function pathOf(visit: Visit): Path {
+  const path: Path = [];
+  for (let current: Visit | null = visit; current?.parent; current = current.parent) path.unshift(current.key);
+  return path;
+}
+
+const NUL_MESSAGE = 'contains a NUL character (\\u0000), which cannot be stored; remove it';
+
+/**
+ * Reports every string and every map key that holds a NUL character, at any depth (databases refuse
+ * them). Walks without recursion, and each shared object (YAML aliases) once.
+ */
+export function reportNulCharacters(value: unknown, context: ValidationContext): void {
+  const queue: Visit[] = [{ value, parent: null, key: '' }];
+  const seen = new Set<object>();
+  for (let index = 0; index < queue.length; index++) {
+    const visit = queue[index]!;
+    const current = visit.value;
+    if (typeof current === 'string') {
+      if (current.includes('\u0000')) report(context, pathOf(visit), NUL_MESSAGE);
+      continue;
+    }
+    if (current === null || typeof current !== 'object' || seen.has(current)) continue;
+    seen.add(current);
+    for (const [key, item] of Object.entries(current)) {
+      const child: Visit = { value: item, parent: visit, key: Array.isArray(current) ? Number(key) : key };
+      if (!Array.isArray(current) && key.includes('\u0000')) report(context, pathOf(child), NUL_MESSAGE, 'key');
+      queue.push(child);
+    }
+  }
 }
 
 function isMap(value: unknown): value is Record<string, unknown> {
@@ -271,9 +309,19 @@ function checkString(schema: Schema, value: string, path: Path, context: Validat
     report(context, path, value.length === 0 ? 'expected a non-empty string' : `expected at least ${schema.minLength} characters`);
   } else if (typeof schema.maxLength === 'number' && value.length > schema.maxLength) {
     report(context, path, `expected at most ${schema.maxLength} characters, got ${value.length}`);
-  } else if (typeof schema.pattern === 'string' && !new RegExp(schema.pattern).test(value)) {
-    report(context, path, `${describeValue(value, secret)} does not match the pattern ${schema.pattern}`);
+  } else {
+    const form = mismatchedForm(schema, value);
+    if (form === null) return;
+    const expected = schema['x-expected'];
+    report(context, path, typeof expected === 'string' ? `expected ${expected}, got ${describeValue(value, secret)}` : `${describeValue(value, secret)} does not match ${form}`);
   }
+}
+
+/** The pattern or format a string fails, or null. */
+function mismatchedForm(schema: Schema, value: string): string | null {
+  if (typeof schema.pattern === 'string' && !new RegExp(schema.pattern).test(value)) return `the pattern ${schema.pattern}`;
+  if (typeof schema.format === 'string' && !FormatRegistry.Get(schema.format)?.(value)) return `the format ${schema.format}`;
+  return null;
 }
 
 function checkNumber(schema: Schema, value: number, path: Path, context: ValidationContext): void {

@@ -33,8 +33,30 @@ export function errorMiddleware(logger: Logger) {
 }
 
 const MAX_BODY_BYTES = 8 * 1024 * 1024;
+/** Far deeper than any spec; bounds every recursive walk over a body (validation, the database's JSON). */
+const MAX_JSON_DEPTH = 64;
 
-/** Reads a JSON object body: 413 past the limit, 400 for anything that is not a JSON object. */
+/** Whether JSON text nests arrays and objects deeper than `limit`; brackets inside strings do not count. */
+function nestsDeeper(text: string, limit: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let index = 0; index < text.length; index++) {
+    const char = text[index];
+    if (inString) {
+      if (char === '\\') index++;
+      else if (char === '"') inString = false;
+    } else if (char === '"') {
+      inString = true;
+    } else if (char === '{' || char === '[') {
+      if (++depth > limit) return true;
+    } else if (char === '}' || char === ']') {
+      depth--;
+    }
+  }
+  return false;
+}
+
+/** Reads a JSON object body: 413 past the limit, 400 for anything that is not a JSON object or nests too deep. */
 export async function readJsonObject(ctx: Context): Promise<Record<string, unknown>> {
   const declared = Number(ctx.get('content-length') || 0);
   if (declared > MAX_BODY_BYTES) throw new HttpError(413, 'payload_too_large', `the body is larger than ${MAX_BODY_BYTES} bytes`);
@@ -47,6 +69,7 @@ export async function readJsonObject(ctx: Context): Promise<Record<string, unkno
   }
   const text = Buffer.concat(chunks).toString('utf8');
   if (text.trim() === '') return {};
+  if (nestsDeeper(text, MAX_JSON_DEPTH)) throw badRequest(`the body nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep`);
   let value: unknown;
   try {
     value = JSON.parse(text);

@@ -81,7 +81,6 @@ describe('agent (process runtime)', function () {
     process.env.ORCHESTRATOR_AGENT_TOKEN = token;
     process.env.ORCHESTRATOR_DATABASE_URL = 'postgres://user:password@127.0.0.1/db';
     process.env.AGENT_TEST_INHERITED = 'inherited';
-    const absolute = join(scratch, 'absolute', 'config.txt');
     const job = submission({
       runName: 'train-7',
       gpus: 3,
@@ -90,7 +89,7 @@ describe('agent (process runtime)', function () {
       files: [
         { path: 'data/input.txt', contentBase64: base64('line from a file\n') },
         { path: 'run.sh', contentBase64: base64('#!/bin/sh\necho "script ran in $(pwd)"\n'), mode: 0o755 },
-        { path: absolute, contentBase64: base64('absolute content') },
+        { path: '../beside/config.txt', contentBase64: base64('beside the working directory') },
       ],
       commands: [
         'echo "gpus=$ORCHESTRATOR_GPUS_NUM run=$ORCHESTRATOR_RUN_NAME greeting=$GREETING"',
@@ -112,7 +111,7 @@ describe('agent (process runtime)', function () {
     expect(lines[1]).to.equal('token=absent database=absent other=inherited');
     expect(lines[2]).to.equal('line from a file');
     expect(lines[3]).to.match(/^script ran in \/.*\/project$/);
-    expect(readFileSync(absolute, 'utf8')).to.equal('absolute content');
+    expect(readFileSync(join(agent.workDir, 'jobs', job.jobId, 'work', 'beside', 'config.txt'), 'utf8')).to.equal('beside the working directory');
     const status = await client.job(job.jobId);
     expect(status).to.include({ state: 'exited', exitCode: 0 });
     expect(Date.parse(status.startedAt!)).to.be.at.most(Date.parse(status.finishedAt!));
@@ -267,10 +266,13 @@ describe('agent (process runtime)', function () {
   });
 
   it('marks a job failed with a reason when it cannot start', async () => {
-    const job = submission({ files: [{ path: '/proc/not-writable/file.txt', contentBase64: base64('x') }], commands: ['echo never'] });
+    const job = submission({
+      files: [{ path: 'data', contentBase64: base64('a file') }, { path: 'data/inside.txt', contentBase64: base64('x') }],
+      commands: ['echo never'],
+    });
     await client.submit(job);
     const status = await waitForState(client, job.jobId, ['failed']);
-    expect(status.reason).to.match(/could not prepare the working directory/);
+    expect(status.reason).to.equal('could not prepare the working directory: "data/inside.txt" goes through data, which is not a directory');
     const page = await client.logs(job.jobId, 0, 5000);
     expect(page).to.deep.equal({ entries: [], next: 0, finished: true });
   });

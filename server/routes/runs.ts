@@ -1,6 +1,4 @@
 import Router from '@koa/router';
-import { Value } from '@sinclair/typebox/value';
-import { JobSubmission } from '../../api/agent.js';
 import { isDnsLabel, randomRunName } from '../../api/names.js';
 import type { RunPlan } from '../../api/objects.js';
 import { describeRequirement, intersectRequirements, normalizeResources, offerSatisfies } from '../../api/resources.js';
@@ -16,10 +14,9 @@ import type { ProjectRecord } from '../../store/projects.js';
 import { deleteRun, getRunByName, getRunView, insertRun, listRunViews, requestRunStop, type RunRecord } from '../../store/runs.js';
 import { projectFor, type AuthState } from '../auth.js';
 import type { ServerContext } from '../context.js';
-import { badRequest, conflict, HttpError, invalidSpec, notFound, readJsonObject } from '../http-errors.js';
-import { checkedRunSpec } from '../specs.js';
+import { badRequest, conflict, HttpError, notFound, readJsonObject } from '../http-errors.js';
+import { checkedFiles, checkedRunSpec } from '../specs.js';
 
-const Files = JobSubmission.properties.files;
 const MAX_GENERATED_NAME_TRIES = 5;
 
 export function runRoutes(server: ServerContext): Router {
@@ -36,8 +33,7 @@ export function runRoutes(server: ServerContext): Router {
     const project = await projectFor(db, ctx, ctx.params.project);
     const body = await readJsonObject(ctx);
     const spec = checkedRunSpec(body.spec);
-    const files = body.files ?? [];
-    if (!Value.Check(Files, files)) throw invalidSpec('files: expected a list of {path, contentBase64, mode?}');
+    const files = checkedFiles(body.files ?? []);
     const requirement = normalizeResources(spec.resources, 'run');
     let run: RunRecord | null = null;
     for (let attempt = 0; !run && attempt < (spec.name ? 1 : MAX_GENERATED_NAME_TRIES); attempt++) {
