@@ -47,6 +47,11 @@ export class JobManager {
     return [...this.jobs.keys()];
   }
 
+  /** Whether a job is pending, pulling or running. */
+  hasUnfinishedJobs(): boolean {
+    return [...this.jobs.values()].some((job) => !FINAL_STATES.includes(job.status.state));
+  }
+
   status(jobId: string): JobStatus | undefined {
     const job = this.jobs.get(jobId);
     return job ? { ...job.status } : undefined;

@@ -18,6 +18,10 @@ export interface AgentLaunch {
   gpu?: string;
   runtime?: 'auto' | 'docker' | 'process';
   workDir?: string;
+  /** Seconds without a server's call after which the agent ends itself once idle; 0 never. Default: the agent's. */
+  orphanTimeoutSeconds?: number;
+  /** A directory whose removal ends the agent, jobs and all. */
+  exitWhenMissing?: string;
   detached?: boolean;
   env?: NodeJS.ProcessEnv;
 }
@@ -34,6 +38,8 @@ export function startAgentProcess(launch: AgentLaunch, timeoutMs = 20_000): Prom
     '--instance-id', launch.instanceId, '--runtime', launch.runtime ?? 'auto'];
   if (launch.gpu) agentArgs.push('--gpu', launch.gpu);
   if (launch.workDir) agentArgs.push('--work-dir', launch.workDir);
+  if (launch.orphanTimeoutSeconds !== undefined) agentArgs.push('--orphan-timeout', String(launch.orphanTimeoutSeconds));
+  if (launch.exitWhenMissing) agentArgs.push('--exit-when-missing', launch.exitWhenMissing);
   const child = spawn(command, agentArgs, {
     env: { ...process.env, ...launch.env, ORCHESTRATOR_AGENT_TOKEN: launch.token },
     stdio: ['ignore', 'pipe', 'pipe'],

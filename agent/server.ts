@@ -11,9 +11,11 @@ import { configuredDockerHost, dockerAnswers, dockerClient } from './docker-conn
 import { DockerRuntime } from './docker-runtime.js';
 import { detectGpus, parseGpuSpec } from './gpu.js';
 import { errorResponses } from './http-errors.js';
+import { removeInstanceContainers } from './instance-containers.js';
 import { JobManager } from './jobs.js';
 import { createAgentLogger } from './logger.js';
 import { MetricsSampler } from './metrics.js';
+import { OrphanWatch } from './orphan-watch.js';
 import { ProcessRuntime } from './process-runtime.js';
 import { agentRoutes } from './routes.js';
 import type { JobRuntime } from './runtime.js';
@@ -41,7 +43,16 @@ export interface AgentOptions {
   dockerHost?: string;
   /** Also log to stderr (the command does; in-process users usually do not). */
   logToStderr?: boolean;
+  /**
+   * Seconds without any authenticated request after which the agent ends itself once no job is left
+   * unfinished: no server will come back for it. Default 3600; 0 never.
+   */
+  orphanTimeoutSeconds?: number;
+  /** A directory (the local backend's instance folder) whose removal ends the agent at once, jobs and all. */
+  exitWhenMissing?: string;
 }
+
+export const DEFAULT_ORPHAN_TIMEOUT_SECONDS = 3600;
 
 export interface RunningAgent {
   url: string;
@@ -50,9 +61,14 @@ export interface RunningAgent {
   logger: Logger;
   /** Stops serving. Process jobs are killed; containers keep running for the next agent to re-attach. */
   close(): Promise<void>;
+  /**
+   * Resolves with the reason once the agent has ended itself because no server will come back for it
+   * (see `orphanTimeoutSeconds`, `exitWhenMissing`): it stopped serving, killed its jobs and removed its containers.
+   */
+  endedItself: Promise<string>;
 }
 
-type Settings = Required<Omit<AgentOptions, 'gpu' | 'workDir' | 'logToStderr'>>;
+type Settings = Required<Omit<AgentOptions, 'gpu' | 'workDir' | 'logToStderr' | 'exitWhenMissing'>>;
 
 function validated(options: AgentOptions): Settings {
   if (typeof options.token !== 'string' || options.token.length === 0) throw new Error('an agent token is required');
@@ -69,6 +85,7 @@ function validated(options: AgentOptions): Settings {
     runtime,
     instanceId,
     dockerHost: options.dockerHost ?? configuredDockerHost(),
+    orphanTimeoutSeconds: options.orphanTimeoutSeconds ?? DEFAULT_ORPHAN_TIMEOUT_SECONDS,
   };
 }
 
@@ -80,7 +97,7 @@ export async function startAgent(options: AgentOptions): Promise<RunningAgent> {
   mkdirSync(workDir, { recursive: true });
   const logger = createAgentLogger({ file: join(workDir, 'agent.log'), stderr: options.logToStderr ?? false });
   try {
-    return await serve(settings, declaredGpu, workDir, logger);
+    return await serve(settings, declaredGpu, workDir, options.exitWhenMissing, logger);
   } catch (error) {
     logger.error('agent could not start', { error: (error as Error).message });
     logger.close();
@@ -88,7 +105,9 @@ export async function startAgent(options: AgentOptions): Promise<RunningAgent> {
   }
 }
 
-async function serve(settings: Settings, declaredGpu: GpuInfo | null, workDir: string, logger: Logger): Promise<RunningAgent> {
+async function serve(
+  settings: Settings, declaredGpu: GpuInfo | null, workDir: string, exitWhenMissing: string | undefined, logger: Logger,
+): Promise<RunningAgent> {
   const detectedGpu = await detectGpus();
   const gpu = declaredGpu ?? detectedGpu;
   const engineAnswers = settings.runtime !== 'process' && await dockerAnswers(settings.dockerHost);
@@ -106,6 +125,11 @@ async function serve(settings: Settings, declaredGpu: GpuInfo | null, workDir: s
     : new ProcessRuntime();
 
   const jobs = new JobManager(runtime, workDir, logger);
+  const orphanWatch = new OrphanWatch({
+    orphanTimeoutSeconds: settings.orphanTimeoutSeconds,
+    exitWhenMissing: exitWhenMissing === undefined ? undefined : resolve(exitWhenMissing),
+    busy: () => jobs.hasUnfinishedJobs(),
+  });
   await jobs.recover();
 
   const app = new Koa();
@@ -117,6 +141,10 @@ async function serve(settings: Settings, declaredGpu: GpuInfo | null, workDir: s
   });
   app.use(errorResponses(logger));
   app.use(bearerAuth(settings.token));
+  app.use(async (_ctx, next) => {
+    orphanWatch.contact();
+    await next();
+  });
   app.use(router.routes());
   app.use(router.allowedMethods());
 
@@ -135,25 +163,44 @@ async function serve(settings: Settings, declaredGpu: GpuInfo | null, workDir: s
   }
   const { port } = server.address() as AddressInfo;
   const url = `http://${settings.host.includes(':') ? `[${settings.host}]` : settings.host}:${port}`;
-  logger.info('agent listening', { url, runtime: runtime.kind, instanceId: settings.instanceId, gpu, workDir });
+  logger.info('agent listening', {
+    url, runtime: runtime.kind, instanceId: settings.instanceId, gpu, workDir,
+    orphanTimeoutSeconds: settings.orphanTimeoutSeconds, exitWhenMissing,
+  });
 
   let closed: Promise<void> | null = null;
-  return {
-    url,
-    runtime: runtime.kind,
-    workDir,
-    logger,
-    close: () => {
-      closed ??= (async () => {
-        await new Promise<void>((resolveClose) => {
-          server.close(() => resolveClose());
-          server.closeAllConnections();
+  /** `forGood`: no agent will take over, so the instance's containers go too instead of waiting for one. */
+  const stop = (forGood: boolean) => {
+    closed ??= (async () => {
+      orphanWatch.stop();
+      await new Promise<void>((resolveClose) => {
+        server.close(() => resolveClose());
+        server.closeAllConnections();
+      });
+      await jobs.close();
+      if (forGood && runtime.kind === 'docker') {
+        await removeInstanceContainers(settings.instanceId, settings.dockerHost).catch((error: Error) => {
+          logger.error('could not remove the instance\'s containers', { error: error.message });
         });
-        await jobs.close();
-        logger.info('agent stopped');
-        logger.close();
-      })();
-      return closed;
-    },
+      }
+      logger.info('agent stopped');
+      await closeLogger(logger);
+    })();
+    return closed;
   };
+  const endedItself = new Promise<string>((resolveEnded) => {
+    orphanWatch.start((reason) => {
+      logger.warn('agent ending itself', { reason });
+      void stop(true).then(() => resolveEnded(reason));
+    });
+  });
+  return { url, runtime: runtime.kind, workDir, logger, close: () => stop(false), endedItself };
+}
+
+/** Closes the logger once its transports have written everything: a process that exits next keeps its last lines. */
+async function closeLogger(logger: Logger): Promise<void> {
+  const written = Promise.all(logger.transports.map((transport) => new Promise((done) => transport.once('finish', done))));
+  logger.end();
+  await written;
+  logger.close();
 }

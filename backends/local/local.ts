@@ -106,6 +106,8 @@ export class LocalBackend implements Backend {
       instanceId: id,
       runtime: this.runtime,
       workDir,
+      // A server whose folder is gone will never come back for this agent: it must not outlive it.
+      exitWhenMissing: workDir,
       detached: true,
     });
     // The agent must outlive this server: nothing of this process may keep it, or be kept by it.

@@ -1,4 +1,5 @@
 import type { CAC } from 'cac';
+import { parseDurationOrOff } from '../../api/duration.js';
 import type { RuntimeChoice } from '../../agent/server.js';
 
 export const AGENT_TOKEN_VARIABLE = 'ORCHESTRATOR_AGENT_TOKEN';
@@ -10,6 +11,8 @@ interface AgentFlags {
   gpu?: string;
   instanceId?: string;
   workDir?: string;
+  orphanTimeout: string | number;
+  exitWhenMissing?: string;
 }
 
 /**
@@ -30,6 +33,15 @@ function fail(message: string): never {
   process.exit(2);
 }
 
+/** Seconds of `--orphan-timeout`; 0 when it is off. */
+function orphanTimeout(value: string): number {
+  try {
+    return parseDurationOrOff(value) ?? 0;
+  } catch (error) {
+    fail(`--orphan-timeout: ${(error as Error).message}`);
+  }
+}
+
 /** `orchestrator agent`: the program that runs jobs on an instance. Prints {"event":"listening","url":...} once ready. */
 export function registerAgent(cli: CAC): void {
   cli
@@ -40,6 +52,8 @@ export function registerAgent(cli: CAC): void {
     .option('--gpu <spec>', 'GPUs to report, e.g. H100:80GB:2 (default: detected with nvidia-smi)')
     .option('--instance-id <id>', 'Instance id carried by this agent\'s containers (default: host name)')
     .option('--work-dir <dir>', 'Directory for job files and the agent log (default: a new temporary one)')
+    .option('--orphan-timeout <duration>', 'Exit once no server has called for this long and no job runs (0 or off: never)', { default: '1h' })
+    .option('--exit-when-missing <dir>', 'Exit, killing every job, once this directory is removed')
     .action(async (flags: AgentFlags) => {
       const token = process.env[AGENT_TOKEN_VARIABLE];
       if (!token) fail(`${AGENT_TOKEN_VARIABLE} must be set to the token callers will present`);
@@ -51,6 +65,7 @@ export function registerAgent(cli: CAC): void {
       const { RUNTIME_CHOICES, startAgent } = await import('../../agent/server.js');
       const runtime = String(flags.runtime) as RuntimeChoice;
       if (!RUNTIME_CHOICES.includes(runtime)) fail(`invalid --runtime ${flags.runtime}: expected ${RUNTIME_CHOICES.join(', ')}`);
+      const orphanTimeoutSeconds = orphanTimeout(rawFlag(argv, '--orphan-timeout') ?? String(flags.orphanTimeout));
 
       // The agent outlives whoever started it: once that parent is gone, writes to its pipes fail
       // with EPIPE and a closing terminal sends SIGHUP. Neither may stop the jobs.
@@ -67,8 +82,11 @@ export function registerAgent(cli: CAC): void {
         instanceId: rawFlag(argv, '--instance-id'),
         workDir: rawFlag(argv, '--work-dir'),
         logToStderr: true,
+        orphanTimeoutSeconds,
+        exitWhenMissing: rawFlag(argv, '--exit-when-missing'),
       }).catch((error: Error) => fail(error.message));
       process.stdout.write(`${JSON.stringify({ event: 'listening', url: agent.url })}\n`);
+      void agent.endedItself.then(() => process.exit(0));
 
       const shutdown = (signal: NodeJS.Signals) => {
         agent.logger.info('shutting down', { signal });
