@@ -13,6 +13,9 @@ export class ApiRequestError extends CliError {
 /** A followed stream that broke off midway; following again may pick it up. */
 export class ConnectionLostError extends CliError {}
 
+/** Nothing answered at the server's address; whatever it runs goes on without this client. */
+export class ServerUnreachableError extends CliError {}
+
 const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ETIMEDOUT', 'UND_ERR_CONNECT_TIMEOUT']);
 
 /** The management API of one server, as one user, scoped to one project. */
@@ -47,14 +50,14 @@ export class ApiClient {
   async request<T>(method: string, path: string, body?: unknown): Promise<T> {
     const response = await this.send(method, path, { body });
     const text = await response.text();
-    if (!response.ok) throw errorOf(response.status, text);
+    if (!response.ok) throw this.errorOf(response.status, text);
     return (text === '' ? undefined : JSON.parse(text)) as T;
   }
 
   /** Reads a newline-delimited JSON stream until the server ends it or `signal` aborts. */
   async *stream(path: string, signal: AbortSignal): AsyncGenerator<LogStreamItem> {
     const response = await this.send('GET', path, { signal });
-    if (!response.ok) throw errorOf(response.status, await response.text());
+    if (!response.ok) throw this.errorOf(response.status, await response.text());
     if (!response.body) return;
     const decoder = new TextDecoder();
     let buffered = '';
@@ -88,22 +91,29 @@ export class ApiClient {
       if (options.signal?.aborted) throw error;
       const code = (error as { cause?: { code?: string } }).cause?.code;
       if (code !== undefined && UNREACHABLE_CODES.has(code)) {
-        throw new CliError(`cannot reach the server at ${this.url}; is \`orchestrator server\` running?`);
+        throw new ServerUnreachableError(`the server at ${this.url} is not reachable (${code}); runs already submitted keep running there`);
       }
       throw new CliError(`request to ${this.url} failed: ${causeOf(error)}`);
     }
   }
-}
 
-function errorOf(status: number, text: string): ApiRequestError {
-  let body: unknown;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    body = undefined;
+  private errorOf(status: number, text: string): ApiRequestError {
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = undefined;
+    }
+    if (!Value.Check(ApiError, body)) {
+      return new ApiRequestError(status, 'unexpected', `the server answered ${status}${text.trim() ? `: ${text.trim().slice(0, 200)}` : ''}`);
+    }
+    const { code, message, details } = body.error;
+    if (status !== 401) return new ApiRequestError(status, code, message, details);
+    return new ApiRequestError(status, code, [
+      `the server at ${this.url} refused the token of project ${this.project} (${message});`,
+      `set a new one with: orchestrator project add --name ${this.project} --url ${this.url} --token TOKEN`,
+    ].join(' '), details);
   }
-  if (Value.Check(ApiError, body)) return new ApiRequestError(status, body.error.code, body.error.message, body.error.details);
-  return new ApiRequestError(status, 'unexpected', `the server answered ${status}${text.trim() ? `: ${text.trim().slice(0, 200)}` : ''}`);
 }
 
 function causeOf(error: unknown): string {

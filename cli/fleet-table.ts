@@ -1,14 +1,20 @@
 import type { Fleet } from '../api/objects.js';
-import { formatGpuInfo, formatPrice } from './format.js';
+import { formatGpuInfo, formatPrice, formatTime } from './format.js';
 import { renderTable } from './table.js';
 
-/** One row per instance, and one for each fleet that has none. */
-export function renderFleets(fleets: readonly Fleet[]): string {
+const SHORT_ID_CHARS = 8;
+
+/**
+ * One row per instance. A fleet gets a row of its own when it has something to say (a status other
+ * than a plain `active`, or no instances). With `history`, ended fleets may share a name with others,
+ * so each fleet's row also shows its short id and when it was created.
+ */
+export function renderFleets(fleets: readonly Fleet[], history = false): string {
   const rows = fleets.flatMap((fleet) => {
     const fleetStatus = fleet.statusMessage ? `${fleet.status}: ${fleet.statusMessage}` : fleet.status;
-    if (fleet.instances.length === 0) return [[fleet.name, '-', fleetBackends(fleet), '-', `${fleetStatus} (no instances)`, '-', '-']];
-    return fleet.instances.map((instance, index) => [
-      index === 0 ? fleet.name : '',
+    const identity = history ? [fleet.id.slice(0, SHORT_ID_CHARS), formatTime(fleet.createdAt)] : [];
+    const blankIdentity = identity.map(() => '');
+    const instanceRows = fleet.instances.map((instance) => [
       instance.name,
       instance.backend,
       formatGpuInfo(instance.gpu),
@@ -16,8 +22,14 @@ export function renderFleets(fleets: readonly Fleet[]): string {
       formatPrice(instance.pricePerHour),
       instance.run ?? '-',
     ]);
+    if (instanceRows.length === 0) return [[fleet.name, ...identity, '-', fleetBackends(fleet), '-', `${fleetStatus} (no instances)`, '-', '-']];
+    const fleetRow = fleetStatus === 'active' ? [] : [[fleet.name, ...identity, '-', fleetBackends(fleet), '-', fleetStatus, '-', '-']];
+    return [
+      ...fleetRow,
+      ...instanceRows.map((row, index) => (index === 0 && fleetRow.length === 0 ? [fleet.name, ...identity, ...row] : ['', ...blankIdentity, ...row])),
+    ];
   });
-  return renderTable(['fleet', 'instance', 'backend', 'gpu', 'status', '$/h', 'run'], rows);
+  return renderTable(['fleet', ...(history ? ['id', 'created'] : []), 'instance', 'backend', 'gpu', 'status', '$/h', 'run'], rows);
 }
 
 function fleetBackends(fleet: Fleet): string {

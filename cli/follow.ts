@@ -1,7 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { LogLine, Run } from '../api/objects.js';
+import type { RunStatus } from '../api/status.js';
 import { FINISHED_RUN_STATUSES } from '../api/status.js';
-import { ConnectionLostError, type ApiClient } from './client.js';
+import { ConnectionLostError, ServerUnreachableError, type ApiClient } from './client.js';
+import { projectFlag } from './connect.js';
+import { CliError } from './errors.js';
 import type { StatusDisplay } from './progress.js';
 
 const RECONNECT_DELAY_MS = 1000;
@@ -17,6 +20,9 @@ export function runPath(client: ApiClient, name: string, rest = ''): string {
   return client.projectPath(`/runs/${encodeURIComponent(name)}${rest}`);
 }
 
+/** Statuses a run reaches only once its job started. */
+const STARTED_RUN_STATUSES: readonly RunStatus[] = ['running', 'terminating'];
+
 export function writeLogLine(line: LogLine): void {
   (line.stream === 'stderr' ? process.stderr : process.stdout).write(`${line.text}\n`);
 }
@@ -24,7 +30,9 @@ export function writeLogLine(line: LogLine): void {
 /**
  * Streams a run's logs (stdout lines to stdout, stderr lines to stderr) and, when `display` is given,
  * its status changes, until the run finishes or the user presses Ctrl-C. A stream the server ends
- * early is picked up again after the last line printed, so no line shows twice.
+ * early is picked up again after the last line printed, so no line shows twice. The stream reports
+ * the status it sees at each look, so a short job may pass `running` unseen: its first line, or its
+ * start time at the end, says it ran, and `running` is shown there, before its output.
  */
 export async function followRun(client: ApiClient, name: string, display: StatusDisplay | null): Promise<FollowOutcome> {
   const controller = new AbortController();
@@ -32,6 +40,11 @@ export async function followRun(client: ApiClient, name: string, display: Status
   process.on('SIGINT', interrupt);
   let after = 0;
   let broken = 0;
+  let started = false;
+  const showStarted = () => {
+    if (!started) display?.update('running', '');
+    started = true;
+  };
   try {
     for (;;) {
       try {
@@ -39,21 +52,25 @@ export async function followRun(client: ApiClient, name: string, display: Status
           if (item.type === 'status') {
             // The end is shown from the run itself once the stream closes, after every line.
             if (!isFinished(item)) display?.update(item.status, item.statusMessage);
+            if (STARTED_RUN_STATUSES.includes(item.status)) started = true;
           } else {
+            showStarted();
             after = item.line.seq;
             if (display) display.around(() => writeLogLine(item.line));
             else writeLogLine(item.line);
           }
         }
+        if (controller.signal.aborted) return { kind: 'interrupted' };
+        const run = await client.get<Run>(runPath(client, name));
+        if (isFinished(run)) {
+          if (run.startedAt !== null) showStarted();
+          display?.update(run.status, run.statusMessage);
+          return { kind: 'finished', run };
+        }
       } catch (error) {
         if (controller.signal.aborted) return { kind: 'interrupted' };
-        if (!(error instanceof ConnectionLostError) || ++broken > MAX_BROKEN_STREAMS) throw error;
-      }
-      if (controller.signal.aborted) return { kind: 'interrupted' };
-      const run = await client.get<Run>(runPath(client, name));
-      if (isFinished(run)) {
-        display?.update(run.status, run.statusMessage);
-        return { kind: 'finished', run };
+        if (!isConnectionProblem(error)) throw error;
+        if (++broken > MAX_BROKEN_STREAMS) throw new CliError(`${error.message}; follow again with: orchestrator logs -f ${name}${projectFlag()}`);
       }
       await sleep(RECONNECT_DELAY_MS, undefined, { signal: controller.signal }).catch(() => undefined);
       if (controller.signal.aborted) return { kind: 'interrupted' };
@@ -62,6 +79,10 @@ export async function followRun(client: ApiClient, name: string, display: Status
     process.off('SIGINT', interrupt);
     display?.stop();
   }
+}
+
+function isConnectionProblem(error: unknown): error is CliError {
+  return error instanceof ConnectionLostError || error instanceof ServerUnreachableError;
 }
 
 /** The exit code that stands for how a run ended: 0 when done, the task's own code when it failed with one, else 1. */

@@ -1,7 +1,23 @@
-import { formatGpu } from '../api/resources.js';
+import { formatGpu, formatSize, parseSize } from '../api/resources.js';
 import type { GpuInfo } from '../api/offer.js';
 
 export { formatSize } from '../api/resources.js';
+
+const MIB_PER_UNIT: Record<string, number> = { MB: 1, GB: 1024, TB: 1024 * 1024 };
+const NOTHING = '-';
+/** A size as `formatSize` writes it; case-sensitive so that a lower-case name such as `24gb` stays a name. */
+const SIZE_CELL = /^\d+(?:\.\d+)?[MGT]B$/;
+
+/**
+ * A column of sizes (`1TB`, `1800GB`, `-`) written in one unit, the unit of its largest size, so that
+ * values can be compared at a glance: `1024GB` next to `1800GB`. Any other column is returned as it is.
+ */
+export function inOneUnit(column: readonly string[]): readonly string[] {
+  const sizes = column.filter((cell) => cell !== NOTHING);
+  if (sizes.length === 0 || !sizes.every((cell) => SIZE_CELL.test(cell))) return column;
+  const unit = formatSize(Math.max(...sizes.map((cell) => parseSize(cell)))).slice(-2);
+  return column.map((cell) => (cell === NOTHING ? cell : `${Number((parseSize(cell) / MIB_PER_UNIT[unit]!).toFixed(2))}${unit}`));
+}
 
 /** `$2.5` per hour; `-` when unknown. */
 export function formatPrice(pricePerHour: number | null | undefined): string {

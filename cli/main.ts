@@ -29,5 +29,6 @@ registerMetrics(cli);
 registerOffer(cli);
 registerFleet(cli);
 registerEvents(cli);
+cli.option('--version', 'Print the version of orchestrator');
 cli.help();
 parseCommandLine(cli);

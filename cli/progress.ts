@@ -5,11 +5,12 @@ const FRAME_MS = 100;
 const CLEAR_LINE = '\r\x1b[K';
 
 /**
- * Shows a run's status as it changes. On a terminal: one spinning line with the current status that
- * leaves a plain line behind for each status passed; elsewhere: one `status: message` line per change.
+ * Shows a run's status as it changes: one `status: message` line per change, written when the change
+ * happens, so that status lines and other output (logs) read in the order they happened. On a terminal
+ * a spinning line below the output also says how long the run has been in its current status.
  */
 export class StatusDisplay {
-  private current: string | null = null;
+  private current: { text: string; status: string; since: number } | null = null;
   private frame = 0;
   private timer: NodeJS.Timeout | null = null;
 
@@ -21,16 +22,10 @@ export class StatusDisplay {
 
   update(status: string, message: string): void {
     const text = message ? `${status}: ${message}` : status;
-    if (text === this.current) return;
-    if (!this.live) {
-      this.stream.write(`${text}\n`);
-      this.current = text;
-      return;
-    }
-    if (this.current !== null) this.stream.write(`${CLEAR_LINE}  ${this.current}\n`);
-    this.current = text;
-    this.draw();
-    if (!this.timer) {
+    if (text === this.current?.text) return;
+    this.current = { text, status, since: Date.now() };
+    this.around(() => this.stream.write(`${text}\n`));
+    if (this.live && !this.timer) {
       this.timer = setInterval(() => this.draw(), FRAME_MS);
       this.timer.unref();
     }
@@ -38,23 +33,28 @@ export class StatusDisplay {
 
   /** Runs `write` (other output to the same terminal) with the spinner line out of the way. */
   around(write: () => void): void {
-    if (this.live && this.current !== null) this.stream.write(CLEAR_LINE);
+    if (this.spinning) this.stream.write(CLEAR_LINE);
     write();
-    if (this.live && this.current !== null) this.draw();
+    this.draw();
   }
 
-  /** Leaves the last status as a plain line and stops the spinner. */
+  /** Stops the spinner and clears its line; the status lines stay. */
   stop(): void {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-    if (this.live && this.current !== null) this.stream.write(`${CLEAR_LINE}  ${this.current}\n`);
+    if (this.spinning) this.stream.write(CLEAR_LINE);
     this.current = null;
   }
 
+  private get spinning(): boolean {
+    return this.live && this.current !== null;
+  }
+
   private draw(): void {
-    if (this.current === null) return;
+    if (!this.spinning) return;
     this.frame = (this.frame + 1) % FRAMES.length;
+    const seconds = Math.floor((Date.now() - this.current!.since) / 1000);
     const width = (this.stream.columns || 80) - 3;
-    this.stream.write(`${CLEAR_LINE}${FRAMES[this.frame]} ${truncate(this.current, width)}`);
+    this.stream.write(`${CLEAR_LINE}${FRAMES[this.frame]} ${truncate(`${this.current!.status} for ${seconds}s`, width)}`);
   }
 }

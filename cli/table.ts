@@ -1,3 +1,5 @@
+import { inOneUnit } from './format.js';
+
 const ELLIPSIS = '…';
 const GAP = '  ';
 const NARROWEST_COLUMN = 4;
@@ -34,9 +36,23 @@ function fitWidths(natural: number[], width: number): number[] {
   return widths;
 }
 
-/** A plain-text table with upper-case headers, cut to `width` columns with `…` where a cell does not fit. */
-export function renderTable(headers: readonly string[], rows: readonly (readonly string[])[], width = outputWidth()): string {
-  const cells = [headers.map((h) => h.toUpperCase()), ...rows.map((row) => headers.map((_, index) => (row[index] ?? '').replace(/\s*\n\s*/g, ' ')))];
+/** How a long list is shortened: the first `maxRows` rows, then a line that says how many more exist and which command shows them all. */
+export interface RowLimit {
+  maxRows: number;
+  /** All the rows there are, where `rows` already holds only some of them (e.g. the server cut the list). */
+  total?: number;
+  /** A command that shows every row, e.g. `orchestrator offer --json`. */
+  seeAll: string;
+}
+
+/**
+ * A plain-text table with upper-case headers, cut to `width` columns with `…` where a cell does not
+ * fit. A column of sizes is written in one unit. With `limit`, a longer list ends in `… N more; <command> shows all`.
+ */
+export function renderTable(headers: readonly string[], rows: readonly (readonly string[])[], width = outputWidth(), limit?: RowLimit): string {
+  const shown = limit ? rows.slice(0, limit.maxRows) : rows;
+  const columns = headers.map((_, index) => inOneUnit(shown.map((row) => (row[index] ?? '').replace(/\s*\n\s*/g, ' '))));
+  const cells = [headers.map((h) => h.toUpperCase()), ...shown.map((_, row) => columns.map((column) => column[row]!))];
   const natural = headers.map((_, index) => Math.max(...cells.map((row) => row[index]!.length)));
   const widths = fitWidths(natural, width);
   return cells.map((row) => row
@@ -45,5 +61,9 @@ export function renderTable(headers: readonly string[], rows: readonly (readonly
       return index === row.length - 1 ? text : text.padEnd(widths[index]!);
     })
     .join(GAP)
-    .trimEnd()).join('\n') + '\n';
+    .trimEnd()).join('\n') + '\n' + (limit ? moreLine(shown.length, limit.total ?? rows.length, limit.seeAll) : '');
+}
+
+function moreLine(shown: number, total: number, seeAll: string): string {
+  return total > shown ? `${ELLIPSIS} ${total - shown} more; ${seeAll} shows all\n` : '';
 }

@@ -13,10 +13,20 @@ export function parseCommandLine(cli: CAC, argv: string[] = process.argv): void 
     process.stderr.write(`error: ${(error as Error).message}; see orchestrator${command} --help\n`);
     process.exit(1);
   }
-  if (cli.matchedCommand || cli.options.help || cli.options.version) return;
+  if (cli.options.version && !cli.matchedCommand) {
+    void printVersion();
+    return;
+  }
+  if (cli.matchedCommand || cli.options.help) return;
   if (cli.args.length > 0) {
     process.stderr.write(`error: unknown command "${cli.args[0]}"; see orchestrator --help\n`);
     process.exit(1);
   }
   cli.outputHelp();
+}
+
+/** The version lives with the package; its reader is loaded only when asked, like the server itself. */
+async function printVersion(): Promise<void> {
+  const { VERSION } = await import('../server/version.js');
+  process.stdout.write(`orchestrator ${VERSION}\n`);
 }

@@ -14,7 +14,7 @@ interface FleetFlags {
 
 export function registerFleet(cli: CAC): void {
   cli.command('fleet [action] [name]', 'List fleets with their instances (fleet, fleet list) or delete one (fleet delete NAME)')
-    .option('-a, --all', 'list: include terminated fleets')
+    .option('-a, --all', 'list: include ended fleets, with their ids and creation times')
     .option('--json', 'list: print JSON')
     .option('-y, --yes', 'delete: do not ask for confirmation')
     .option('--project <name>', 'Project to use (default: the default project)')
@@ -38,7 +38,7 @@ async function listFleets(flags: FleetFlags): Promise<void> {
     process.stdout.write('no fleets; create one with orchestrator apply -f FLEET.yml\n');
     return;
   }
-  process.stdout.write(renderFleets(fleets));
+  process.stdout.write(renderFleets(fleets, flags.all === true));
 }
 
 async function deleteFleet(name: string | undefined, flags: FleetFlags): Promise<void> {
