@@ -27,6 +27,14 @@ export const DEFAULT_INSTANCE_TIMINGS: InstanceTimings = {
 };
 
 const FINISHED_RUN = ['terminated', 'failed', 'done'];
+const REFUSED_RETRY_MIN_MS = 5000;
+const REFUSED_RETRY_MAX_MS = 5 * 60_000;
+const FIX_THE_KEY = 'fix the key in config.yml';
+
+/** A status message that says the backend refused our credentials, rather than why the instance ends. */
+function isRefusal(statusMessage: string): boolean {
+  return statusMessage.endsWith(FIX_THE_KEY);
+}
 
 /** Provisions, health-checks, idles out and terminates instances at their backends. */
 export class InstanceController extends LeasedController<InstanceRecord> {
@@ -51,6 +59,15 @@ export class InstanceController extends LeasedController<InstanceRecord> {
   }
 
   protected async reconcile(instance: InstanceRecord): Promise<number> {
+    try {
+      return await this.step(instance);
+    } catch (error) {
+      if (error instanceof BackendAuthError) return this.refused(instance, 'check its state', error);
+      throw error;
+    }
+  }
+
+  private async step(instance: InstanceRecord): Promise<number> {
     const fleet = await getFleetById(this.db, instance.fleetId);
     switch (instance.status) {
       case 'pending': return this.provision(instance, fleet);
@@ -175,18 +192,39 @@ export class InstanceController extends LeasedController<InstanceRecord> {
   private async terminate(instance: InstanceRecord): Promise<number> {
     if (instance.backendInstanceId) {
       const backend = await this.pool.backend(instance.projectId, instance.backend);
-      if (backend) await backend.terminate(instance.backendInstanceId);
+      try {
+        if (backend) await backend.terminate(instance.backendInstanceId);
+      } catch (error) {
+        if (error instanceof BackendAuthError) return this.refused(instance, 'terminate', error);
+        throw error;
+      }
     }
     const current = await getInstance(this.db, instance.id);
-    return this.end(current ?? instance, current?.terminationReason ?? 'fleet_deleted', current?.statusMessage ?? '');
+    const message = current && !isRefusal(current.statusMessage) ? current.statusMessage : '';
+    return this.end(current ?? instance, current?.terminationReason ?? 'fleet_deleted', message);
   }
 
-  /** The instance is gone (or never existed at the backend): record it as terminated. */
-  private async end(instance: InstanceRecord, reason: InstanceTerminationReason, message: string): Promise<number> {
-    if (instance.backendInstanceId && instance.status !== 'terminating') {
-      const backend = await this.pool.backend(instance.projectId, instance.backend);
-      if (backend) await backend.terminate(instance.backendInstanceId);
+  /**
+   * The backend refuses our credentials: said in the instance's status and in one event, and tried
+   * again after as long as it has been refused so far (5 s, 10 s, 20 s … up to 5 min).
+   */
+  private async refused(instance: InstanceRecord, action: string, error: BackendAuthError): Promise<number> {
+    const message = `cannot ${action}: ${error.message}; ${FIX_THE_KEY}`;
+    if (instance.statusMessage !== message) {
+      if (!(await updateInstance(this.db, instance.id, this.owner, { status_message: message }))) return 0;
+      await this.event(instance, 'BackendRefused', message);
+      this.logger.warn(`instance ${instance.name}: ${message}`);
+      return REFUSED_RETRY_MIN_MS;
     }
+    const [{ ms }] = await this.db.query<{ ms: number | null }>(
+      `SELECT (EXTRACT(EPOCH FROM now() - max(created_at)) * 1000)::float8 AS ms FROM events
+       WHERE project_id = $1 AND object_id = $2 AND reason = 'BackendRefused'`, [instance.projectId, instance.id]);
+    return Math.min(REFUSED_RETRY_MAX_MS, Math.max(REFUSED_RETRY_MIN_MS, ms ?? 0));
+  }
+
+  /** The instance is gone (or never existed at the backend): record it as terminated. One with a machine at its backend terminates that first. */
+  private async end(instance: InstanceRecord, reason: InstanceTerminationReason, message: string): Promise<number> {
+    if (instance.backendInstanceId && instance.status !== 'terminating') return this.stop(instance, reason, message);
     const written = await updateInstance(this.db, instance.id, this.owner, {
       status: 'terminated', termination_reason: reason, status_message: message, terminated_at: new Date(),
     });

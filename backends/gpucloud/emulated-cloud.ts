@@ -2,11 +2,12 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
-import type { ChildProcess } from 'node:child_process';
 import { startAgentProcess } from '../../agent/launch.js';
 import { stopProcessGroup, signalProcessGroup } from '../processes.js';
+import { adoptAgent, spawnedAgent, type AgentProcess } from './agent-process.js';
 import type { CreateInstanceBody, ErrorCode, GpuModel, GpucloudInstance, GpucloudOffer } from './api.js';
 import { buildCatalog, agentGpuSpec, GPU_SHAPES, type CatalogOffer } from './catalog.js';
+import type { SavedInstance } from './emulator-state.js';
 import { FaultControl } from './faults.js';
 
 /** An answer the API gives instead of a result: HTTP status, error code and message. */
@@ -25,16 +26,19 @@ export interface EmulatedCloudOptions {
   workDir: string;
   agentRuntime: AgentRuntime;
   log: (line: string) => void;
+  /** Receives every instance after each change; given, the instances outlive close(), as a cloud's machines outlive a restart of its API. */
+  save?: (instances: SavedInstance[]) => void;
 }
 
 interface Machine {
   record: GpucloudInstance;
   offer: CatalogOffer;
   agentToken: string;
+  workDir: string;
   /** From creation until its agent starts booting: the boot delay's timer, then 'queued' while every boot slot is taken. */
   pendingBoot: NodeJS.Timeout | 'queued' | null;
   booting: Promise<void> | null;
-  agent: ChildProcess | null;
+  agent: AgentProcess | null;
   agentExited: Promise<void> | null;
   lostReason: string | null;
 }
@@ -54,6 +58,41 @@ export class EmulatedCloud {
   private closed = false;
 
   constructor(private readonly options: EmulatedCloudOptions) {}
+
+  /**
+   * Takes back the instances a previous run of the emulator saved. Those whose agents still run are
+   * kept; a running one whose agent died is failed and a terminating one terminated, as after a host
+   * failure; one still provisioning boots anew.
+   */
+  restore(saved: SavedInstance[]): void {
+    const offers = saved.map(({ record }) => {
+      const offer = this.catalog.find((candidate) => candidate.id === record.offer_id);
+      if (!offer) throw new Error(`saved instance ${record.id} has offer ${record.offer_id}, which the emulator does not sell`);
+      return offer;
+    });
+    for (const [index, { record, agent_token: agentToken, agent_pid: pid, agent_start_time: startTime, work_dir: workDir }] of saved.entries()) {
+      const machine = this.register({ record, offer: offers[index]!, agentToken, workDir });
+      const agent = pid === null ? null : adoptAgent(pid, startTime);
+      if (record.status === 'provisioning') {
+        if (agent) {
+          agent.release();
+          signalProcessGroup(agent.pid, 'SIGKILL');
+        }
+        record.agent_url = null;
+        this.scheduleBoot(machine);
+      } else if (record.status === 'running' || record.status === 'terminating') {
+        if (agent) {
+          this.attach(machine, agent);
+          if (record.status === 'terminating') void this.stopAgent(machine);
+        } else {
+          record.agent_url = null;
+          if (record.status === 'running') this.setStatus(machine, 'failed', 'the machine stopped while the emulator was down');
+          else this.setStatus(machine, 'terminated', record.status_reason);
+        }
+      }
+    }
+    this.save();
+  }
 
   offers(): GpucloudOffer[] {
     return this.catalog.map((offer) => ({
@@ -78,9 +117,10 @@ export class EmulatedCloud {
       throw new ApiError(409, 'no_capacity', `no ${offer.gpu.model} capacity left in ${offer.region}`);
     }
     const now = new Date().toISOString();
-    const machine: Machine = {
+    const id = `i-${randomBytes(8).toString('hex')}`;
+    const machine = this.register({
       record: {
-        id: `i-${randomBytes(8).toString('hex')}`,
+        id,
         name: body.name,
         client_token: body.client_token,
         offer_id: offer.id,
@@ -95,19 +135,10 @@ export class EmulatedCloud {
       },
       offer,
       agentToken: body.agent.token,
-      pendingBoot: null,
-      booting: null,
-      agent: null,
-      agentExited: null,
-      lostReason: null,
-    };
-    this.machines.set(machine.record.id, machine);
-    this.byClientToken.set(body.client_token, machine);
-    machine.pendingBoot = setTimeout(() => {
-      machine.pendingBoot = 'queued';
-      this.bootQueue.push(machine);
-      this.startQueuedBoots();
-    }, this.options.bootDelayMs);
+      workDir: join(this.options.workDir, id),
+    });
+    this.scheduleBoot(machine);
+    this.save();
     this.options.log(`instance ${machine.record.id} (${offer.id}) provisioning`);
     return { instance: { ...machine.record }, created: true };
   }
@@ -136,7 +167,7 @@ export class EmulatedCloud {
   async kill(id: string): Promise<void> {
     const machine = this.machine(id);
     if (machine.booting) await machine.booting;
-    if (machine.record.status !== 'running' || !machine.agent?.pid || !machine.agentExited) {
+    if (machine.record.status !== 'running' || !machine.agent || !machine.agentExited) {
       throw new ApiError(409, 'instance_not_running', `instance ${id} is ${machine.record.status}, not running: nothing to kill`);
     }
     machine.lostReason = 'the machine stopped unexpectedly';
@@ -144,9 +175,16 @@ export class EmulatedCloud {
     await machine.agentExited;
   }
 
-  /** Stops every agent and cancels pending boots. */
+  /** Stops every agent and cancels pending boots; with `save`, lets the agents run on and leaves pending boots to the next start. */
   async close(): Promise<void> {
     this.closed = true;
+    if (this.options.save) {
+      for (const machine of this.machines.values()) this.cancelPendingBoot(machine);
+      await Promise.all([...this.machines.values()].map((machine) => machine.booting));
+      for (const machine of this.machines.values()) machine.agent?.release();
+      this.save();
+      return;
+    }
     for (const machine of this.machines.values()) {
       if (this.cancelPendingBoot(machine)) this.setStatus(machine, 'terminated', 'the cloud shut down');
     }
@@ -169,6 +207,31 @@ export class EmulatedCloud {
 
   agentPid(id: string): number | null {
     return this.machine(id).agent?.pid ?? null;
+  }
+
+  private register(parts: Pick<Machine, 'record' | 'offer' | 'agentToken' | 'workDir'>): Machine {
+    const machine: Machine = { ...parts, pendingBoot: null, booting: null, agent: null, agentExited: null, lostReason: null };
+    this.machines.set(machine.record.id, machine);
+    this.byClientToken.set(machine.record.client_token, machine);
+    return machine;
+  }
+
+  private scheduleBoot(machine: Machine): void {
+    machine.pendingBoot = setTimeout(() => {
+      machine.pendingBoot = 'queued';
+      this.bootQueue.push(machine);
+      this.startQueuedBoots();
+    }, this.options.bootDelayMs);
+  }
+
+  private save(): void {
+    this.options.save?.([...this.machines.values()].map((machine) => ({
+      record: machine.record,
+      agent_token: machine.agentToken,
+      agent_pid: machine.agent?.pid ?? null,
+      agent_start_time: machine.agent?.startTime ?? null,
+      work_dir: machine.workDir,
+    })));
   }
 
   private machine(id: string): Machine {
@@ -210,30 +273,17 @@ export class EmulatedCloud {
     const { id } = machine.record;
     this.activeBoots += 1;
     try {
-      const workDir = join(this.options.workDir, id);
-      await mkdir(workDir, { recursive: true });
+      await mkdir(machine.workDir, { recursive: true });
       const { child, url } = await startAgentProcess({
         token: machine.agentToken,
         instanceId: id,
         gpu: agentGpuSpec(machine.offer),
         runtime: this.options.agentRuntime,
-        workDir,
+        workDir: machine.workDir,
         detached: true,
       });
-      machine.agent = child;
-      machine.agentExited = new Promise((resolve) => {
-        const exited = () => {
-          this.onAgentExit(machine, child.exitCode, child.signalCode);
-          if (machine.record.status !== 'terminated') return resolve();
-          // A terminated machine's disk is gone; a failed one's stays for a post-mortem.
-          rm(workDir, { recursive: true, force: true })
-            .catch((error: Error) => this.options.log(`cannot remove ${workDir}: ${error.message}`))
-            .finally(resolve);
-        };
-        if (child.exitCode !== null || child.signalCode !== null) exited();
-        else child.once('exit', exited);
-      });
-      if (machine.record.status === 'provisioning' && !this.closed) {
+      this.attach(machine, spawnedAgent(child));
+      if (machine.record.status === 'provisioning' && (!this.closed || this.options.save)) {
         machine.record.agent_url = url;
         this.setStatus(machine, 'running', null);
         this.options.log(`instance ${id} running, agent at ${url}`);
@@ -253,19 +303,30 @@ export class EmulatedCloud {
     }
   }
 
+  /** From here the machine lives as long as its agent: when the agent ends, so does the machine (its disk too, unless it failed). */
+  private attach(machine: Machine, agent: AgentProcess): void {
+    machine.agent = agent;
+    machine.agentExited = agent.exited.then(async (how) => {
+      this.onAgentExit(machine, how);
+      if (machine.record.status !== 'terminated') return;
+      // A terminated machine's disk is gone; a failed one's stays for a post-mortem.
+      await rm(machine.workDir, { recursive: true, force: true })
+        .catch((error: Error) => this.options.log(`cannot remove ${machine.workDir}: ${error.message}`));
+    });
+  }
+
   private async stopAgent(machine: Machine): Promise<void> {
-    if (!machine.agent?.pid || !machine.agentExited) return;
+    if (!machine.agent || !machine.agentExited) return;
     await stopProcessGroup(machine.agent.pid, STOP_GRACE_MS, machine.agentExited);
   }
 
-  private onAgentExit(machine: Machine, code: number | null, signal: NodeJS.Signals | null): void {
+  private onAgentExit(machine: Machine, how: string): void {
     machine.record.agent_url = null;
     if (machine.record.status === 'terminating' || this.closed) {
       this.setStatus(machine, 'terminated', machine.record.status_reason);
       return;
     }
     if (machine.record.status !== 'running') return;
-    const how = signal ? `signal ${signal}` : `code ${code}`;
     this.setStatus(machine, 'failed', machine.lostReason ?? `the instance's agent exited on its own (${how})`);
   }
 
@@ -273,6 +334,7 @@ export class EmulatedCloud {
     machine.record.status = status;
     machine.record.status_reason = reason;
     machine.record.updated_at = new Date().toISOString();
+    this.save();
     if (status !== 'provisioning' && status !== 'running') {
       this.options.log(`instance ${machine.record.id} ${status}${reason ? `: ${reason}` : ''}`);
     }

@@ -3,12 +3,13 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { firstMismatch } from '../validation.js';
 import { CreateInstanceBody, FaultsPatch, GPU_MODELS, type GpuModel } from './api.js';
 import { ApiError, EmulatedCloud, type AgentRuntime } from './emulated-cloud.js';
 import { DEFAULT_CAPACITY_PER_MODEL } from './catalog.js';
+import { EmulatorStateDir, type SavedInstance } from './emulator-state.js';
 import type { FaultControl } from './faults.js';
 
 export interface EmulatorOptions {
@@ -18,8 +19,13 @@ export interface EmulatorOptions {
   bootDelayMs?: number;
   /** Instances per GPU model that may exist at once (provisioning, running or terminating). */
   capacity?: Partial<Record<string, number>>;
-  /** Parent folder of the instances' agent work folders; a temporary one, removed on close, when absent. */
+  /** Parent folder of the instances' agent work folders; when absent, `stateDir`/agents or a temporary one, removed on close. */
   workDir?: string;
+  /**
+   * Where the emulator keeps its API key (when it generated it) and its instances, so that a restart
+   * with the same folder keeps them: their agents run on when it closes, and it takes them back when it starts.
+   */
+  stateDir?: string;
   agentRuntime?: AgentRuntime;
   /** Receives one line per instance lifecycle event; never secrets. */
   log?: (line: string) => void;
@@ -34,6 +40,14 @@ export interface RunningEmulator {
 }
 
 export const DEFAULT_BOOT_DELAY_MS = 3_000;
+
+export class PortInUseError extends Error {
+  constructor(readonly port: number) {
+    super(`port ${port} is already in use; is another emulator running?`);
+    this.name = 'PortInUseError';
+  }
+}
+
 const MAX_BODY_BYTES = 64 * 1024;
 
 type Handler = (request: IncomingMessage, params: string[]) => Promise<{ status: number; body: unknown }>;
@@ -41,15 +55,20 @@ interface Route { pattern: RegExp; methods: Partial<Record<string, Handler>> }
 
 /** Serves the gpucloud API (docs/gpucloud-api.md) on loopback, booting each instance as a real agent process. */
 export async function startEmulator(options: EmulatorOptions = {}): Promise<RunningEmulator> {
-  const apiKey = options.apiKey ?? `gc_${randomBytes(24).toString('base64url')}`;
-  if (apiKey.length < 8) throw new Error('the emulator API key must be at least 8 characters long');
+  if (options.apiKey !== undefined && options.apiKey.length < 8) throw new Error('the emulator API key must be at least 8 characters long');
   const bootDelayMs = options.bootDelayMs ?? DEFAULT_BOOT_DELAY_MS;
   if (!Number.isFinite(bootDelayMs) || bootDelayMs < 0) throw new Error(`invalid boot delay: ${bootDelayMs} ms`);
   const capacity = resolveCapacity(options.capacity ?? {});
-  const ownsWorkDir = options.workDir === undefined;
-  const workDir = options.workDir ?? await mkdtemp(join(tmpdir(), 'orchestrator-gpucloud-'));
+  const stateDir = options.stateDir === undefined ? null : new EmulatorStateDir(resolve(options.stateDir));
+  const apiKey = options.apiKey ?? stateDir?.apiKey(generateApiKey) ?? generateApiKey();
+  const savedInstances = stateDir?.instances() ?? [];
+  const ownsWorkDir = options.workDir === undefined && stateDir === null;
+  const workDir = options.workDir ?? (stateDir ? join(stateDir.path, 'agents') : await mkdtemp(join(tmpdir(), 'orchestrator-gpucloud-')));
   const log = options.log ?? (() => {});
-  const cloud = new EmulatedCloud({ bootDelayMs, capacity, workDir, agentRuntime: options.agentRuntime ?? 'process', log });
+  const cloud = new EmulatedCloud({
+    bootDelayMs, capacity, workDir, agentRuntime: options.agentRuntime ?? 'process', log,
+    ...(stateDir ? { save: (instances: SavedInstance[]) => stateDir.saveInstances(instances) } : {}),
+  });
   const { faults } = cloud;
   const apiKeyHash = sha256(apiKey);
 
@@ -147,13 +166,20 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
     });
   });
   const host = options.host ?? '127.0.0.1';
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, host, () => {
-      server.off('error', reject);
-      resolve();
+  try {
+    await new Promise<void>((resolveListen, reject) => {
+      server.once('error', reject);
+      server.listen(options.port ?? 0, host, () => {
+        server.off('error', reject);
+        resolveListen();
+      });
     });
-  });
+  } catch (error) {
+    if (ownsWorkDir) await rm(workDir, { recursive: true, force: true });
+    if ((error as NodeJS.ErrnoException).code === 'EADDRINUSE') throw new PortInUseError(options.port ?? 0);
+    throw error;
+  }
+  cloud.restore(savedInstances);
   const { port } = server.address() as AddressInfo;
   const urlHost = host.includes(':') ? `[${host}]` : host;
 
@@ -168,6 +194,10 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
     return closing;
   };
   return { url: `http://${urlHost}:${port}/v1`, apiKey, faults, close };
+}
+
+function generateApiKey(): string {
+  return `gc_${randomBytes(24).toString('base64url')}`;
 }
 
 function resolveCapacity(requested: Partial<Record<string, number>>): Record<GpuModel, number> {

@@ -13,6 +13,7 @@ interface EmulatorFlags {
   soldOut?: unknown;
   runtime: unknown;
   workDir?: unknown;
+  stateDir?: unknown;
 }
 
 const RUNTIMES = ['process', 'docker', 'auto'] as const;
@@ -21,18 +22,20 @@ export function registerGpucloudEmulator(cli: CAC): void {
   cli.command('gpucloud-emulator', 'Serve an emulated gpucloud API on this machine; every instance boots as a real agent process')
     .option('--port <port>', 'Port to listen on', { default: 8090 })
     .option('--host <host>', 'Address to listen on', { default: '127.0.0.1' })
-    .option('--api-key <key>', 'API key clients must send (default: a random one, printed)')
+    .option('--api-key <key>', 'API key clients must send (default: the one kept in --state-dir, else a random one, printed)')
     .option('--boot-delay <duration>', 'How long an instance provisions before its agent starts, e.g. 500ms, 3s', { default: '3s' })
     .option('--capacity <n>', 'Instances per GPU model that may exist at once', { default: DEFAULT_CAPACITY_PER_MODEL })
     .option('--sold-out <models>', `GPU models without capacity: a comma list of ${GPU_MODELS.join(', ')}, or *`)
     .option('--runtime <runtime>', 'How agents run jobs: process, docker or auto', { default: 'process' })
-    .option('--work-dir <dir>', 'Folder for the agents\' files (default: a temporary folder, removed on exit)')
+    .option('--work-dir <dir>', 'Folder for the agents\' files (default: DIR/agents with --state-dir, else a temporary folder, removed on exit)')
+    .option('--state-dir <dir>', 'Keep the API key and the instances here: a restart with the same folder takes them back, and instances run on while it is stopped')
     .example('orchestrator gpucloud-emulator --boot-delay 1s --capacity 2 --sold-out H200')
     .action(async (flags: EmulatorFlags) => {
       try {
         await runEmulator(flags);
       } catch (error) {
-        console.error(`error: ${(error as Error).message}`);
+        const hint = (error as Error).name === 'PortInUseError' ? ' --port picks another' : '';
+        console.error(`error: ${(error as Error).message}${hint}`);
         process.exitCode = 1;
       }
     });
@@ -50,6 +53,7 @@ async function runEmulator(flags: EmulatorFlags): Promise<void> {
   const generatedKey = options.apiKey === undefined;
   console.log(`gpucloud emulator listening on ${emulator.url}`);
   if (generatedKey) console.log(`API key: ${emulator.apiKey}`);
+  if (options.stateDir !== undefined) console.log(`state kept in ${options.stateDir}: instances run on while the emulator is stopped, and a restart with --state-dir ${options.stateDir} takes them back`);
   console.log([
     '',
     'Add this backend to the server\'s config.yml:',
@@ -65,9 +69,12 @@ async function runEmulator(flags: EmulatorFlags): Promise<void> {
   ].join('\n'));
   await new Promise<void>((resolve) => {
     const stop = (signal: NodeJS.Signals) => {
-      console.log(`${signal}: stopping all instances`);
+      console.log(options.stateDir === undefined ? `${signal}: stopping all instances` : `${signal}: stopping; the instances run on`);
       process.off('SIGINT', stop);
       process.off('SIGTERM', stop);
+      // A second signal while the agents stop would leave them and the temporary folders behind.
+      process.on('SIGINT', stillStopping);
+      process.on('SIGTERM', stillStopping);
       resolve();
     };
     process.on('SIGINT', stop);
@@ -93,7 +100,12 @@ function emulatorOptions(flags: EmulatorFlags): EmulatorOptions {
     capacity: Object.fromEntries(GPU_MODELS.map((model) => [model, capacityPerModel])),
     agentRuntime: runtime as typeof RUNTIMES[number],
     ...(flags.workDir === undefined ? {} : { workDir: String(flags.workDir) }),
+    ...(flags.stateDir === undefined ? {} : { stateDir: String(flags.stateDir) }),
   };
+}
+
+function stillStopping(signal: NodeJS.Signals): void {
+  console.log(`${signal}: still stopping the instances' agents, which takes a few seconds at most`);
 }
 
 /** A duration as `orchestrator` reads them (3s, 1m, a bare number of seconds), or milliseconds such as 500ms. */
