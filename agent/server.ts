@@ -191,7 +191,9 @@ async function serve(
   const endedItself = new Promise<string>((resolveEnded) => {
     orphanWatch.start((reason) => {
       logger.warn('agent ending itself', { reason });
-      void stop(true).then(() => resolveEnded(reason));
+      stop(true)
+        .catch((error: Error) => logger.error('could not stop cleanly', { error: error.message }))
+        .finally(() => resolveEnded(reason));
     });
   });
   return { url, runtime: runtime.kind, workDir, logger, close: () => stop(false), endedItself };
@@ -200,6 +202,8 @@ async function serve(
 /** Closes the logger once its transports have written everything: a process that exits next keeps its last lines. */
 async function closeLogger(logger: Logger): Promise<void> {
   const written = Promise.all(logger.transports.map((transport) => new Promise((done) => transport.once('finish', done))));
+  // A line logged after this is dropped, as after close(), instead of failing as a write after end.
+  logger.on('error', () => undefined);
   logger.end();
   await written;
   logger.close();
