@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { prepareJobDirectory } from './job-files.js';
+import { OutputOrder } from './output-order.js';
 import {
   JobStartError, jobEnvironment, jobScript, signalExitCode,
   type JobContext, type JobExecution, type JobExit, type JobRuntime, type RecoveredJob, type StopSignal,
@@ -38,14 +39,16 @@ export class ProcessRuntime implements JobRuntime {
     const child = spawn('/bin/sh', ['-c', jobScript(submission)], {
       cwd: workingDir, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'],
     });
+    // Read from the first moment: a pipe whose output waited for a listener would hand it over out of turn.
+    const output = new OutputOrder(log);
+    child.stdout!.on('data', output.reader('stdout'));
+    child.stderr!.on('data', output.reader('stderr'));
     await new Promise<void>((resolveSpawn, rejectSpawn) => {
       child.once('spawn', resolveSpawn);
       child.once('error', (error) => rejectSpawn(new JobStartError(`could not start /bin/sh: ${error.message}`)));
     });
     const startedAt = new Date().toISOString();
     this.running.add(child);
-    child.stdout!.on('data', (chunk: Buffer) => log.write('stdout', chunk));
-    child.stderr!.on('data', (chunk: Buffer) => log.write('stderr', chunk));
 
     const exited = new Promise<JobExit>((resolveExit) => {
       // The job ends with its shell, like a container ends with its first process: whatever it
@@ -57,6 +60,7 @@ export class ProcessRuntime implements JobRuntime {
         child.once('close', () => clearTimeout(cut));
       });
       child.once('close', (code, signal) => {
+        output.flush();
         this.running.delete(child);
         resolveExit({
           exitCode: code ?? (signal ? signalExitCode(signal) : null),
