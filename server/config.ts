@@ -41,12 +41,10 @@ export function loadServerConfig(path: string): ServerConfig {
   }
   const text = readFileSync(path, 'utf8');
   const lineCounter = new LineCounter();
-  // Pretty errors quote the offending line, which for a pathologically nested file exhausts memory.
-  const document = parseDocument(text, { lineCounter, prettyErrors: false });
+  const document = parseDocument(text, { lineCounter });
   if (document.errors.length > 0) {
-    const e = document.errors[0]!;
-    const at = lineCounter.linePos(e.pos[0]);
-    throw new ConfigError(`${path}:${at.line}:${at.col}: ${e.message.split('\n')[0]}`);
+    const e = document.errors[0];
+    throw new ConfigError(`${path}:${e.linePos?.[0].line ?? '?'}:${e.linePos?.[0].col ?? '?'}: ${e.message.split('\n')[0]}`);
   }
   const value = plainValue(document, path);
   const problems = configProblems(value);
