@@ -108,6 +108,17 @@ for (const kind of DATABASE_KINDS) {
       expect((await server.api('GET', '/api/projects/main/fleets?all=true')).body).to.deep.equal([]);
     });
 
+    it('answers 4xx to out-of-range cursors and NUL characters in user names', async () => {
+      for (const after of ['2147483647', '2147483648', '99999999999', '99999999999999999999']) {
+        expect((await server.api('GET', `/api/projects/main/events?after=${after}`)).body, after).to.deep.equal([]);
+      }
+      for (const after of ['1e308', '-1', '1.5', 'abc', '']) {
+        expect((await server.api('GET', `/api/projects/main/events?after=${after}`)).status, after).to.equal(400);
+      }
+      expect((await server.api('POST', '/api/projects/main/members', { user: 'a\u0000' })).status).to.equal(400);
+      expect((await server.api('POST', '/api/users', { name: 'a\u0000' })).status).to.equal(400);
+    });
+
     it('answers 400 to a body nested 10 000 levels deep, wherever the nesting is, and keeps serving', async () => {
       const arrays = `${'['.repeat(10_000)}${']'.repeat(10_000)}`;
       const objects = `${'{"a":'.repeat(10_000)}1${'}'.repeat(10_000)}`;

@@ -12,6 +12,9 @@ import type { ServerContext } from '../context.js';
 import { badRequest, conflict, notFound, readJsonObject } from '../http-errors.js';
 import { cursorQuery } from '../query.js';
 
+const USER_NAME_RULE = 'expected a user name of lowercase letters, digits, "-", "_" or "."';
+const isUserName = (value: unknown): value is string => typeof value === 'string' && /^[a-z][-a-z0-9_.]{0,62}$/.test(value);
+
 export function projectRoutes(server: ServerContext): Router {
   const { db, pool } = server;
   const router = new Router({ prefix: '/api' });
@@ -32,7 +35,7 @@ export function projectRoutes(server: ServerContext): Router {
   router.post('/users', async (ctx) => {
     requireAdmin(ctx);
     const body = await readJsonObject(ctx);
-    if (typeof body.name !== 'string' || !/^[a-z][-a-z0-9_.]{0,62}$/.test(body.name)) throw badRequest('name: expected a user name of lowercase letters, digits, "-", "_" or "."');
+    if (!isUserName(body.name)) throw badRequest(`name: ${USER_NAME_RULE}`);
     const created = await createUser(db, body.name, body.admin === true ? 'admin' : 'user');
     if (!created) throw conflict(`user ${body.name} already exists`);
     ctx.status = 201;
@@ -43,7 +46,7 @@ export function projectRoutes(server: ServerContext): Router {
     requireAdmin(ctx);
     const project = await projectFor(db, ctx, ctx.params.project);
     const body = await readJsonObject(ctx);
-    if (typeof body.user !== 'string') throw badRequest('user: expected a user name');
+    if (!isUserName(body.user)) throw badRequest(`user: ${USER_NAME_RULE}`);
     const user = await getUser(db, body.user);
     if (!user) throw notFound(`user ${body.user} not found`);
     await addMember(db, project.id, user.id, body.role === 'admin' ? 'admin' : 'user');
