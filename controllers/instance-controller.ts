@@ -28,7 +28,7 @@ export const DEFAULT_INSTANCE_TIMINGS: InstanceTimings = {
 
 const FINISHED_RUN = ['terminated', 'failed', 'done'];
 const REFUSED_RETRY_MIN_MS = 5000;
-const REFUSED_RETRY_MAX_MS = 5 * 60_000;
+const REFUSED_RETRY_MAX_MS = 60_000;
 const FIX_THE_KEY = 'fix the key in config.yml';
 
 /** A status message that says the backend refused our credentials, rather than why the instance ends. */
@@ -206,7 +206,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
 
   /**
    * The backend refuses our credentials: said in the instance's status and in one event, and tried
-   * again after as long as it has been refused so far (5 s, 10 s, 20 s … up to 5 min).
+   * again after as long as it has been refused so far (5 s, 10 s, 20 s … up to a minute, so that a fixed key is soon used).
    */
   private async refused(instance: InstanceRecord, action: string, error: BackendAuthError): Promise<number> {
     const message = `cannot ${action}: ${error.message}; ${FIX_THE_KEY}`;
