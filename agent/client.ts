@@ -1,4 +1,4 @@
-import type { AgentHealth, AgentMetrics, JobStatus, JobSubmission, LogsPage } from '../api/agent.js';
+import { LOG_LINES_HEADERS, type AgentHealth, type AgentMetrics, type JobStatus, type JobSubmission, type LogsPage } from '../api/agent.js';
 import type { StopRequest } from './requests.js';
 
 export const DEFAULT_AGENT_TIMEOUT_MS = 10_000;
@@ -17,6 +17,15 @@ export class AgentUnreachableError extends Error {
     super(message, options);
     this.name = 'AgentUnreachableError';
   }
+}
+
+/** A page of a job's log entries as the agent stores them: `jsonLines` holds `count` entries, `first` to `next`. */
+export interface LogLinesPage {
+  jsonLines: string;
+  first: number;
+  next: number;
+  count: number;
+  finished: boolean;
 }
 
 /** Calls one agent's HTTP API. Each call has its own timeout (long-polls get their wait on top). */
@@ -62,7 +71,27 @@ export class AgentClient {
     return this.call('GET', '/api/metrics');
   }
 
+  /** As `logs`, as the agent stores them: JSON lines, for copying without parsing each entry. */
+  async logLines(jobId: string, after: number, waitMs = 0): Promise<LogLinesPage> {
+    const query = new URLSearchParams({ after: String(after), wait: String(waitMs), format: 'jsonl' });
+    const { response, text } = await this.request('GET', `/api/jobs/${encodeURIComponent(jobId)}/logs?${query}`, undefined, this.timeoutMs + waitMs);
+    const header = (name: string) => response.headers.get(name) ?? '';
+    const first = Number(header(LOG_LINES_HEADERS.first));
+    const next = Number(header(LOG_LINES_HEADERS.next));
+    if (!Number.isInteger(first) || !Number.isInteger(next)) throw new AgentUnreachableError(`agent sent a log page without its ${LOG_LINES_HEADERS.first} and ${LOG_LINES_HEADERS.next} headers`);
+    return { jsonLines: text, first, next, count: text === '' ? 0 : next - first + 1, finished: header(LOG_LINES_HEADERS.finished) === 'true' };
+  }
+
   private async call<T>(method: string, path: string, body?: unknown, timeoutMs = this.timeoutMs): Promise<T> {
+    const { response, text } = await this.request(method, path, body, timeoutMs);
+    if (response.status === 204 || text.length === 0) return undefined as T;
+    const parsed = parseJson(text);
+    if (parsed === undefined) throw new AgentUnreachableError(`agent sent a response that is not JSON (${method} ${this.baseUrl}${path})`);
+    return parsed as T;
+  }
+
+  /** The response and its text; an error for no answer or an answer outside 2xx. */
+  private async request(method: string, path: string, body: unknown, timeoutMs: number): Promise<{ response: Response; text: string }> {
     const where = `${method} ${this.baseUrl}${path}`;
     let response: Response;
     let text: string;
@@ -88,10 +117,7 @@ export class AgentClient {
       const message = failure?.error?.message ?? (text.trim() || response.statusText);
       throw new AgentError(`agent answered ${response.status} (${where}): ${message}`, response.status, code, failure?.error?.details);
     }
-    if (response.status === 204 || text.length === 0) return undefined as T;
-    const parsed = parseJson(text);
-    if (parsed === undefined) throw new AgentUnreachableError(`agent sent a response that is not JSON (${where})`);
-    return parsed as T;
+    return { response, text };
   }
 }
 

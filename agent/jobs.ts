@@ -2,14 +2,14 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'winston';
-import type { JobState, JobStatus, JobSubmission, LogsPage } from '../api/agent.js';
-import { JobLog } from './job-log.js';
+import type { JobState, JobStatus, JobSubmission } from '../api/agent.js';
+import { DEFAULT_MAX_LOG_BYTES, JobLog, type RawEntries } from './job-log.js';
 import type { StopRequest } from './requests.js';
 import { JobStartError, type JobExecution, type JobRuntime } from './runtime.js';
 
 export const DEFAULT_GRACE_SECONDS = 10;
 /** Most entries one logs page carries; the caller continues from `next`. */
-export const MAX_LOG_PAGE = 5000;
+export const MAX_LOG_PAGE = 20_000;
 /** Bytes of entries one logs page carries at most (long lines fill it before the count does). */
 export const MAX_LOG_PAGE_BYTES = 4 * 1024 * 1024;
 
@@ -24,6 +24,11 @@ interface Job {
   killTimer: NodeJS.Timeout | null;
 }
 
+export interface RawLogsPage extends RawEntries {
+  next: number;
+  finished: boolean;
+}
+
 export type RemoveOutcome = 'removed' | 'unknown' | 'running';
 
 /** The jobs of this agent: their lifecycle on a runtime, their logs and their stop. */
@@ -35,6 +40,7 @@ export class JobManager {
     private readonly runtime: JobRuntime,
     private readonly workDir: string,
     private readonly logger: Logger,
+    private readonly maxLogBytes = DEFAULT_MAX_LOG_BYTES,
   ) {}
 
   /** Takes over the jobs a previous agent left running (containers found by their labels). */
@@ -67,14 +73,17 @@ export class JobManager {
     return { created: true, status: { ...job.status } };
   }
 
-  /** Entries after `after`; waits up to `waitMs` for the first one while the job may still print. */
-  async logs(jobId: string, after: number, waitMs: number): Promise<LogsPage | undefined> {
+  /**
+   * Entries after `after` as stored (JSON lines, never parsed here); waits up to `waitMs` for the
+   * first one while the job may still print. `next` is where the following page starts.
+   */
+  async logs(jobId: string, after: number, waitMs: number): Promise<RawLogsPage | undefined> {
     const job = this.jobs.get(jobId);
     if (!job) return undefined;
     await job.log.waitForEntries(after, waitMs);
-    const entries = job.log.read(after, MAX_LOG_PAGE, MAX_LOG_PAGE_BYTES);
-    const next = entries.length > 0 ? entries[entries.length - 1]!.seq : after;
-    return { entries, next, finished: job.log.closed && next >= job.log.lastSeq };
+    const entries = job.log.readRaw(after, MAX_LOG_PAGE, MAX_LOG_PAGE_BYTES);
+    const next = entries.count > 0 ? entries.lastSeq : Math.max(after, Math.min(job.log.lastSeq, job.log.firstSeq - 1));
+    return { ...entries, next, finished: job.log.closed && next >= job.log.lastSeq };
   }
 
   /** SIGTERM, then SIGKILL after the grace period; `abort` kills at once. Stopping a finished job changes nothing. */
@@ -128,7 +137,7 @@ export class JobManager {
     mkdirSync(dir, { recursive: true });
     const job: Job = {
       status: { jobId, state: 'pending', exitCode: null, startedAt: null, finishedAt: null },
-      log: new JobLog(join(dir, 'log.jsonl')),
+      log: new JobLog(join(dir, 'log.jsonl'), this.maxLogBytes),
       dir,
       execution: null,
       stopRequested: false,

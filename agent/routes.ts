@@ -1,5 +1,5 @@
 import Router from '@koa/router';
-import type { AgentHealth } from '../api/agent.js';
+import { LOG_LINES_HEADERS, type AgentHealth } from '../api/agent.js';
 import type { GpuInfo } from '../api/offer.js';
 import { HttpError } from './http-errors.js';
 import type { JobManager } from './jobs.js';
@@ -50,8 +50,17 @@ export function agentRoutes({ jobs, metrics, identity }: RouteDependencies): Rou
     const after = integerParam('after', ctx.query.after, 0);
     const wait = Math.min(integerParam('wait', ctx.query.wait, 0), MAX_LOG_WAIT_MS);
     const page = await jobs.logs(ctx.params.id!, after, wait);
-    if (!page) throw unknownJob(ctx.params.id!);
-    ctx.body = page;
+    if (page === undefined) throw unknownJob(ctx.params.id!);
+    if (ctx.query.format === 'jsonl') {
+      ctx.set(LOG_LINES_HEADERS.first, String(page.firstSeq));
+      ctx.set(LOG_LINES_HEADERS.next, String(page.next));
+      ctx.set(LOG_LINES_HEADERS.finished, String(page.finished));
+      ctx.type = 'application/x-ndjson';
+      ctx.body = page.jsonLines;
+      return;
+    }
+    ctx.type = 'application/json';
+    ctx.body = `{"entries":[${page.jsonLines.replaceAll('\n', ',')}],"next":${page.next},"finished":${page.finished}}`;
   });
 
   router.post('/jobs/:id/stop', async (ctx) => {

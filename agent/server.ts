@@ -12,6 +12,7 @@ import { DockerRuntime } from './docker-runtime.js';
 import { detectGpus, parseGpuSpec } from './gpu.js';
 import { errorResponses } from './http-errors.js';
 import { removeInstanceContainers } from './instance-containers.js';
+import { DEFAULT_MAX_LOG_BYTES } from './job-log.js';
 import { JobManager } from './jobs.js';
 import { createAgentLogger } from './logger.js';
 import { MetricsSampler } from './metrics.js';
@@ -50,6 +51,8 @@ export interface AgentOptions {
   orphanTimeoutSeconds?: number;
   /** A directory (the local backend's instance folder) whose removal ends the agent at once, jobs and all. */
   exitWhenMissing?: string;
+  /** Bytes of log one job keeps on disk; past it the oldest part is removed. Default DEFAULT_MAX_LOG_BYTES. */
+  maxLogBytes?: number;
 }
 
 export const DEFAULT_ORPHAN_TIMEOUT_SECONDS = 3600;
@@ -86,6 +89,7 @@ function validated(options: AgentOptions): Settings {
     instanceId,
     dockerHost: options.dockerHost ?? configuredDockerHost(),
     orphanTimeoutSeconds: options.orphanTimeoutSeconds ?? DEFAULT_ORPHAN_TIMEOUT_SECONDS,
+    maxLogBytes: options.maxLogBytes ?? DEFAULT_MAX_LOG_BYTES,
   };
 }
 
@@ -124,7 +128,7 @@ async function serve(
     })
     : new ProcessRuntime();
 
-  const jobs = new JobManager(runtime, workDir, logger);
+  const jobs = new JobManager(runtime, workDir, logger, settings.maxLogBytes);
   const orphanWatch = new OrphanWatch({
     orphanTimeoutSeconds: settings.orphanTimeoutSeconds,
     exitWhenMissing: exitWhenMissing === undefined ? undefined : resolve(exitWhenMissing),

@@ -67,6 +67,12 @@ export const LogsPage = Type.Object({
 });
 export type LogsPage = Static<typeof LogsPage>;
 
+/**
+ * `GET /api/jobs/:id/logs?format=jsonl`: the same page as JSON lines (one LogEntry per line, the file's
+ * own bytes, for copying without parsing), described by these response headers.
+ */
+export const LOG_LINES_HEADERS = { first: 'x-log-first', next: 'x-log-next', finished: 'x-log-finished' } as const;
+
 export const AgentHealth = Type.Object({
   ok: Type.Boolean(),
   version: Type.String(),

@@ -97,6 +97,18 @@ export const LogLine = Type.Object({
 });
 export type LogLine = Static<typeof LogLine>;
 
+/** A page of a run's stored lines, `GET .../logs?after=N`. */
+export const RunLogsPage = Type.Object({
+  lines: Type.Array(LogLine),
+  /** The cursor to ask for the lines after these. */
+  next: Type.Integer(),
+  /** The last line that existed when the page was read: a reader that stops there prints what existed at that moment. */
+  last: Type.Integer(),
+  /** Lines that no longer exist between `after` and the first line here (over the run's limit, or lost at the agent). */
+  dropped: Type.Integer(),
+});
+export type RunLogsPage = Static<typeof RunLogsPage>;
+
 /** One line of a followed log stream (NDJSON): a log line, or the run's status when it changes. */
 export const LogStreamItem = Type.Union([
   Type.Object({ type: Type.Literal('log'), line: LogLine }),

@@ -55,7 +55,7 @@ export class ApiClient {
   }
 
   /** Reads a newline-delimited JSON stream until the server ends it or `signal` aborts. */
-  async *stream(path: string, signal: AbortSignal): AsyncGenerator<LogStreamItem> {
+  async *stream<T = LogStreamItem>(path: string, signal: AbortSignal): AsyncGenerator<T> {
     const response = await this.send('GET', path, { signal });
     if (!response.ok) throw this.errorOf(response.status, await response.text());
     if (!response.body) return;
@@ -63,18 +63,15 @@ export class ApiClient {
     let buffered = '';
     try {
       for await (const chunk of response.body) {
-        buffered += decoder.decode(chunk as Uint8Array, { stream: true });
-        let newline: number;
-        while ((newline = buffered.indexOf('\n')) >= 0) {
-          const line = buffered.slice(0, newline).trim();
-          buffered = buffered.slice(newline + 1);
-          if (line !== '') yield JSON.parse(line) as LogStreamItem;
-        }
+        const lines = (buffered + decoder.decode(chunk as Uint8Array, { stream: true })).split('\n');
+        buffered = lines.pop()!;
+        for (const line of lines) if (line.trim() !== '') yield JSON.parse(line) as T;
       }
     } catch (error) {
       if (signal.aborted) return;
       throw new ConnectionLostError(`the connection to the server at ${this.url} broke: ${causeOf(error)}`);
     }
+    if (buffered.trim() !== '') yield JSON.parse(buffered) as T;
   }
 
   private async send(method: string, path: string, options: { body?: unknown; signal?: AbortSignal }): Promise<Response> {

@@ -8,20 +8,29 @@ export interface LeasedOptions {
   channel: string;
   /** SQL condition on the table's rows that this controller looks after. */
   where: string;
-  batch?: number;
+  /** Rows reconciled at once; a pass claims more only as earlier ones finish. */
   concurrency?: number;
   leaseMs?: number;
 }
 
 const ERROR_RETRY_MS = 5000;
+const DEFAULT_CONCURRENCY = 64;
 
 /**
  * A controller over one table: claims due rows under a lease, reconciles each one outside any
  * transaction, then gives the lease back with the delay the reconcile asked for.
+ *
+ * A pass does not wait for the rows it started: each reconcile finishes on its own and wakes the
+ * loop when its row falls due again, so one slow row (an agent that does not answer, a job that
+ * prints without pause) holds one slot, never the whole pass.
  */
 export abstract class LeasedController<T> implements Controller {
   abstract readonly name: string;
   readonly channel: string;
+  private readonly inFlight = new Map<string, Promise<void>>();
+  private wakeLoop: () => void = () => {};
+  private wakeTimer: NodeJS.Timeout | null = null;
+  private wakeAt = Number.POSITIVE_INFINITY;
 
   constructor(
     protected readonly db: Db,
@@ -36,17 +45,33 @@ export abstract class LeasedController<T> implements Controller {
   /** Moves the world one safe step toward the record; returns milliseconds until it wants another look. */
   protected abstract reconcile(record: T): Promise<number>;
 
+  setWake(wake: () => void): void {
+    this.wakeLoop = wake;
+  }
+
   async pass(): Promise<number | void> {
-    const batch = this.options.batch ?? 200;
+    const limit = this.options.concurrency ?? DEFAULT_CONCURRENCY;
     for (;;) {
-      const rows = await claimDue(this.db, this.options.table, this.owner, this.options.leaseMs ?? 60_000, batch, this.options.where);
-      await forEachConcurrently(rows, this.options.concurrency ?? 32, (row) => this.reconcileRow(row));
-      if (rows.length < batch) break;
+      while (this.inFlight.size >= limit) await Promise.race(this.inFlight.values());
+      const room = limit - this.inFlight.size;
+      const rows = await claimDue(this.db, this.options.table, this.owner, this.options.leaseMs ?? 60_000, room, this.options.where);
+      for (const row of rows) {
+        if (this.inFlight.has(row.id)) continue;
+        this.inFlight.set(row.id, this.reconcileRow(row).finally(() => this.inFlight.delete(row.id)));
+      }
+      if (rows.length < room) break;
     }
     const [next] = await this.db.query<{ ms: number | null }>(
       `SELECT (EXTRACT(EPOCH FROM min(next_reconcile_at) - now()) * 1000)::float8 AS ms FROM ${this.options.table}
        WHERE lease_owner IS NULL AND (${this.options.where})`);
     return next?.ms ?? undefined;
+  }
+
+  /** Waits for the reconciles still running, so their leases are given back before the server stops. */
+  async settle(): Promise<void> {
+    await Promise.all(this.inFlight.values());
+    if (this.wakeTimer) clearTimeout(this.wakeTimer);
+    this.wakeTimer = null;
   }
 
   private async reconcileRow(row: Row): Promise<void> {
@@ -58,13 +83,20 @@ export abstract class LeasedController<T> implements Controller {
       nextInMs = ERROR_RETRY_MS;
     }
     await releaseLease(this.db, this.options.table, row.id, this.owner, nextInMs);
+    this.wakeIn(nextInMs);
   }
-}
 
-export async function forEachConcurrently<T>(items: T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) await fn(items[next++]);
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  /** Makes the loop pass again when a released row falls due; one timer for the earliest. */
+  private wakeIn(ms: number): void {
+    const at = Date.now() + Math.max(0, ms);
+    if (at >= this.wakeAt) return;
+    if (this.wakeTimer) clearTimeout(this.wakeTimer);
+    this.wakeAt = at;
+    this.wakeTimer = setTimeout(() => {
+      this.wakeTimer = null;
+      this.wakeAt = Number.POSITIVE_INFINITY;
+      this.wakeLoop();
+    }, Math.max(0, ms));
+    this.wakeTimer.unref();
+  }
 }

@@ -8,6 +8,10 @@ export interface Controller {
   readonly channel: string;
   /** Returns how soon, in milliseconds, something it looks after falls due again (when it knows). */
   pass(): Promise<number | void>;
+  /** Receives a function that makes the controller's loop pass again soon (work it started finished). */
+  setWake?(wake: () => void): void;
+  /** Resolves once work a pass started but did not wait for has ended. */
+  settle?(): Promise<void>;
 }
 
 export const CHANNELS = {
@@ -44,6 +48,7 @@ export class ControllerManager {
     for (const controller of this.controllers) {
       const loop: Loop = { controller, wake: () => {}, nudged: false, done: Promise.resolve(), failures: 0 };
       this.loops.push(loop);
+      controller.setWake?.(() => this.wake(loop));
       loop.done = this.run(loop);
     }
     for (const channel of new Set(this.controllers.map((c) => c.channel))) {
@@ -54,10 +59,13 @@ export class ControllerManager {
   /** Wakes every controller on the channel now; a nudge during a pass makes another pass follow at once. */
   nudge(channel: string): void {
     for (const loop of this.loops) {
-      if (loop.controller.channel !== channel) continue;
-      loop.nudged = true;
-      loop.wake();
+      if (loop.controller.channel === channel) this.wake(loop);
     }
+  }
+
+  private wake(loop: Loop): void {
+    loop.nudged = true;
+    loop.wake();
   }
 
   async stop(): Promise<void> {
@@ -65,6 +73,7 @@ export class ControllerManager {
     for (const unlisten of this.unlisteners) await unlisten().catch(() => {});
     for (const loop of this.loops) loop.wake();
     await Promise.all(this.loops.map((l) => l.done));
+    await Promise.all(this.controllers.map((c) => c.settle?.()));
     await releaseAllLeases(this.db, this.owner);
   }
 

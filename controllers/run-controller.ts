@@ -6,15 +6,17 @@ import { AgentClient, AgentError, AgentUnreachableError } from '../agent/client.
 import type { Db, Row } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
 import { getInstance, releaseInstanceFromRun, type InstanceRecord } from '../store/instances.js';
-import { appendLogs, lastLogSeq } from '../store/logs.js';
 import { toRun, updateRun, type RunRecord } from '../store/runs.js';
 import { LeasedController } from './leased.js';
+import { copyJobLogs } from './log-copy.js';
 import { CHANNELS } from './manager.js';
 
 const RUNNING_POLL_MS = 1000;
-const LOG_PAGE_WAIT_MS = 0;
 const REQUEUE_BACKOFF_MS = 5000;
-const LOG_COPY_INTERVAL_MS = 2000;
+/** How often a quiet job's agent is asked for new lines; a job that printed since is asked at every look. */
+const QUIET_LOG_COPY_INTERVAL_MS = 2000;
+/** The longest one look at a run spends copying its lines; the rest waits for the next look, at once. */
+const LOG_COPY_BUDGET_MS = 250;
 
 /**
  * Follows each placed run: submits its job to the instance's agent, copies its logs, and ends it.
@@ -23,9 +25,10 @@ const LOG_COPY_INTERVAL_MS = 2000;
  */
 export class RunController extends LeasedController<RunRecord> {
   readonly name: string;
-  private readonly lastLogCopy = new Map<string, number>();
+  /** When each run's lines were last copied and whether that copy found any; hints kept in memory. */
+  private readonly lastLogCopy = new Map<string, { at: number; printing: boolean }>();
 
-  constructor(db: Db, owner: string, logger: Logger, phase: 'start' | 'watch') {
+  constructor(db: Db, owner: string, logger: Logger, phase: 'start' | 'watch', private readonly maxLogBytes: number) {
     super(db, owner, logger, {
       table: 'runs', channel: CHANNELS.runs, leaseMs: 15_000,
       where: phase === 'start' ? `status = 'provisioning'` : `status IN ('running', 'terminating')`,
@@ -41,7 +44,7 @@ export class RunController extends LeasedController<RunRecord> {
     const instance = run.instanceId ? await getInstance(this.db, run.instanceId) : null;
     if (run.status === 'provisioning') return this.provisioning(run, instance);
     if (!instance || instance.status === 'terminated' || instance.status === 'terminating') {
-      await this.copyLogs(run, instance);
+      await this.copyAllLogs(run, instance);
       await this.finish(run, instance, 'failed', 'instance_unreachable', `instance ${instance?.name ?? ''} is gone (${instance?.terminationReason ?? 'unknown'})`, null);
       return RUNNING_POLL_MS;
     }
@@ -53,21 +56,26 @@ export class RunController extends LeasedController<RunRecord> {
       if (error instanceof AgentUnreachableError) return RUNNING_POLL_MS;
       throw error;
     }
-    if (isFinished(job) || this.logsDue(run.id)) await this.copyLogs(run, instance);
-    if (isFinished(job)) {
-      await this.finishJob(run, instance, job);
-      return RUNNING_POLL_MS;
-    }
-    if (run.status === 'running' && run.desired !== 'run') {
+    const finished = isFinished(job);
+    if (!finished && run.status === 'running' && run.desired !== 'run') {
       await agent.stop(run.jobId!, { abort: run.desired === 'abort' });
       await this.transition(run, 'terminating', run.desired === 'abort' ? 'aborting' : 'stopping');
-      return 200;
+      return 100;
     }
     const maxSeconds = maxDurationSeconds(run);
-    if (run.status === 'running' && maxSeconds !== null && run.startedAt && Date.now() - run.startedAt.getTime() > maxSeconds * 1000) {
+    if (!finished && run.status === 'running' && maxSeconds !== null && run.startedAt && Date.now() - run.startedAt.getTime() > maxSeconds * 1000) {
       await agent.stop(run.jobId!, {});
       await this.transition(run, 'terminating', `max_duration of ${maxSeconds}s exceeded`);
-      return 200;
+      return 100;
+    }
+    if (finished || this.logsDue(run.id)) {
+      const { copied, caughtUp } = await copyJobLogs(this.db, agent, run, { maxBytes: this.maxLogBytes, budgetMs: LOG_COPY_BUDGET_MS });
+      this.lastLogCopy.set(run.id, { at: Date.now(), printing: copied > 0 });
+      if (!caughtUp) return 0;
+    }
+    if (finished) {
+      await this.finishJob(run, instance, job);
+      return RUNNING_POLL_MS;
     }
     return run.status === 'terminating' ? 250 : pollDelay(run);
   }
@@ -98,7 +106,7 @@ export class RunController extends LeasedController<RunRecord> {
     run.jobId = submission.jobId;
     if (isFinished(job)) {
       if (!(await updateRun(this.db, run.id, this.owner, { job_id: submission.jobId }))) return RUNNING_POLL_MS;
-      await this.copyLogs(run, instance);
+      await this.copyAllLogs(run, instance);
       await this.finishJob(run, instance, job);
       return RUNNING_POLL_MS;
     }
@@ -149,25 +157,16 @@ export class RunController extends LeasedController<RunRecord> {
     await this.db.notify(CHANNELS.runs);
   }
 
-  /** Whether a running job's lines are due to be copied again; a hint kept in memory, so a restart copies at once. */
+  /** Whether a running job's lines are due to be copied again; a restarted server copies at once. */
   private logsDue(runId: string): boolean {
-    const last = this.lastLogCopy.get(runId) ?? 0;
-    if (Date.now() - last < LOG_COPY_INTERVAL_MS) return false;
-    this.lastLogCopy.set(runId, Date.now());
-    return true;
+    const last = this.lastLogCopy.get(runId);
+    return !last || last.printing || Date.now() - last.at >= QUIET_LOG_COPY_INTERVAL_MS;
   }
 
-  /** Copies the lines the agent has that the database does not, so logs outlive the instance. */
-  private async copyLogs(run: RunRecord, instance: InstanceRecord | null): Promise<void> {
+  /** Copies everything the agent still has: the job has ended and its agent will forget it. */
+  private async copyAllLogs(run: RunRecord, instance: InstanceRecord | null): Promise<void> {
     if (!instance?.agentUrl || !run.jobId || instance.status === 'terminated') return;
-    const agent = agentOf(instance);
-    let after = await lastLogSeq(this.db, run.id);
-    for (;;) {
-      const page = await agent.logs(run.jobId, after, LOG_PAGE_WAIT_MS).catch(() => null);
-      if (!page || page.entries.length === 0) return;
-      await appendLogs(this.db, run.id, page.entries);
-      after = page.entries[page.entries.length - 1].seq;
-    }
+    await copyJobLogs(this.db, agentOf(instance), run, { maxBytes: this.maxLogBytes, budgetMs: Number.POSITIVE_INFINITY });
   }
 }
 

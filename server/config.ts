@@ -3,13 +3,20 @@ import { Value } from '@sinclair/typebox/value';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { LineCounter, parseDocument, type Document } from 'yaml';
+import { parseSize } from '../api/quantity.js';
 import { BackendConfig, GpucloudBackendConfig, LocalBackendConfig } from '../backends/config.js';
+
+const LogsConfig = Type.Object({
+  /** The most log text one run keeps in the database; past it the oldest lines are dropped. */
+  max_size_per_run: Type.Optional(Type.Union([Type.String(), Type.Number()], { description: 'e.g. 100MB or 1GB' })),
+}, { additionalProperties: false });
 
 export const ServerConfig = Type.Object({
   projects: Type.Array(Type.Object({
     name: Type.String({ pattern: '^[a-z][-a-z0-9]{0,39}$' }),
     backends: Type.Array(BackendConfig),
   }, { additionalProperties: false }), { minItems: 1 }),
+  logs: Type.Optional(LogsConfig),
 }, { additionalProperties: false });
 export type ServerConfig = Static<typeof ServerConfig>;
 
@@ -24,10 +31,20 @@ projects:
   #   creds:
   #     type: api_key
   #     api_key: <your gpucloud API key>
+# Past this much log text a run's oldest lines are dropped (\`orchestrator logs\` says how many).
+# logs:
+#   max_size_per_run: 100MB
 `;
 
 /** More alias expansions than a hand-written config needs; beyond it a file is taken for an attack. */
 const MAX_ALIAS_EXPANSIONS = 100;
+
+export const DEFAULT_MAX_LOG_SIZE_PER_RUN = '100MB';
+
+/** Bytes of log text one run may keep. */
+export function maxLogBytesPerRun(config: ServerConfig): number {
+  return parseSize(config.logs?.max_size_per_run ?? DEFAULT_MAX_LOG_SIZE_PER_RUN) * 1024 * 1024;
+}
 
 /** A reason the server cannot start that the user can fix; shown without a stack trace. */
 export class StartupError extends Error {}
@@ -79,6 +96,7 @@ const BACKEND_SCHEMAS = { gpucloud: GpucloudBackendConfig, local: LocalBackendCo
 const Outline = Type.Object({
   projects: Type.Array(Type.Object({ name: ServerConfig.properties.projects.items.properties.name, backends: Type.Array(Type.Unknown()) },
     { additionalProperties: false }), { minItems: 1 }),
+  logs: Type.Optional(LogsConfig),
 }, { additionalProperties: false });
 
 interface Problem {
@@ -96,6 +114,14 @@ function configProblems(value: unknown): Problem[] {
   };
   for (const e of Value.Errors(Outline, value)) add(toPath(e.path), e.message);
   if (problems.length > 0) return problems;
+  const maxLogSize = (value as ServerConfig).logs?.max_size_per_run;
+  if (maxLogSize !== undefined) {
+    try {
+      if (parseSize(maxLogSize) < 1) add(['logs', 'max_size_per_run'], 'expected at least 1MB');
+    } catch (error) {
+      add(['logs', 'max_size_per_run'], (error as Error).message);
+    }
+  }
   (value as ServerConfig).projects.forEach((project, p) => project.backends.forEach((backend, b) => {
     const at = ['projects', p, 'backends', b];
     const type = (backend as { type?: unknown })?.type;

@@ -8,4 +8,6 @@ export interface ServerContext {
   pool: BackendPool;
   logger: Logger;
   version: string;
+  /** Bytes of log text one run keeps at most (config.yml `logs.max_size_per_run`). */
+  maxLogBytesPerRun: number;
 }

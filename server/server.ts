@@ -14,7 +14,7 @@ import type { Db } from '../store/db.js';
 import { openDatabase } from '../store/open.js';
 import { newToken, upsertProject, upsertUser } from '../store/projects.js';
 import { createApp } from './app.js';
-import { loadServerConfig, StartupError } from './config.js';
+import { loadServerConfig, maxLogBytesPerRun, StartupError } from './config.js';
 import { serverDir } from './paths.js';
 import { VERSION } from './version.js';
 
@@ -59,7 +59,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   await upsertUser(db, 'admin', adminToken, 'admin');
 
   const pool = new BackendPool(db, join(dir, 'backends'));
-  const app = createApp({ db, pool, logger, version: VERSION });
+  const logLimit = maxLogBytesPerRun(config);
+  const app = createApp({ db, pool, logger, version: VERSION, maxLogBytesPerRun: logLimit });
   const http: Server = await new Promise<Server>((resolve, reject) => {
     const s = app.listen(options.port ?? 3000, options.host ?? '127.0.0.1', () => resolve(s));
     s.once('error', (error: NodeJS.ErrnoException) => reject(error.code === 'EADDRINUSE'
@@ -74,8 +75,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const timings = { ...DEFAULT_INSTANCE_TIMINGS, ...options.instanceTimings };
   const manager = new ControllerManager(db, owner, [
     new Scheduler(db, pool, logger),
-    new RunController(db, owner, logger, 'start'),
-    new RunController(db, owner, logger, 'watch'),
+    new RunController(db, owner, logger, 'start', logLimit),
+    new RunController(db, owner, logger, 'watch', logLimit),
     new InstanceController(db, owner, logger, pool, timings),
     new FleetController(db, owner, logger, pool),
   ], logger, options.controllerIntervalMs);

@@ -126,6 +126,36 @@ CREATE TABLE events (
 CREATE INDEX events_project ON events (project_id, id);
 `,
   },
+  {
+    version: 2,
+    name: 'logs in chunks, with a per-run total',
+    sql: `
+CREATE TABLE log_chunks (
+  run_id text NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  first_seq integer NOT NULL,
+  last_seq integer NOT NULL,
+  bytes integer NOT NULL,
+  encoding text NOT NULL,
+  data bytea NOT NULL,
+  PRIMARY KEY (run_id, first_seq)
+);
+CREATE TABLE log_totals (
+  run_id text PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+  last_seq integer NOT NULL DEFAULT 0,
+  bytes bigint NOT NULL DEFAULT 0,
+  dropped_lines integer NOT NULL DEFAULT 0
+);
+INSERT INTO log_chunks (run_id, first_seq, last_seq, bytes, encoding, data)
+SELECT run_id, first_seq, last_seq, octet_length(lines), 'identity', convert_to(lines, 'UTF8') FROM (
+  SELECT run_id, min(seq) AS first_seq, max(seq) AS last_seq,
+    string_agg(json_build_object('seq', seq, 'ts', ts, 'stream', stream, 'text', text)::text, E'\n' ORDER BY seq) AS lines
+  FROM logs GROUP BY run_id, (seq - 1) / 5000
+) AS grouped;
+INSERT INTO log_totals (run_id, last_seq, bytes)
+SELECT run_id, max(last_seq), sum(bytes) FROM log_chunks GROUP BY run_id;
+DROP TABLE logs;
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;

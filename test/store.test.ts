@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import type { Db } from '../store/db.js';
 import { claimDue, releaseLease } from '../store/leases.js';
-import { appendLogs, readLogs } from '../store/logs.js';
+import { appendLogs, logTotals, readLogPage, readLogs } from '../store/logs.js';
 import { migrate, MIGRATIONS } from '../store/migrations.js';
 import { openPglite } from '../store/pglite.js';
 import { openPostgres } from '../store/postgres.js';
@@ -83,11 +83,36 @@ for (const kind of DATABASE_KINDS) {
       const user = await upsertUser(db, 'bob', 'bob-token', 'user');
       await db.query(`INSERT INTO runs (id, project_id, user_id, name, kind, spec, requirement, status) VALUES ('r1', $1, $2, 'r1', 'task', '{}', '{}', 'running')`, [project.id, user.id]);
       const lines = Array.from({ length: 5 }, (_, i) => ({ seq: i + 1, ts: new Date().toISOString(), stream: 'stdout' as const, text: `line ${i + 1}` }));
-      await appendLogs(db, 'r1', lines.slice(0, 3));
-      await appendLogs(db, 'r1', lines);
+      await appendLogs(db, 'r1', lines.slice(0, 3), 1e9);
+      await appendLogs(db, 'r1', lines.slice(0, 3), 1e9);
+      await appendLogs(db, 'r1', lines.slice(3), 1e9);
+      await appendLogs(db, 'r1', lines.slice(2), 1e9);
       const stored = await readLogs(db, 'r1', 0);
       expect(stored.map((l) => l.text)).to.deep.equal(lines.map((l) => l.text));
       expect((await readLogs(db, 'r1', 3)).map((l) => l.seq)).to.deep.equal([4, 5]);
+      expect(await logTotals(db, 'r1')).to.include({ lastSeq: 5, droppedLines: 0 });
+    });
+
+    it('keeps a run under its log limit by dropping the oldest lines, and counts lines lost before they arrived', async () => {
+      const project = await upsertProject(db, 'capped', [{ type: 'local' }]);
+      const user = await upsertUser(db, 'carol', 'carol-token', 'user');
+      await db.query(`INSERT INTO runs (id, project_id, user_id, name, kind, spec, requirement, status) VALUES ('r2', $1, $2, 'r2', 'task', '{}', '{}', 'running')`, [project.id, user.id]);
+      const page = (first: number, count: number) => Array.from({ length: count }, (_, i) => ({ seq: first + i, ts: new Date().toISOString(), stream: 'stdout' as const, text: 'x'.repeat(100) }));
+      const pageBytes = JSON.stringify(page(1, 100)).length;
+      const outcomes = [];
+      for (let i = 0; i < 10; i++) outcomes.push(await appendLogs(db, 'r2', page(i * 100 + 1, 100), pageBytes * 3.5));
+      expect(outcomes.map((o) => o.droppedLines)).to.deep.equal([0, 0, 0, 100, 100, 100, 100, 100, 100, 100]);
+      expect(outcomes.map((o) => o.firstLoss)).to.deep.equal([false, false, false, true, false, false, false, false, false, false]);
+      const totals = await logTotals(db, 'r2');
+      expect(totals).to.include({ lastSeq: 1000, droppedLines: 700 });
+      expect(totals.bytes).to.be.at.most(pageBytes * 3.5);
+      const { lines, dropped } = await readLogPage(db, 'r2', 0);
+      expect(dropped).to.equal(700);
+      expect(lines.map((l) => l.seq)).to.deep.equal(Array.from({ length: 300 }, (_, i) => 701 + i));
+
+      const gap = await appendLogs(db, 'r2', page(1051, 10), pageBytes * 3.5);
+      expect(gap.droppedLines).to.equal(50);
+      expect((await logTotals(db, 'r2')).droppedLines).to.equal(750);
     });
 
     it('delivers NOTIFY to a listener', async () => {

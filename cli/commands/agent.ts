@@ -1,5 +1,6 @@
 import type { CAC } from 'cac';
 import { parseDurationOrOff } from '../../api/duration.js';
+import { parseSize } from '../../api/quantity.js';
 import type { RuntimeChoice } from '../../agent/server.js';
 
 export const AGENT_TOKEN_VARIABLE = 'ORCHESTRATOR_AGENT_TOKEN';
@@ -13,6 +14,7 @@ interface AgentFlags {
   workDir?: string;
   orphanTimeout: string | number;
   exitWhenMissing?: string;
+  maxLogSize: string | number;
 }
 
 /**
@@ -42,6 +44,17 @@ function orphanTimeout(value: string): number {
   }
 }
 
+/** Bytes of `--max-log-size`. */
+function maxLogSize(value: string): number {
+  try {
+    const mib = parseSize(value);
+    if (mib < 1) throw new Error('expected at least 1MB');
+    return mib * 1024 * 1024;
+  } catch (error) {
+    fail(`--max-log-size: ${(error as Error).message}`);
+  }
+}
+
 /** `orchestrator agent`: the program that runs jobs on an instance. Prints {"event":"listening","url":...} once ready. */
 export function registerAgent(cli: CAC): void {
   cli
@@ -54,6 +67,7 @@ export function registerAgent(cli: CAC): void {
     .option('--work-dir <dir>', 'Directory for job files and the agent log (default: a new temporary one)')
     .option('--orphan-timeout <duration>', 'Exit once no server has called for this long and no job runs (0 or off: never)', { default: '1h' })
     .option('--exit-when-missing <dir>', 'Exit, killing every job, once this directory is removed')
+    .option('--max-log-size <size>', 'Log kept on disk per job; past it the oldest part is removed', { default: '1GB' })
     .action(async (flags: AgentFlags) => {
       const token = process.env[AGENT_TOKEN_VARIABLE];
       if (!token) fail(`${AGENT_TOKEN_VARIABLE} must be set to the token callers will present`);
@@ -84,6 +98,7 @@ export function registerAgent(cli: CAC): void {
         logToStderr: true,
         orphanTimeoutSeconds,
         exitWhenMissing: rawFlag(argv, '--exit-when-missing'),
+        maxLogBytes: maxLogSize(rawFlag(argv, '--max-log-size') ?? String(flags.maxLogSize)),
       }).catch((error: Error) => fail(error.message));
       process.stdout.write(`${JSON.stringify({ event: 'listening', url: agent.url })}\n`);
       void agent.endedItself.then(() => process.exit(0));

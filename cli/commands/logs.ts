@@ -2,14 +2,15 @@ import type { CAC } from 'cac';
 import type { LogLine } from '../../api/objects.js';
 import { connect, projectFlag } from '../connect.js';
 import { action } from '../errors.js';
-import { followRun, runPath, writeLogLine } from '../follow.js';
+import { followRun, runPath } from '../follow.js';
+import { LogOutput } from '../log-output.js';
 
 interface LogsFlags {
   follow?: boolean;
 }
 
 export function registerLogs(cli: CAC): void {
-  cli.command('logs <run>', 'Print a run\'s logs: stdout lines to stdout, stderr lines to stderr')
+  cli.command('logs <run>', 'Print a run\'s logs as they are now: stdout lines to stdout, stderr lines to stderr')
     .option('-f, --follow', 'Keep printing new lines until the run finishes')
     .option('--project <name>', 'Project to use (default: the default project)')
     .example('orchestrator logs -f hello')
@@ -24,12 +25,14 @@ export function registerLogs(cli: CAC): void {
         }
         return 0;
       }
-      let after = 0;
-      for (;;) {
-        const page = await client.get<{ lines: LogLine[]; next: number }>(runPath(client, run, `/logs?after=${after}`));
-        for (const line of page.lines) writeLogLine(line);
-        if (page.lines.length === 0 || page.next <= after) return 0;
-        after = page.next;
+      const output = new LogOutput();
+      let expected = 1;
+      for await (const line of client.stream<LogLine>(runPath(client, run, '/logs?format=jsonl'), new AbortController().signal)) {
+        if (line.seq > expected) output.note(`(${line.seq - expected} ${line.seq - expected === 1 ? 'line was' : 'lines were'} dropped here: the server keeps a limited amount of each run's logs)`);
+        output.write(line);
+        expected = line.seq + 1;
       }
+      output.flush();
+      return 0;
     }));
 }

@@ -1,10 +1,11 @@
 import Router from '@koa/router';
-import { PassThrough } from 'node:stream';
-import type { LogLine, LogStreamItem } from '../../api/objects.js';
+import { PassThrough, Readable } from 'node:stream';
+import type { LogStreamItem, RunLogsPage } from '../../api/objects.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
+import { copyJobLogs } from '../../controllers/log-copy.js';
 import { agentOf } from '../../controllers/run-controller.js';
 import { getInstance } from '../../store/instances.js';
-import { appendLogs, readLogs } from '../../store/logs.js';
+import { lastLogSeq, logLinesAfter, readLogPage, readLogs } from '../../store/logs.js';
 import { getRun, type RunRecord } from '../../store/runs.js';
 import type { ServerContext } from '../context.js';
 import { cursorQuery } from '../query.js';
@@ -14,6 +15,10 @@ const AGENT_WAIT_MS = 5000;
 const IDLE_WAIT_MS = 300;
 
 /**
+ * `GET .../logs?after=N`: a page of lines (RunLogsPage); with `format=jsonl`, every line after N that
+ * exists at the moment of the call, streamed as JSON lines; with `follow=true`, lines and status
+ * changes (LogStreamItem) until the run ends.
+ *
  * Logs live in the database once copied from the agent, so they outlive the instance. While a job
  * runs, reading also pulls what the agent has that the database lacks, so a follower sees lines
  * as they are printed.
@@ -24,10 +29,18 @@ export function logRoutes(server: ServerContext): Router {
   router.get('/:name/logs', async (ctx) => {
     const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
     const after = cursorQuery(ctx, 'after');
+    if (ctx.query.follow !== 'true' && ctx.query.format === 'jsonl') {
+      await pullFromAgent(server, run, 0);
+      const last = await lastLogSeq(server.db, run.id);
+      ctx.type = 'application/x-ndjson';
+      ctx.body = Readable.from(asLines(logLinesAfter(server.db, run.id, after, last)));
+      return;
+    }
     if (ctx.query.follow !== 'true') {
-      await pullFromAgent(server, run, after, 0);
-      const lines = await readLogs(server.db, run.id, after);
-      ctx.body = { lines, next: lines.length ? lines[lines.length - 1].seq : after };
+      await pullFromAgent(server, run, 0);
+      const { lines, dropped } = await readLogPage(server.db, run.id, after);
+      const page: RunLogsPage = { lines, next: lines.length ? lines[lines.length - 1].seq : after, last: await lastLogSeq(server.db, run.id), dropped };
+      ctx.body = page;
       return;
     }
     const stream = new PassThrough();
@@ -44,7 +57,10 @@ export function logRoutes(server: ServerContext): Router {
 }
 
 async function follow(server: ServerContext, runId: string, after: number, stream: PassThrough, closed: () => boolean): Promise<void> {
-  const write = (item: LogStreamItem) => stream.write(`${JSON.stringify(item)}\n`);
+  let full = false;
+  const write = (item: LogStreamItem) => {
+    if (!stream.write(`${JSON.stringify(item)}\n`)) full = true;
+  };
   let cursor = after;
   let lastStatus = '';
   const writeStatus = (run: RunRecord) => {
@@ -57,10 +73,14 @@ async function follow(server: ServerContext, runId: string, after: number, strea
     const run = (await getRun(server.db, runId))!;
     const finished = FINISHED_RUN_STATUSES.includes(run.status);
     if (!finished) writeStatus(run);
-    const pulled = finished ? 0 : await pullFromAgent(server, run, cursor, AGENT_WAIT_MS);
+    const pulled = finished ? 0 : await pullFromAgent(server, run, AGENT_WAIT_MS);
     const lines = await readLogs(server.db, runId, cursor);
     for (const line of lines) write({ type: 'log', line });
     if (lines.length) cursor = lines[lines.length - 1].seq;
+    if (full) {
+      await new Promise((resolve) => { stream.once('drain', resolve); stream.once('close', resolve); });
+      full = false;
+    }
     if (finished && lines.length === 0) {
       writeStatus(run);
       break;
@@ -70,13 +90,16 @@ async function follow(server: ServerContext, runId: string, after: number, strea
   stream.end();
 }
 
-/** Copies the agent's lines after `after` into the database; how many it copied (0 when the agent is not there). */
-async function pullFromAgent(server: ServerContext, run: RunRecord, after: number, waitMs: number): Promise<number> {
+/** Chunks of JSON lines as one newline-terminated stream. */
+async function* asLines(chunks: AsyncIterable<string>): AsyncGenerator<string> {
+  for await (const chunk of chunks) if (chunk !== '') yield `${chunk}\n`;
+}
+
+/** Copies one page of lines the database lacks from the agent; how many (0 when the agent is not there). */
+async function pullFromAgent(server: ServerContext, run: RunRecord, waitMs: number): Promise<number> {
   if (!run.jobId || !run.instanceId || run.status !== 'running' && run.status !== 'terminating') return 0;
   const instance = await getInstance(server.db, run.instanceId);
   if (!instance?.agentUrl || instance.status === 'terminated') return 0;
-  const page = await agentOf(instance).logs(run.jobId, after, waitMs).catch(() => null);
-  if (!page || page.entries.length === 0) return 0;
-  await appendLogs(server.db, run.id, page.entries as LogLine[]);
-  return page.entries.length;
+  const { copied } = await copyJobLogs(server.db, agentOf(instance), run, { maxBytes: server.maxLogBytesPerRun, budgetMs: 0, waitMs });
+  return copied;
 }

@@ -1,0 +1,49 @@
+import type { AgentClient } from '../agent/client.js';
+import type { Queryable } from '../store/db.js';
+import { recordEvent } from '../store/events.js';
+import { appendLogChunk, lastLogSeq } from '../store/logs.js';
+import type { RunRecord } from '../store/runs.js';
+
+export interface LogCopy {
+  /** Lines copied into the database. */
+  copied: number;
+  /** False when the budget ran out while the agent still had lines. */
+  caughtUp: boolean;
+}
+
+export interface LogCopyLimits {
+  /** Bytes of log text the run keeps at most. */
+  maxBytes: number;
+  /** Stop asking for more pages once this long has passed (at least one page is always copied). */
+  budgetMs: number;
+  /** How long the agent may hold the first request until a line exists. */
+  waitMs?: number;
+}
+
+/**
+ * Copies the lines a job's agent has that the database lacks, page by page, within a time budget,
+ * so that a job printing without pause never keeps its caller from anything else. Pages travel as
+ * the agent stores them, never parsed here, and the next page is on its way while one is written. The first loss
+ * of lines (over the run's limit, or rotated away at the agent) is written as an event.
+ */
+export async function copyJobLogs(db: Queryable, agent: AgentClient, run: RunRecord, limits: LogCopyLimits): Promise<LogCopy> {
+  const deadline = Date.now() + limits.budgetMs;
+  const fetchAfter = (after: number, waitMs = 0) => agent.logLines(run.jobId!, after, waitMs).catch(() => null);
+  let copied = 0;
+  let fetching = fetchAfter(await lastLogSeq(db, run.id), limits.waitMs);
+  for (;;) {
+    const page = await fetching;
+    if (!page || page.count === 0) return { copied, caughtUp: true };
+    const more = Date.now() < deadline;
+    if (more) fetching = fetchAfter(page.next);
+    const outcome = await appendLogChunk(db, run.id, { first: page.first, last: page.next, jsonLines: page.jsonLines }, limits.maxBytes);
+    if (outcome.firstLoss) {
+      await recordEvent(db, {
+        projectId: run.projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'LogsTruncated',
+        message: `${outcome.droppedLines} of the oldest log lines were dropped: a run keeps at most ${Math.round(limits.maxBytes / 1024 / 1024)} MB of logs (logs.max_size_per_run in the server's config.yml)`,
+      });
+    }
+    copied += page.count;
+    if (!more) return { copied, caughtUp: false };
+  }
+}
