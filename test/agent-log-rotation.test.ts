@@ -41,7 +41,7 @@ describe('agent log files', function () {
   });
 
   it('serve the same page as JSON and as JSON lines', async () => {
-    const job = submission({ commands: ['seq 1 3', 'echo err >&2'] });
+    const job = submission({ commands: ['seq 1 3', 'sleep 0.3', 'echo err >&2'] });
     await client.submit(job);
     await waitForState(client, job.jobId, ['exited']);
     const page = await client.logs(job.jobId, 1);
