@@ -115,6 +115,35 @@ for (const kind of DATABASE_KINDS) {
       expect((await logTotals(db, 'r2')).droppedLines).to.equal(750);
     });
 
+    it('moves the lines an older server stored one per row into chunks', async () => {
+      const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
+      const old = scratch ? openPostgres(scratch.url) : await openPglite();
+      try {
+        await old.exec(`CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
+        for (const statement of MIGRATIONS[0].sql.split(/;\s*\n/).filter((s) => s.trim())) await old.query(statement);
+        await old.query(`INSERT INTO schema_migrations (version, name) VALUES (1, 'initial')`);
+        const project = await upsertProject(old, 'legacy', [{ type: 'local' }]);
+        const user = await upsertUser(old, 'dave', 'dave-token', 'user');
+        await old.query(`INSERT INTO runs (id, project_id, user_id, name, kind, spec, requirement, status) VALUES ('r3', $1, $2, 'r3', 'task', '{}', '{}', 'done')`, [project.id, user.id]);
+        await old.query(`INSERT INTO logs (run_id, seq, ts, stream, text) SELECT 'r3', n, now(), CASE WHEN n % 2 = 0 THEN 'stderr' ELSE 'stdout' END, 'line ' || n FROM generate_series(1, 12000) AS n`);
+        expect(await migrate(old)).to.deep.equal(MIGRATIONS.slice(1).map((m) => m.version));
+        const lines = [];
+        for (let after = 0; ;) {
+          const page = await readLogs(old, 'r3', after);
+          if (page.length === 0) break;
+          lines.push(...page);
+          after = page[page.length - 1].seq;
+        }
+        expect(lines.map((l) => l.seq)).to.deep.equal(Array.from({ length: 12000 }, (_, i) => i + 1));
+        expect(lines[1]).to.include({ stream: 'stderr', text: 'line 2' });
+        expect(Date.parse(lines[0].ts)).to.be.closeTo(Date.now(), 60_000);
+        expect(await logTotals(old, 'r3')).to.include({ lastSeq: 12000, droppedLines: 0 });
+      } finally {
+        await old.close();
+        await scratch?.drop();
+      }
+    });
+
     it('delivers NOTIFY to a listener', async () => {
       const received: string[] = [];
       const unlisten = await db.listen('orchestrator_test', (payload) => received.push(payload));
