@@ -65,7 +65,9 @@ export class BackendPool {
     }
     const missing = (types ?? []).filter((t) => !backends.has(t as BackendType));
     for (const type of missing) {
-      const state: BackendOffersState = { backend: type, fetchedAt: null, ageSeconds: null, error: 'not configured for this project' };
+      const configured = [...backends.keys()].join(', ') || 'none';
+      const error = `not configured for this project; configured: ${configured} (see the server's config.yml)`;
+      const state: BackendOffersState = { backend: type, fetchedAt: null, ageSeconds: null, error };
       listing.backends.push(state);
       listing.errors.push(describeFailure(state));
     }

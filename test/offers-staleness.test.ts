@@ -54,6 +54,12 @@ for (const kind of DATABASE_KINDS) {
       expect(fleet.stderr).not.to.contain('warning');
     });
 
+    it('exits 1 for a backend the project does not have, naming the ones it has', async () => {
+      const listed = await cli(['offer', '-b', 'aws']);
+      expect(listed.code, show(listed)).to.equal(1);
+      expect(listed.stderr).to.contain("aws: not configured for this project; configured: gpucloud (see the server's config.yml)");
+    });
+
     it('says in offer, offer --json and the plans that the key is refused and how old the offers shown are, until the key works again', async () => {
       await restartEmulator('gc_a-new-key-after-a-restart');
 
