@@ -56,10 +56,11 @@ async function runEmulator(flags: EmulatorFlags): Promise<void> {
   if (options.stateDir !== undefined) console.log(`state kept in ${options.stateDir}: instances run on while the emulator is stopped, and a restart with --state-dir ${options.stateDir} takes them back`);
   console.log([
     '',
-    'Add this backend to the server\'s config.yml:',
+    'Add this backend to the project in the server\'s config.yml, beside the ones it has, then restart the server:',
     'projects:',
     '- name: main',
     '  backends:',
+    '  - type: local',
     '  - type: gpucloud',
     `    api_url: ${emulator.url}`,
     '    creds:',
