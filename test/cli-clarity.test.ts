@@ -1,0 +1,163 @@
+import { expect } from 'chai';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import type { Fleet } from '../api/objects.js';
+import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
+import { renderTable } from '../cli/table.js';
+import { addProject, makeHome, releaseInstances, runCli, show, startCli } from './helpers/cli.js';
+import { DATABASE_KINDS } from './helpers/databases.js';
+import { eventually, startTestServer, type TestServer } from './helpers/server.js';
+
+const REPO = resolve(import.meta.dirname, '..');
+
+function localAndGpucloud(emulator: RunningEmulator): string {
+  return `projects:
+- name: main
+  backends:
+  - type: local
+    runtime: process
+  - type: gpucloud
+    api_url: ${emulator.url}
+    creds:
+      type: api_key
+      api_key: ${emulator.apiKey}
+`;
+}
+
+describe('orchestrator --version', () => {
+  it('prints the version of the package and exits 0', async () => {
+    const home = makeHome();
+    try {
+      const { version } = JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8')) as { version: string };
+      const result = await runCli(['--version'], { home: home.home });
+      expect(result.code, show(result)).to.equal(0);
+      expect(result.stdout).to.equal(`orchestrator ${version}\n`);
+    } finally {
+      home.remove();
+    }
+  });
+});
+
+describe('size columns and long lists in tables', () => {
+  it('ends a cut list with how many rows were left out and the command that shows them all', () => {
+    const rows = Array.from({ length: 15 }, (_, index) => [`offer-${index}`, '$1']);
+    const table = renderTable(['name', '$/h'], rows, 80, { maxRows: 3, seeAll: 'orchestrator offer --json' });
+    expect(table.trimEnd().split('\n')).to.deep.equal(['NAME     $/H', 'offer-0  $1', 'offer-1  $1', 'offer-2  $1', '… 12 more; orchestrator offer --json shows all']);
+    expect(renderTable(['name'], [['a'], ['b']], 80, { maxRows: 2, total: 7, seeAll: 'orchestrator offer --json' })).to.match(/^… 5 more; orchestrator offer --json shows all$/m);
+    expect(renderTable(['name'], [['a'], ['b']], 80, { maxRows: 2, seeAll: 'orchestrator offer --json' })).not.to.contain('more');
+  });
+});
+
+for (const kind of DATABASE_KINDS) {
+  describe(`orchestrator CLI says what is going on (${kind})`, function () {
+    this.timeout(120_000);
+    let emulator: RunningEmulator;
+    let server: TestServer;
+    let home: ReturnType<typeof makeHome>;
+    let work: string;
+    const cli = (args: string[]) => runCli(args, { home: home.home, cwd: work });
+
+    before(async function () {
+      emulator = await startEmulator({ port: 0, bootDelayMs: 200 });
+      server = await startTestServer(kind, localAndGpucloud(emulator));
+      home = makeHome();
+      work = mkdtempSync(join(tmpdir(), 'orch-clarity-'));
+      await addProject(home.home, server.url);
+      writeFileSync(join(work, 'fleet.yml'), 'type: fleet\nname: pool\nbackends: [local]\nnodes: 0..1\n');
+    });
+
+    after(async function () {
+      if (server) {
+        await releaseInstances(server).catch(() => undefined);
+        await server.stop();
+      }
+      await emulator?.close();
+      home?.remove();
+      if (work) rmSync(work, { recursive: true, force: true });
+    });
+
+    it('writes a column of sizes in one unit: 1024GB next to 1800GB, not 1TB', async () => {
+      const result = await cli(['offer', '-b', 'gpucloud']);
+      expect(result.code, show(result)).to.equal(0);
+      expect(result.stdout).to.match(/^RTXPRO6000\s+96GB\s+8\s+128\s+1024GB\s+4000GB\s/m);
+      expect(result.stdout).to.match(/^H100\s+80GB\s+8\s+208\s+1800GB\s+8000GB\s/m);
+      expect(result.stdout).to.match(/^L4\s+24GB\s+1\s+8\s+32GB\s+200GB\s/m);
+      expect(result.stdout).not.to.match(/\dTB\b/);
+    });
+
+    it('shows a deleted fleet as terminating while it waits for its busy instance, then two fleets of one name apart with -a', async () => {
+      expect((await cli(['apply', '-f', 'fleet.yml', '-y'])).code).to.equal(0);
+      const release = join(work, 'release');
+      writeFileSync(join(work, 'busy.yml'), `type: task\nname: busy\ncommands: ["echo started", "until [ -f ${release} ]; do sleep 0.1; done"]\n`);
+      const task = startCli(['apply', '-f', 'busy.yml', '-y'], { home: home.home, cwd: work });
+      await task.waitFor(/started/);
+      const deleted = await cli(['fleet', 'delete', 'pool', '-y']);
+      expect(deleted.code, show(deleted)).to.equal(0);
+
+      const table = await eventually(async () => {
+        const listed = await cli(['fleet']);
+        return /terminating: waiting for 1 busy instance to finish/.test(listed.stdout) ? listed.stdout : null;
+      }, 20_000, 'the fleet to say it waits for its busy instance');
+      const lines = table.trimEnd().split('\n');
+      expect(lines[1], table).to.match(/^pool\s+-\s+local\s+-\s+terminating: waiting for 1 busy instance to finish\s+-\s+-$/);
+      expect(lines[2], table).to.match(/^\s+pool-\S+\s+local\s+\S+\s+busy\s+\S+\s+busy$/);
+
+      writeFileSync(release, '');
+      expect((await task.done).code).to.equal(0);
+      await eventually(async () => (await server.api('GET', '/api/projects/main/fleets')).body.length === 0, 30_000, 'the fleet to end');
+      expect((await cli(['apply', '-f', 'fleet.yml', '-y'])).code).to.equal(0);
+
+      const fleets = JSON.parse((await cli(['fleet', '-a', '--json'])).stdout) as Fleet[];
+      expect(fleets.map((f) => [f.name, f.status])).to.deep.equal([['pool', 'terminated'], ['pool', 'active']]);
+      const history = await cli(['fleet', '-a']);
+      expect(history.code, show(history)).to.equal(0);
+      expect(history.stdout.split('\n')[0]).to.match(/^FLEET\s+ID\s+CREATED\s+INSTANCE/);
+      for (const fleet of fleets) {
+        expect(history.stdout).to.match(new RegExp(`^pool\\s+${fleet.id.slice(0, 8)}\\s+\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d\\s+-\\s+local\\s+-\\s+${fleet.status}`, 'm'));
+      }
+    });
+
+    it('names the project and the command to set a new token when the server refuses the token', async () => {
+      const config = join(home.home, '.orchestrator', 'config.yml');
+      const saved = readFileSync(config, 'utf8');
+      writeFileSync(config, saved.replace('test-admin-token', 'a-revoked-token'));
+      try {
+        const result = await cli(['ps']);
+        expect(result.code, show(result)).to.equal(1);
+        expect(result.stderr).to.equal([
+          `error: the server at ${server.url} refused the token of project main (invalid token);`,
+          `set a new one with: orchestrator project add --name main --url ${server.url} --token TOKEN\n`,
+        ].join(' '));
+      } finally {
+        writeFileSync(config, saved);
+      }
+    });
+
+    it('says the server is not reachable, that runs keep running, and how to follow again', async () => {
+      const own = await startTestServer(kind, localAndGpucloud(emulator));
+      const ownHome = makeHome();
+      let running = true;
+      try {
+        await addProject(ownHome.home, own.url);
+        writeFileSync(join(work, 'long.yml'), 'type: fleet\nname: long\nbackends: [local]\nnodes: 0..1\n---\ntype: task\nname: long\ncommands: ["echo started", "sleep 60"]\n');
+        const followed = startCli(['apply', '-f', 'long.yml', '-y'], { home: ownHome.home, cwd: work });
+        await followed.waitFor(/started/);
+        await own.stop();
+        running = false;
+        const ended = await followed.done;
+        expect(ended.code, show(ended)).to.equal(1);
+        expect(ended.stderr).to.contain([
+          `error: the server at ${own.url} is not reachable (ECONNREFUSED); runs already submitted keep running there;`,
+          'follow again with: orchestrator logs -f long\n',
+        ].join(' '));
+        const listed = await runCli(['ps'], { home: ownHome.home });
+        expect(listed.code, show(listed)).to.equal(1);
+        expect(listed.stderr).to.equal(`error: the server at ${own.url} is not reachable (ECONNREFUSED); runs already submitted keep running there\n`);
+      } finally {
+        if (running) await own.stop();
+        ownHome.remove();
+      }
+    });
+  });
+}
