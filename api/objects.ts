@@ -1,4 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
+import { JobFile } from './agent.js';
+import { FieldNotActedOn, JobRuntime } from './not-acted-on.js';
 import { GpuInfo, Offer } from './offer.js';
 import { FleetStatus, InstanceStatus, RunStatus } from './status.js';
 
@@ -23,6 +25,27 @@ export const Project = Type.Object({
   createdAt: Timestamp,
 });
 export type Project = Static<typeof Project>;
+
+/** A user's role: globally, `admin` may do everything; in a project, `admin` also manages its members. */
+export const Role = Type.Union([Type.Literal('admin'), Type.Literal('user')]);
+export type Role = Static<typeof Role>;
+
+export const User = Type.Object({
+  name: Type.String(),
+  admin: Type.Boolean(),
+  createdAt: Timestamp,
+});
+export type User = Static<typeof User>;
+
+/** A new user or a rotated token: the only answer that ever holds the token; the server keeps its hash. */
+export const UserWithToken = Type.Composite([User, Type.Object({ token: Type.String() })]);
+export type UserWithToken = Static<typeof UserWithToken>;
+
+export const Member = Type.Object({
+  user: Type.String(),
+  role: Role,
+});
+export type Member = Static<typeof Member>;
 
 export const Instance = Type.Object({
   id: Type.String(),
@@ -124,7 +147,21 @@ export const RunPlan = Type.Object({
   name: Type.Union([Type.String(), Type.Null()]),
   requirement: Type.String(),
   fleets: Type.Array(Type.String()),
-  idleInstance: Type.Union([Type.Object({ name: Type.String(), fleet: Type.String(), gpu: GpuInfo, pricePerHour: Type.Number() }), Type.Null()]),
+  /** An instance the run would take: an idle one, or one still starting that it would wait for. */
+  instance: Type.Union([Type.Object({
+    state: Type.Union([Type.Literal('idle'), Type.Literal('starting')]),
+    /** Null when runs queued before this one may take that instance first. */
+    name: Type.Union([Type.String(), Type.Null()]),
+    fleet: Type.String(),
+    gpu: Type.Union([GpuInfo, Type.Null()]),
+    pricePerHour: Type.Union([Type.Number(), Type.Null()]),
+  }), Type.Null()]),
+  /** Runs of the project queued before this one (as high a priority, submitted earlier). */
+  queuedBefore: Type.Integer({ minimum: 0 }),
+  /** How the instance it would land on runs jobs, where that is known before it runs. */
+  runtime: Type.Union([JobRuntime, Type.Null()]),
+  /** Fields of the spec that will not do what they say (see api/not-acted-on.ts). */
+  notActedOn: Type.Array(FieldNotActedOn),
   offers: Type.Array(PlannedOffer),
   /** Backends whose offers could not be refreshed, with why and how old the offers shown are. */
   offerErrors: Type.Array(Type.String()),
@@ -142,6 +179,25 @@ export const FleetPlan = Type.Object({
   problem: Type.Union([Type.String(), Type.Null()]),
 });
 export type FleetPlan = Static<typeof FleetPlan>;
+
+/** One object of `POST /api/projects/:p/apply`: a spec, and for a run the contents of its `files`. */
+export const ApplyItem = Type.Object({
+  spec: Type.Unknown(),
+  files: Type.Optional(Type.Array(JobFile)),
+}, { additionalProperties: false });
+export type ApplyItem = Static<typeof ApplyItem>;
+
+export const ApplyRequest = Type.Object({ items: Type.Array(ApplyItem, { minItems: 1 }) }, { additionalProperties: false });
+export type ApplyRequest = Static<typeof ApplyRequest>;
+
+/** What became of each item of an apply, in the order given. */
+export const ApplyResult = Type.Object({
+  items: Type.Array(Type.Union([
+    Type.Object({ kind: Type.Literal('fleet'), action: FleetPlan.properties.action, fleet: Fleet }),
+    Type.Object({ kind: Type.Literal('run'), run: Run }),
+  ])),
+});
+export type ApplyResult = Static<typeof ApplyResult>;
 
 export const ServerInfo = Type.Object({
   version: Type.String(),

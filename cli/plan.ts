@@ -1,3 +1,4 @@
+import { fieldsNotActedOn, type FieldNotActedOn } from '../api/not-acted-on.js';
 import type { FleetPlan, RunPlan } from '../api/objects.js';
 import type { FleetSpec, RunSpec } from '../api/spec.js';
 import { formatGpuInfo, formatPrice, formatSize } from './format.js';
@@ -55,6 +56,7 @@ export function renderFleetPlan(spec: FleetSpec, plan: FleetPlan, current: Recor
     fleetChanges(current, spec).forEach((change, index) => { text += field(index === 0 ? 'changes' : '', change); });
   }
   if (plan.offers.length > 0) text += field('offers') + offersTable(plan.offers, stream);
+  text += notActedOn(fieldsNotActedOn(spec, null));
   text += offerErrors(plan);
   if (plan.problem) text += field('problem', plan.problem);
   return text;
@@ -66,14 +68,34 @@ export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.Write
   let text = `${spec.type} ${name}: ${action}\n`;
   text += field('resources', plan.requirement);
   text += field('fleets', plan.fleets.length > 0 ? plan.fleets.join(', ') : 'none match');
-  if (plan.idleInstance) {
-    const idle = plan.idleInstance;
-    const gpu = idle.gpu.count === 0 ? 'no GPU' : `GPU ${formatGpuInfo(idle.gpu)}`;
-    text += field('instance', `${idle.name} (idle, fleet ${idle.fleet}, ${gpu}, ${formatPrice(idle.pricePerHour)}/h)`);
+  if (plan.instance) {
+    text += field('instance', instanceText(plan.instance, plan.queuedBefore));
   } else if (plan.offers.length > 0) {
     text += field('offers', 'a new instance from the cheapest that is available') + offersTable(plan.offers, stream);
   }
+  if (plan.runtime === 'process') {
+    text += field('runtime', 'process: the commands run on the machine itself, not in a container; what they call (python, uv, CUDA) must be installed there');
+  }
+  text += notActedOn(plan.notActedOn);
   text += offerErrors(plan);
   if (plan.problem) text += field('problem', plan.problem);
   return text;
+}
+
+/** `local-0 (idle, ...)` when the scheduler will take that one; `an idle instance of fleet x` when queued runs go first. */
+function instanceText(instance: NonNullable<RunPlan['instance']>, queuedBefore: number): string {
+  const details = [
+    ...(instance.gpu ? [instance.gpu.count === 0 ? 'no GPU' : `GPU ${formatGpuInfo(instance.gpu)}`] : []),
+    ...(instance.pricePerHour === null ? [] : [`${formatPrice(instance.pricePerHour)}/h`]),
+  ];
+  const waits = instance.state === 'starting' ? ', the run waits for it' : '';
+  if (instance.name !== null) return `${instance.name} (${[instance.state, `fleet ${instance.fleet}`, ...details].join(', ')})${waits}`;
+  const which = instance.state === 'idle' ? 'an idle instance' : 'an instance still starting';
+  const queued = `${queuedBefore} ${queuedBefore === 1 ? 'run' : 'runs'} queued before this one may take it first`;
+  return `${which} of fleet ${instance.fleet}${details.length > 0 ? ` (${details.join(', ')})` : ''}${waits}; ${queued}`;
+}
+
+/** One line per field that will not do what it says: `retry: not acted on yet; the run will not be resubmitted`. */
+function notActedOn(fields: readonly FieldNotActedOn[]): string {
+  return fields.map(({ field: name, message }, index) => field(index === 0 ? 'ignored' : '', `${name}: ${message}`)).join('');
 }

@@ -3,13 +3,14 @@ import { dirname, join } from 'node:path';
 import { formatSpecError, parseSpecText, specKind, type SpecError } from '../api/parse.js';
 import type { AnySpec } from '../api/spec.js';
 import { CliError } from './errors.js';
+import { collectFiles, uploadBudget, type UploadBudget, type UploadFile } from './upload.js';
 
 export interface LoadedSpec {
   spec: AnySpec;
   /** The file it came from, as given on the command line. */
   file: string;
-  /** Where relative paths in the spec (task files) start. */
-  baseDir: string;
+  /** The contents of the run's `files`, read when the configuration was loaded; none for a fleet. */
+  files: UploadFile[];
 }
 
 /** The YAML files a -f argument names: the file itself, or a folder's *.yml and *.yaml files in name order. */
@@ -30,10 +31,21 @@ function filesOf(path: string): string[] {
   return files;
 }
 
+/** The run's `files`, or the problem with them, prefixed with the configuration file it came from. */
+function readFiles(spec: AnySpec, file: string, budget: UploadBudget): { files: UploadFile[]; error: string | null } {
+  if (spec.type === 'fleet' || spec.type === 'dev-environment' || !spec.files) return { files: [], error: null };
+  try {
+    return { files: collectFiles(spec.files, dirname(file), budget), error: null };
+  } catch (error) {
+    if (error instanceof CliError) return { files: [], error: `${file}: ${error.message}` };
+    throw error;
+  }
+}
+
 /**
- * Reads and validates every configuration in `paths` before anything is sent, with bare `env`
- * names resolved from `environment`. Returns fleets first, then runs, each in file order, or
- * every problem found, formatted as `file:line:column: field: message`.
+ * Reads and validates every configuration in `paths`, and reads every file its runs name, before
+ * anything is sent, with bare `env` names resolved from `environment`. Returns fleets first, then
+ * runs, each in file order, or every problem found, formatted as `file:line:column: field: message`.
  */
 export function loadSpecs(paths: readonly string[], environment: Record<string, string | undefined>): { specs: LoadedSpec[]; errors: string[] } {
   const specs: LoadedSpec[] = [];
@@ -58,10 +70,17 @@ export function loadSpecs(paths: readonly string[], environment: Record<string, 
         }
         seen.set(key, file);
       }
-      specs.push({ spec, file, baseDir: dirname(file) });
+      specs.push({ spec, file, files: [] });
     }
   }
-  if (errors.length > 0) return { specs: [], errors: errors.map(formatSpecError) };
+  const budget = uploadBudget();
+  const fileErrors: string[] = [];
+  for (const loaded of specs) {
+    const { files, error } = readFiles(loaded.spec, loaded.file, budget);
+    loaded.files = files;
+    if (error !== null) fileErrors.push(error);
+  }
+  if (errors.length > 0 || fileErrors.length > 0) return { specs: [], errors: [...errors.map(formatSpecError), ...fileErrors] };
   const fleets = specs.filter((s) => s.spec.type === 'fleet');
   const runs = specs.filter((s) => s.spec.type !== 'fleet');
   return { specs: [...fleets, ...runs], errors: [] };

@@ -7,8 +7,17 @@ import { CliError } from './errors.js';
 
 export type UploadFile = JobSubmission['files'][number];
 
-/** The server takes request bodies up to 8 MiB; base64 makes files a third larger. */
+/** The server takes request bodies up to 8 MiB; base64 makes files a third larger. One apply is one request. */
 export const MAX_UPLOAD_BYTES = 5 * 1024 * 1024;
+
+/** The bytes an apply may still carry, shared by all of its runs. */
+export interface UploadBudget {
+  leftBytes: number;
+}
+
+export function uploadBudget(): UploadBudget {
+  return { leftBytes: MAX_UPLOAD_BYTES };
+}
 
 function expandHome(path: string): string {
   if (path === '~') return process.env.HOME || homedir();
@@ -43,12 +52,11 @@ function walk(localPath: string, remote: string, into: UploadFile[]): number {
 }
 
 /**
- * Reads a task's `files` entries (`path` or `local:remote`, local paths relative to the configuration's
- * folder, folders taken whole) into the list the server expects.
+ * Reads a run's `files` entries (`path` or `local:remote`, local paths relative to the configuration's
+ * folder, folders taken whole) into the list the server expects, within what is left of `budget`.
  */
-export function collectFiles(entries: readonly string[], baseDir: string): UploadFile[] {
+export function collectFiles(entries: readonly string[], baseDir: string, budget: UploadBudget = uploadBudget()): UploadFile[] {
   const files: UploadFile[] = [];
-  let bytes = 0;
   for (const entry of entries) {
     let mapping;
     try {
@@ -59,14 +67,14 @@ export function collectFiles(entries: readonly string[], baseDir: string): Uploa
     const remote = remotePath(entry, mapping.localPath, mapping.path);
     const localPath = resolve(baseDir, expandHome(mapping.localPath));
     try {
-      bytes += walk(localPath, remote, files);
+      budget.leftBytes -= walk(localPath, remote, files);
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
       const where = relative(process.cwd(), localPath) || '.';
       throw new CliError(code === 'ENOENT' ? `files: "${entry}": ${where} does not exist` : `files: "${entry}": cannot read ${where}: ${(error as Error).message}`);
     }
-    if (bytes > MAX_UPLOAD_BYTES) {
-      throw new CliError(`files: the files add up to more than ${MAX_UPLOAD_BYTES / 1024 / 1024} MiB, the most a run can carry; let the commands download large data instead`);
+    if (budget.leftBytes < 0) {
+      throw new CliError(`files: the files add up to more than ${MAX_UPLOAD_BYTES / 1024 / 1024} MiB, the most one apply can carry; let the commands download large data instead`);
     }
   }
   return files;

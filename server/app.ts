@@ -2,6 +2,7 @@ import Koa from 'koa';
 import { authenticateEveryRoute } from './auth.js';
 import type { ServerContext } from './context.js';
 import { errorMiddleware } from './http-errors.js';
+import { applyRoutes } from './routes/apply.js';
 import { fleetRoutes } from './routes/fleets.js';
 import { logRoutes } from './routes/logs.js';
 import { projectRoutes } from './routes/project.js';
@@ -15,7 +16,7 @@ export function createApp(server: ServerContext): Koa {
     server.logger.error(`http: ${error.stack ?? error.message}`);
   });
   app.use(errorMiddleware(server.logger));
-  for (const router of [projectRoutes(server), fleetRoutes(server), runRoutes(server), logRoutes(server)]) {
+  for (const router of [projectRoutes(server), applyRoutes(server), fleetRoutes(server), runRoutes(server), logRoutes(server)]) {
     authenticateEveryRoute(router, server.db);
     app.use(router.routes());
     app.use(router.allowedMethods());

@@ -7,7 +7,7 @@ import { formatPath, validateSpec, type SpecError } from '../api/parse.js';
 import { parseCountRange } from '../api/quantity.js';
 import { normalizeResources } from '../api/resources.js';
 import type { AnySpec, FleetSpec, RunSpec } from '../api/spec.js';
-import { report, validateValue, type ValidationContext } from '../api/validate.js';
+import { describeValue, report, validateValue, type ValidationContext } from '../api/validate.js';
 import type { FleetDesired } from '../store/fleets.js';
 import type { ProjectRecord } from '../store/projects.js';
 import { HttpError, invalidSpec } from './http-errors.js';
@@ -33,6 +33,12 @@ export function checkedSpec(value: unknown): AnySpec {
  * Whether an absolute path is allowed depends on the runtime, which only the agent knows.
  */
 export function checkedFiles(value: unknown): JobFile[] {
+  const { files, errors } = validateFiles(value);
+  if (errors.length > 0) throw unprocessable('files', errors);
+  return files;
+}
+
+function validateFiles(value: unknown): { files: JobFile[]; errors: SpecError[] } {
   const context: ValidationContext = { environment: null, issues: [] };
   const files = validateValue(JobFiles, value, context, ['files']) as JobFile[];
   if (context.issues.length === 0) {
@@ -41,10 +47,7 @@ export function checkedFiles(value: unknown): JobFile[] {
       if (problem) report(context, ['files', index, 'path'], problem);
     });
   }
-  if (context.issues.length > 0) {
-    throw unprocessable('files', context.issues.map((issue) => ({ file: null, line: null, column: null, path: formatPath(issue.path), message: issue.message })));
-  }
-  return files;
+  return { files, errors: context.issues.map((issue) => ({ file: null, line: null, column: null, path: formatPath(issue.path), message: issue.message })) };
 }
 
 export function checkedRunSpec(value: unknown): RunSpec {
@@ -59,14 +62,19 @@ export function checkedFleetSpec(value: unknown): FleetSpec {
   return spec;
 }
 
+/** Why the fleet's backends cannot be used in this project, or null when they can. */
+function backendsProblem(spec: FleetSpec, project: ProjectRecord): string | null {
+  const configured = project.backends.map((b) => b.type);
+  const missing = (spec.backends ?? []).filter((b) => !configured.includes(b));
+  if (missing.length === 0) return null;
+  return `${missing.join(', ')} ${missing.length === 1 ? 'is' : 'are'} not configured for project ${project.name}; configured: ${configured.join(', ') || 'none'} (see the server's config.yml)`;
+}
+
 /** The settings a fleet spec implies for this project; a backend the project lacks is the user's mistake. */
 export function fleetDesired(spec: FleetSpec, project: ProjectRecord): FleetDesired {
-  const configured = project.backends.map((b) => b.type);
-  const backends: BackendType[] = spec.backends ?? configured;
-  const missing = backends.filter((b) => !configured.includes(b));
-  if (missing.length > 0) {
-    throw invalidSpec(`backends: ${missing.join(', ')} ${missing.length === 1 ? 'is' : 'are'} not configured for project ${project.name}; configured: ${configured.join(', ') || 'none'} (see the server's config.yml)`);
-  }
+  const problem = backendsProblem(spec, project);
+  if (problem) throw invalidSpec(`backends: ${problem}`);
+  const backends: BackendType[] = spec.backends ?? project.backends.map((b) => b.type);
   const nodes = parseCountRange(spec.nodes, { least: 0, bounded: false, what: 'nodes' });
   return {
     name: spec.name,
@@ -77,4 +85,72 @@ export function fleetDesired(spec: FleetSpec, project: ProjectRecord): FleetDesi
     idleSeconds: parseDurationOrOff(spec.idle_duration ?? DEFAULT_IDLE_DURATION),
     backends,
   };
+}
+
+/** The fleets applied together with a run (`fleets` of a run's plan), which its plan counts as if they existed. */
+export function checkedFleetsApplied(value: unknown, project: ProjectRecord): FleetDesired[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) throw invalidSpec(`fleets: expected a list of fleet specs, got ${describeValue(value)}`);
+  return value.map((spec) => fleetDesired(checkedFleetSpec(spec), project));
+}
+
+/** One valid object of a batch apply. */
+export type ApplyingItem =
+  | { kind: 'fleet'; desired: FleetDesired }
+  | { kind: 'run'; spec: RunSpec; files: JobFile[] };
+
+/** A problem of one object of a batch apply: its index, and the field within it (`spec.resources.gpu`, `files[0].path`). */
+export interface ItemProblem {
+  index: number;
+  path: string;
+  message: string;
+}
+
+const ITEM_FIELDS = ['spec', 'files'];
+
+function checkedItem(item: unknown, project: ProjectRecord, problem: (path: string, message: string) => void): ApplyingItem | null {
+  if (typeof item !== 'object' || item === null || Array.isArray(item)) {
+    problem('', `expected {spec, files?}, got ${describeValue(item)}`);
+    return null;
+  }
+  const fields = item as Record<string, unknown>;
+  for (const key of Object.keys(fields).filter((k) => !ITEM_FIELDS.includes(k))) problem(key, 'unknown field; an item has spec and, for a run, files');
+  const { spec, errors } = validateSpec(fields.spec);
+  for (const error of errors) problem(error.path === '' ? 'spec' : `spec.${error.path}`, error.message);
+  const files = validateFiles(fields.files ?? []);
+  for (const error of files.errors) problem(error.path, error.message);
+  if (!spec) return null;
+  if (spec.type !== 'fleet') return { kind: 'run', spec, files: files.files };
+  if (fields.files !== undefined) problem('files', 'a fleet takes no files');
+  const backends = backendsProblem(spec, project);
+  if (backends) problem('spec.backends', backends);
+  return backends ? null : { kind: 'fleet', desired: fleetDesired(spec, project) };
+}
+
+/**
+ * Validates every object of a batch apply (`{items: [{spec, files?}]}`) before anything is written:
+ * one 422 names every problem with its item and field, and nothing is applied.
+ */
+export function checkedApplyItems(body: Record<string, unknown>, project: ProjectRecord): ApplyingItem[] {
+  const problems: ItemProblem[] = [];
+  const { items } = body;
+  if (!Array.isArray(items) || items.length === 0) {
+    throw invalidSpec(`items: expected a list of at least one {spec, files?}, got ${describeValue(items)}`);
+  }
+  const checked = items.map((item, index) => checkedItem(item, project, (path, message) => problems.push({ index, path, message })));
+  const names = new Map<string, number>();
+  checked.forEach((item, index) => {
+    if (!item) return;
+    const kind = item.kind;
+    const name = kind === 'fleet' ? item.desired.name : item.spec.name;
+    if (name === undefined) return;
+    const earlier = names.get(`${kind}:${name}`);
+    if (earlier !== undefined) problems.push({ index, path: 'spec.name', message: `the ${kind} name "${name}" is also used by items[${earlier}]` });
+    else names.set(`${kind}:${name}`, index);
+  });
+  if (problems.length > 0) {
+    const lines = problems.map((p) => `items[${p.index}]${p.path === '' ? '' : `.${p.path}`}: ${p.message}`);
+    throw invalidSpec(`nothing was applied: ${lines.join('; ')}`, problems);
+  }
+  return checked as ApplyingItem[];
 }

@@ -1,8 +1,8 @@
 import type { CAC } from 'cac';
-import type { Fleet, FleetPlan, Run, RunPlan } from '../../api/objects.js';
+import type { ApplyItem, ApplyResult, Fleet, FleetPlan, Run, RunPlan } from '../../api/objects.js';
 import type { FleetSpec, RunSpec } from '../../api/spec.js';
 import { optionTexts } from '../args.js';
-import type { ApiClient } from '../client.js';
+import { ApiRequestError, type ApiClient } from '../client.js';
 import { connect, projectFlag } from '../connect.js';
 import { action, CliError } from '../errors.js';
 import { renderFleets } from '../fleet-table.js';
@@ -11,7 +11,6 @@ import { renderFleetPlan, renderRunPlan } from '../plan.js';
 import { StatusDisplay } from '../progress.js';
 import { confirm, ensureCanConfirm } from '../prompt.js';
 import { loadSpecs, type LoadedSpec } from '../spec-files.js';
-import { collectFiles } from '../upload.js';
 
 interface ApplyFlags {
   yes?: boolean;
@@ -39,15 +38,14 @@ async function apply(flags: ApplyFlags): Promise<number> {
   const yes = flags.yes === true;
   ensureCanConfirm(yes, 'apply');
   const client = connect();
-  const runs: Run[] = [];
+  const confirmed: LoadedSpec[] = [];
   for (const loaded of specs) {
-    if (loaded.spec.type === 'fleet') {
-      await applyFleet(client, loaded.spec, yes);
-    } else {
-      const run = await submitRun(client, loaded, yes);
-      if (run) runs.push(run);
-    }
+    const fleets = confirmed.map((c) => c.spec).filter((spec): spec is FleetSpec => spec.type === 'fleet');
+    const wanted = loaded.spec.type === 'fleet' ? await planFleet(client, loaded.spec, yes) : await planRun(client, loaded.spec, fleets, yes);
+    if (wanted) confirmed.push(loaded);
   }
+  if (confirmed.length === 0) return 0;
+  const runs = reportApplied(await applyTogether(client, confirmed));
   if (runs.length === 0) return 0;
   if (flags.detach === true || runs.length > 1) {
     for (const run of runs) process.stdout.write(`${run.name}\n`);
@@ -57,37 +55,62 @@ async function apply(flags: ApplyFlags): Promise<number> {
   return followSubmitted(client, runs[0]!);
 }
 
-async function applyFleet(client: ApiClient, spec: FleetSpec, yes: boolean): Promise<void> {
+/** Shows the fleet's plan; whether the user wants it applied. */
+async function planFleet(client: ApiClient, spec: FleetSpec, yes: boolean): Promise<boolean> {
   const plan = await client.post<FleetPlan>(client.projectPath('/fleets/plan'), { spec });
   const current = plan.action === 'update' ? (await client.get<Fleet>(client.projectPath(`/fleets/${encodeURIComponent(spec.name)}`))).spec : null;
   process.stderr.write(renderFleetPlan(spec, plan, current));
   if (plan.action === 'unchanged') {
     process.stderr.write(`fleet ${spec.name} is already up to date\n\n`);
-    return;
+    return false;
   }
   if (!(await confirm(`${plan.action === 'create' ? 'Create' : 'Update'} fleet ${spec.name}?`, yes))) {
     process.stderr.write(`fleet ${spec.name} not applied\n\n`);
-    return;
+    return false;
   }
-  const fleet = await client.post<Fleet>(client.projectPath('/fleets/apply'), { spec });
-  process.stderr.write(`fleet ${fleet.name}: ${plan.action === 'create' ? 'created' : `updated to generation ${fleet.generation}`}\n`);
-  process.stdout.write(renderFleets([fleet]));
-  process.stderr.write('\n');
+  return true;
 }
 
-async function submitRun(client: ApiClient, loaded: LoadedSpec, yes: boolean): Promise<Run | null> {
-  const spec = loaded.spec as RunSpec;
-  const files = spec.type !== 'dev-environment' && spec.files ? collectFiles(spec.files, loaded.baseDir) : [];
-  const plan = await client.post<RunPlan>(client.projectPath('/runs/plan'), { spec });
+/** Shows the run's plan, counting the fleets of this apply as already there; whether the user wants it submitted. */
+async function planRun(client: ApiClient, spec: RunSpec, fleets: FleetSpec[], yes: boolean): Promise<boolean> {
+  const plan = await client.post<RunPlan>(client.projectPath('/runs/plan'), { spec, ...(fleets.length > 0 ? { fleets } : {}) });
   process.stderr.write(renderRunPlan(spec, plan));
   const label = plan.name ? `${spec.type} ${plan.name}` : spec.type;
   if (!(await confirm(`Submit ${label}?`, yes))) {
     process.stderr.write(`${label} not submitted\n`);
-    return null;
+    return false;
   }
-  const run = await client.post<Run>(client.projectPath('/runs/apply'), { spec, files });
-  process.stderr.write(`${run.kind} ${run.name} submitted\n`);
-  return run;
+  return true;
+}
+
+/** Sends everything confirmed in one request: the server writes all of it, or none. */
+async function applyTogether(client: ApiClient, confirmed: LoadedSpec[]): Promise<ApplyResult> {
+  const items: ApplyItem[] = confirmed.map(({ spec, files }) => (spec.type === 'fleet' ? { spec } : { spec, files }));
+  try {
+    return await client.post<ApplyResult>(client.projectPath('/apply'), { items });
+  } catch (error) {
+    if (!(error instanceof ApiRequestError)) throw error;
+    const named = error.message.replace(/items\[(\d+)\]/g, (whole, index: string) => confirmed[Number(index)]?.file ?? whole);
+    throw new CliError(named);
+  }
+}
+
+/** Says what became of each fleet and run; returns the runs. */
+function reportApplied(result: ApplyResult): Run[] {
+  const runs: Run[] = [];
+  for (const item of result.items) {
+    if (item.kind === 'run') {
+      process.stderr.write(`${item.run.kind} ${item.run.name} submitted\n`);
+      runs.push(item.run);
+      continue;
+    }
+    const { fleet, action } = item;
+    const outcome = { create: 'created', update: `updated to generation ${fleet.generation}`, unchanged: 'already up to date' }[action];
+    process.stderr.write(`fleet ${fleet.name}: ${outcome}\n`);
+    process.stdout.write(renderFleets([fleet]));
+    process.stderr.write('\n');
+  }
+  return runs;
 }
 
 async function followSubmitted(client: ApiClient, submitted: Run): Promise<number> {

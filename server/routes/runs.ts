@@ -1,23 +1,32 @@
 import Router from '@koa/router';
+import type { JobFile } from '../../api/agent.js';
 import { isDnsLabel, randomRunName } from '../../api/names.js';
+import { fieldsNotActedOn, type JobRuntime } from '../../api/not-acted-on.js';
 import type { RunPlan } from '../../api/objects.js';
 import { describeRequirement, intersectRequirements, normalizeResources, offerSatisfies } from '../../api/resources.js';
 import type { RunSpec } from '../../api/spec.js';
+import { FINISHED_RUN_STATUSES } from '../../api/status.js';
+import { AgentClient } from '../../agent/client.js';
 import { CHANNELS } from '../../controllers/manager.js';
 import { agentOf } from '../../controllers/run-controller.js';
 import { place } from '../../controllers/scheduler.js';
 import type { OfferListing } from '../../controllers/backend-pool.js';
+import type { Queryable } from '../../store/db.js';
 import { recordEvent } from '../../store/events.js';
-import { listActiveFleets } from '../../store/fleets.js';
+import { listActiveFleets, type FleetDesired, type FleetRecord } from '../../store/fleets.js';
 import { getInstance, toInstance } from '../../store/instances.js';
 import type { ProjectRecord } from '../../store/projects.js';
 import { deleteRun, getRunByName, getRunView, insertRun, listRunViews, requestRunStop, type RunRecord } from '../../store/runs.js';
 import { projectFor, type AuthState } from '../auth.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, conflict, HttpError, notFound, readJsonObject } from '../http-errors.js';
-import { checkedFiles, checkedRunSpec } from '../specs.js';
+import { checkedFiles, checkedFleetsApplied, checkedRunSpec } from '../specs.js';
 
 const MAX_GENERATED_NAME_TRIES = 5;
+/** A plan asks an idle instance's agent how it runs jobs; a plan never waits long on one that does not answer. */
+const AGENT_QUESTION_TIMEOUT_MS = 1000;
+
+type Placement = ReturnType<typeof place>;
 
 export function runRoutes(server: ServerContext): Router {
   const { db, pool } = server;
@@ -25,8 +34,9 @@ export function runRoutes(server: ServerContext): Router {
 
   router.post('/plan', async (ctx) => {
     const project = await projectFor(db, ctx, ctx.params.project);
-    const spec = checkedRunSpec((await readJsonObject(ctx)).spec);
-    ctx.body = await planRun(server, project, spec);
+    const body = await readJsonObject(ctx);
+    const spec = checkedRunSpec(body.spec);
+    ctx.body = await planRun(server, project, spec, checkedFleetsApplied(body.fleets, project));
   });
 
   router.post('/apply', async (ctx) => {
@@ -34,18 +44,7 @@ export function runRoutes(server: ServerContext): Router {
     const body = await readJsonObject(ctx);
     const spec = checkedRunSpec(body.spec);
     const files = checkedFiles(body.files ?? []);
-    const requirement = normalizeResources(spec.resources, 'run');
-    let run: RunRecord | null = null;
-    for (let attempt = 0; !run && attempt < (spec.name ? 1 : MAX_GENERATED_NAME_TRIES); attempt++) {
-      const name = spec.name ?? randomRunName();
-      run = await insertRun(db, {
-        projectId: project.id, userId: (ctx.state as AuthState).user.id, name, kind: spec.type,
-        spec: { ...spec, name } as Record<string, unknown>, files, requirement, priority: spec.priority ?? 0,
-      });
-      if (!run && spec.name) throw conflict(`run ${name} is still active; stop it first (orchestrator stop ${name}) or choose another name`);
-    }
-    if (!run) throw conflict('could not find a free run name; give the run a name');
-    await recordEvent(db, { projectId: project.id, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'Submitted', message: `${spec.type} submitted (${describeRequirement(requirement)})` });
+    const run = await submitRun(db, project, (ctx.state as AuthState).user.id, spec, files);
     await db.notify(CHANNELS.runs);
     ctx.status = 201;
     ctx.body = await getRunView(db, run.id);
@@ -94,12 +93,74 @@ export async function runFor(server: ServerContext, ctx: Parameters<typeof proje
   return { project, run };
 }
 
-/** What applying the run would do now: the fleets it fits, the idle instance it would take, the best offers. */
-async function planRun(server: ServerContext, project: ProjectRecord, spec: RunSpec): Promise<RunPlan> {
+const stillActive = (name: string) => `run ${name} is still active; stop it first (orchestrator stop ${name}) or choose another name`;
+
+/** Writes a submitted run and its event; a live run of the same name is a conflict. The caller sends the NOTIFY. */
+export async function submitRun(q: Queryable, project: ProjectRecord, userId: string, spec: RunSpec, files: JobFile[]): Promise<RunRecord> {
+  const requirement = normalizeResources(spec.resources, 'run');
+  let run: RunRecord | null = null;
+  for (let attempt = 0; !run && attempt < (spec.name ? 1 : MAX_GENERATED_NAME_TRIES); attempt++) {
+    const name = spec.name ?? randomRunName();
+    run = await insertRun(q, {
+      projectId: project.id, userId, name, kind: spec.type,
+      spec: { ...spec, name } as Record<string, unknown>, files, requirement, priority: spec.priority ?? 0,
+    });
+    if (!run && spec.name) throw conflict(stillActive(name));
+  }
+  if (!run) throw conflict('could not find a free run name; give the run a name');
+  await recordEvent(q, { projectId: project.id, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'Submitted', message: `${spec.type} submitted (${describeRequirement(requirement)})` });
+  return run;
+}
+
+/** The project's active fleets as they will be once `applying` is written: updated in place, new ones last. */
+function fleetsOnceApplied(active: FleetRecord[], applying: FleetDesired[], projectId: string): FleetRecord[] {
+  const byName = new Map(active.map((fleet) => [fleet.name, fleet]));
+  for (const desired of applying) {
+    const current = byName.get(desired.name)
+      ?? { id: `applying:${desired.name}`, projectId, generation: 0, status: 'active', statusMessage: '', deleted: false, createdAt: new Date() };
+    byName.set(desired.name, { ...current, ...desired });
+  }
+  return [...byName.values()];
+}
+
+/**
+ * How the instance the run would land on runs its jobs: its agent says so when it is up; otherwise the
+ * project's config does, when every backend it could come from is a local one with a fixed runtime.
+ */
+async function landingRuntime(project: ProjectRecord, placement: Placement, candidates: FleetRecord[]): Promise<JobRuntime | null> {
+  if (placement.kind === 'instance' && placement.instance.agentUrl) {
+    const { agentUrl, agentToken } = placement.instance;
+    const health = await new AgentClient(agentUrl, agentToken, { timeoutMs: AGENT_QUESTION_TIMEOUT_MS }).health().catch(() => null);
+    return health?.runtime ?? null;
+  }
+  const backends = placement.kind === 'instance' ? [placement.instance.backend]
+    : placement.kind === 'provision' ? [placement.backend]
+      : [...new Set(candidates.flatMap((fleet) => fleet.backends))];
+  const runtimes = new Set(backends.map((type) => {
+    const config = project.backends.find((b) => b.type === type);
+    return config?.type === 'local' && config.runtime !== 'auto' ? config.runtime ?? null : null;
+  }));
+  const [only] = runtimes;
+  return runtimes.size === 1 ? only ?? null : null;
+}
+
+async function queuedBefore(db: Queryable, projectId: string, priority: number): Promise<number> {
+  const [{ count }] = await db.query<{ count: number }>(
+    `SELECT count(*)::int AS count FROM runs WHERE project_id = $1 AND status = 'submitted' AND NOT deleted AND priority >= $2`,
+    [projectId, priority]);
+  return count;
+}
+
+/**
+ * What applying the run would do now, decided as the scheduler decides (same fleets, same instance order):
+ * the fleets it fits, the instance it would take, the best offers, and the fields that will not do what they say.
+ * `applying` are fleets written in the same apply.
+ */
+async function planRun(server: ServerContext, project: ProjectRecord, spec: RunSpec, applying: FleetDesired[]): Promise<RunPlan> {
   const { db, pool } = server;
   const requirement = normalizeResources(spec.resources, 'run');
-  const fleets = await listActiveFleets(db, project.id);
-  const instances = (await db.query(`SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated'`, [project.id])).map(toInstance);
+  const fleets = fleetsOnceApplied(await listActiveFleets(db, project.id), applying, project.id);
+  const instances = (await db.query(`SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [project.id])).map(toInstance);
   const listings = new Map<string, OfferListing>();
   for (const fleet of fleets) listings.set(fleet.id, await pool.offers(project.id, fleet.backends, { fresh: true }));
   const placement = place({ requirement }, fleets, instances, listings);
@@ -109,15 +170,26 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
     return (listings.get(fleet.id)?.offers ?? []).filter((o) => offerSatisfies(o, both)).map((o) => ({ ...o, fleet: fleet.name }));
   }).sort((a, b) => a.pricePerHour - b.pricePerHour).slice(0, 5);
   const existing = spec.name ? await getRunByName(db, project.id, spec.name) : null;
-  const idle = placement.kind === 'instance' && placement.ready ? placement.instance : null;
+  const before = await queuedBefore(db, project.id, spec.priority ?? 0);
+  const runtime = await landingRuntime(project, placement, candidates);
   return {
     action: existing ? 'replace' : 'create',
     name: spec.name ?? null,
     requirement: describeRequirement(requirement),
     fleets: candidates.map((f) => f.name),
-    idleInstance: idle ? { name: idle.name, fleet: placement.kind === 'instance' ? placement.fleet.name : '', gpu: idle.offer!.gpu, pricePerHour: idle.offer!.pricePerHour } : null,
+    instance: placement.kind !== 'instance' ? null : {
+      state: placement.ready ? 'idle' : 'starting',
+      name: before === 0 ? placement.instance.name : null,
+      fleet: placement.fleet.name,
+      gpu: placement.instance.offer?.gpu ?? null,
+      pricePerHour: placement.instance.offer?.pricePerHour ?? null,
+    },
+    queuedBefore: before,
+    runtime,
+    notActedOn: fieldsNotActedOn(spec, runtime),
     offers,
     offerErrors: [...new Set([...listings.values()].flatMap((listing) => listing.errors))],
-    problem: placement.kind === 'fail' || placement.kind === 'wait' ? placement.message : null,
+    problem: existing && !FINISHED_RUN_STATUSES.includes(existing.status) ? stillActive(existing.name)
+      : placement.kind === 'fail' || placement.kind === 'wait' ? placement.message : null,
   };
 }

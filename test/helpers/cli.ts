@@ -120,3 +120,13 @@ export async function releaseInstances(server: TestServer): Promise<void> {
     return instances.length === 0;
   }, 20_000, 'every instance to terminate');
 }
+
+/** Ends what a CLI suite started: its instances, its server, its home and its work folder (any may be missing when `before` failed). */
+export async function endCliSuite(server: TestServer | undefined, home: { remove(): void } | undefined, work?: string): Promise<void> {
+  if (server) {
+    await releaseInstances(server).catch(() => undefined);
+    await server.stop();
+  }
+  home?.remove();
+  if (work) rmSync(work, { recursive: true, force: true });
+}
