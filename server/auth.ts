@@ -2,7 +2,8 @@ import type Router from '@koa/router';
 import type { Context, Next } from 'koa';
 import { isDnsLabel } from '../api/names.js';
 import type { Queryable } from '../store/db.js';
-import { getProject, isMember, userByToken, type ProjectRecord, type UserRecord } from '../store/projects.js';
+import type { Role } from '../api/objects.js';
+import { getProject, projectRole, userByToken, type ProjectRecord, type UserRecord } from '../store/projects.js';
 import { HttpError, notFound } from './http-errors.js';
 
 export interface AuthState {
@@ -34,16 +35,36 @@ export function authMiddleware(db: Queryable) {
   };
 }
 
+export function currentUser(ctx: Context): UserRecord {
+  return (ctx.state as AuthState).user;
+}
+
 /** The project named in the path, when it exists (404) and the caller is a member of it (403). */
 export async function projectFor(db: Queryable, ctx: Context, name: string): Promise<ProjectRecord> {
-  const project = isDnsLabel(name) ? await getProject(db, name) : null;
-  if (!project) throw notFound(`project ${name} not found`);
-  if (!(await isMember(db, project.id, (ctx.state as AuthState).user))) {
-    throw new HttpError(403, 'forbidden', `you are not a member of project ${name}`);
-  }
+  return (await projectAndRole(db, ctx, name)).project;
+}
+
+/** The project named in the path, when the caller is an admin of it or a global admin (403 otherwise). */
+export async function projectAdminFor(db: Queryable, ctx: Context, name: string): Promise<ProjectRecord> {
+  const { project, role } = await projectAndRole(db, ctx, name);
+  if (role !== 'admin') throw new HttpError(403, 'forbidden', `only an admin of project ${name} or a global admin may do this`);
   return project;
 }
 
+async function projectAndRole(db: Queryable, ctx: Context, name: string): Promise<{ project: ProjectRecord; role: Role }> {
+  const project = isDnsLabel(name) ? await getProject(db, name) : null;
+  if (!project) throw notFound(`project ${name} not found`);
+  const role = await projectRole(db, project.id, currentUser(ctx));
+  if (!role) throw new HttpError(403, 'forbidden', `you are not a member of project ${name}`);
+  return { project, role };
+}
+
 export function requireAdmin(ctx: Context): void {
-  if ((ctx.state as AuthState).user.globalRole !== 'admin') throw new HttpError(403, 'forbidden', 'only an admin may do this');
+  if (currentUser(ctx).globalRole !== 'admin') throw new HttpError(403, 'forbidden', 'only an admin may do this');
+}
+
+/** A global admin may act on any user; any other user only on themselves. */
+export function requireAdminOrSelf(ctx: Context, name: string): void {
+  const user = currentUser(ctx);
+  if (user.globalRole !== 'admin' && user.name !== name) throw new HttpError(403, 'forbidden', 'only an admin or the user themselves may do this');
 }

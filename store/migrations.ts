@@ -156,6 +156,16 @@ SELECT run_id, max(last_seq), sum(bytes) FROM log_chunks GROUP BY run_id;
 DROP TABLE logs;
 `,
   },
+  {
+    version: 3,
+    name: 'deleted users keep their row for their runs, and free their name and token',
+    sql: `
+ALTER TABLE users ADD COLUMN deleted_at timestamptz;
+ALTER TABLE users ALTER COLUMN token_hash DROP NOT NULL;
+ALTER TABLE users DROP CONSTRAINT users_name_key;
+CREATE UNIQUE INDEX users_live_name ON users (name) WHERE deleted_at IS NULL;
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;
