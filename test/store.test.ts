@@ -123,8 +123,8 @@ for (const kind of DATABASE_KINDS) {
         for (const statement of MIGRATIONS[0].sql.split(/;\s*\n/).filter((s) => s.trim())) await old.query(statement);
         await old.query(`INSERT INTO schema_migrations (version, name) VALUES (1, 'initial')`);
         const project = await upsertProject(old, 'legacy', [{ type: 'local' }]);
-        const user = await upsertUser(old, 'dave', 'dave-token', 'user');
-        await old.query(`INSERT INTO runs (id, project_id, user_id, name, kind, spec, requirement, status) VALUES ('r3', $1, $2, 'r3', 'task', '{}', '{}', 'done')`, [project.id, user.id]);
+        await old.query(`INSERT INTO users (id, name, token_hash) VALUES ('dave', 'dave', 'hash-of-dave-token')`);
+        await old.query(`INSERT INTO runs (id, project_id, user_id, name, kind, spec, requirement, status) VALUES ('r3', $1, 'dave', 'r3', 'task', '{}', '{}', 'done')`, [project.id]);
         await old.query(`INSERT INTO logs (run_id, seq, ts, stream, text) SELECT 'r3', n, now(), CASE WHEN n % 2 = 0 THEN 'stderr' ELSE 'stdout' END, 'line ' || n FROM generate_series(1, 12000) AS n`);
         expect(await migrate(old)).to.deep.equal(MIGRATIONS.slice(1).map((m) => m.version));
         const lines = [];
