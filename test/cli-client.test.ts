@@ -67,7 +67,7 @@ describe('orchestrator CLI without a server', function () {
   it('names the server it cannot reach', async () => {
     const result = await cli(['ps']);
     expect(result.code, show(result)).to.equal(1);
-    expect(result.stderr).to.equal(`error: cannot reach the server at ${url}; is \`orchestrator server\` running?\n`);
+    expect(result.stderr).to.equal(`error: the server at ${url} is not reachable (ECONNREFUSED); runs already submitted keep running there\n`);
   });
 
   it('explains how to add a project when none is configured, and how to pick one that is not', async () => {

@@ -158,7 +158,7 @@ for (const kind of DATABASE_KINDS) {
       try {
         const wrongToken = await runCli(['project', 'add', '--name', 'main', '--url', server.url, '--token', 'not-the-token'], { home: other.home });
         expect(wrongToken.code).to.equal(1);
-        expect(wrongToken.stderr).to.equal('error: invalid token\n');
+        expect(wrongToken.stderr).to.equal(`error: the server at ${server.url} refused the token of project main (invalid token); set a new one with: orchestrator project add --name main --url ${server.url} --token TOKEN\n`);
         expect(existsSync(join(other.home, '.orchestrator', 'config.yml'))).to.equal(false);
       } finally {
         other.remove();
