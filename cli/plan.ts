@@ -74,7 +74,7 @@ export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.Write
     text += field('offers', 'a new instance from the cheapest that is available') + offersTable(plan.offers, stream);
   }
   if (plan.runtime === 'process') {
-    text += field('runtime', 'process: the commands run on the machine itself, not in a container; what they call (python, uv, CUDA) must be installed there');
+    text += field('runtime', 'process: the commands run on the machine itself, without a container, so what they call (python, uv, CUDA) must be installed there; the default image and image need a backend with runtime: docker');
   }
   text += notActedOn(plan.notActedOn);
   text += offerErrors(plan);
