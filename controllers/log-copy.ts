@@ -30,13 +30,21 @@ export async function copyJobLogs(db: Queryable, agent: AgentClient, run: RunRec
   const deadline = Date.now() + limits.budgetMs;
   const fetchAfter = (after: number, waitMs = 0) => agent.logLines(run.jobId!, after, waitMs).catch(() => null);
   let copied = 0;
-  let fetching = fetchAfter(await lastLogSeq(db, run.id), limits.waitMs);
+  let after = await lastLogSeq(db, run.id);
+  let fetching = fetchAfter(after, limits.waitMs);
   for (;;) {
     const page = await fetching;
     if (!page || page.count === 0) return { copied, caughtUp: true };
     const more = Date.now() < deadline;
     if (more) fetching = fetchAfter(page.next);
-    const outcome = await appendLogChunk(db, run.id, { first: page.first, last: page.next, jsonLines: page.jsonLines }, limits.maxBytes);
+    const outcome = await appendLogChunk(db, run.id, { after, first: page.first, last: page.next, jsonLines: page.jsonLines }, limits.maxBytes);
+    if (!outcome.stored) {
+      after = await lastLogSeq(db, run.id);
+      if (!more) return { copied, caughtUp: false };
+      fetching = fetchAfter(after);
+      continue;
+    }
+    after = page.next;
     if (outcome.firstLoss) {
       await recordEvent(db, {
         projectId: run.projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'LogsTruncated',

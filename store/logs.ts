@@ -7,8 +7,10 @@ import type { Queryable } from './db.js';
  * A run's log lines live in chunks: one row per page copied from the agent, holding the lines as
  * JSON lines (one LogLine object a line), compressed. Writing a page is one small row whatever its
  * length, and reading back is a few rows, so a job printing tens of thousands of lines a second
- * costs the database little. Every chunk starts right after the last stored line, so a page copied
- * twice (two copiers, a retry after a crash) collides on its first sequence number and is kept once.
+ * costs the database little. A page is stored only while the run's last stored line is still the
+ * one it was asked for after, so a page copied twice (two copiers, a retry after a crash) is kept
+ * once, and a gap between the two is lines the agent no longer had, never lines another copier
+ * was storing.
  * `bytes` counts the JSON lines before compression; a run's limit is on that figure. The compressed
  * bytes travel as base64 text, which both drivers pass far faster than binary parameters.
  */
@@ -18,50 +20,53 @@ const decompress = promisify(inflateRaw);
 /** Log text compresses well already at the fastest level, which keeps copying cheap. */
 const COMPRESSION_LEVEL = 1;
 
-/** Consecutive lines `first` to `last` as JSON lines without a final newline. */
+/** Consecutive lines `first` to `last`, as JSON lines without a final newline, read from the agent after line `after`. */
 export interface LogChunk {
+  after: number;
   first: number;
   last: number;
   jsonLines: string;
 }
 
 export interface LogAppend {
+  /** False when the run's last stored line was no longer `after`: the caller asks again from there. */
+  stored: boolean;
   /** Lines this append found gone: dropped to stay under the run's limit, or lost at the agent. */
   droppedLines: number;
   /** Whether these are the run's first lost lines. */
   firstLoss: boolean;
 }
 
-export async function appendLogs(db: Queryable, runId: string, lines: readonly LogLine[], maxBytes: number): Promise<LogAppend> {
-  if (lines.length === 0) return { droppedLines: 0, firstLoss: false };
+/** Stores lines read after line `after` (by default, the line before the first). */
+export async function appendLogs(db: Queryable, runId: string, lines: readonly LogLine[], maxBytes: number, after = lines[0].seq - 1): Promise<LogAppend> {
   const jsonLines = lines.map((line) => JSON.stringify(line)).join('\n');
-  return appendLogChunk(db, runId, { first: lines[0].seq, last: lines[lines.length - 1].seq, jsonLines }, maxBytes);
+  return appendLogChunk(db, runId, { after, first: lines[0].seq, last: lines[lines.length - 1].seq, jsonLines }, maxBytes);
 }
 
 /** Stores one page of lines copied from the agent; past `maxBytes` for the run, the oldest chunks go. */
 export async function appendLogChunk(db: Queryable, runId: string, chunk: LogChunk, maxBytes: number): Promise<LogAppend> {
-  const none = { droppedLines: 0, firstLoss: false };
+  const none = { stored: false, droppedLines: 0, firstLoss: false };
   const text = Buffer.from(chunk.jsonLines);
   const data = await compress(text, { level: COMPRESSION_LEVEL });
   const [total] = await db.query<{ bytes: string; dropped_lines: number; dropped_before: number | null }>(
     `WITH chunk AS (
        INSERT INTO log_chunks (run_id, first_seq, last_seq, bytes, encoding, data)
        SELECT $1, $2, $3, $4, 'deflate', decode($5, 'base64')
-       WHERE NOT EXISTS (SELECT 1 FROM log_totals WHERE run_id = $1 AND last_seq >= $2)
+       WHERE coalesce((SELECT last_seq FROM log_totals WHERE run_id = $1), 0) = $6
        ON CONFLICT (run_id, first_seq) DO NOTHING
        RETURNING bytes, last_seq)
      INSERT INTO log_totals AS t (run_id, last_seq, bytes, dropped_lines)
-     SELECT $1, last_seq, bytes, greatest(0, $2 - 1 - coalesce((SELECT last_seq FROM log_totals WHERE run_id = $1), 0)) FROM chunk
+     SELECT $1, last_seq, bytes, $2 - 1 - $6 FROM chunk
      ON CONFLICT (run_id) DO UPDATE SET last_seq = excluded.last_seq, bytes = t.bytes + excluded.bytes,
        dropped_lines = t.dropped_lines + excluded.dropped_lines
      RETURNING t.bytes, t.dropped_lines, (SELECT dropped_lines FROM log_totals WHERE run_id = $1) AS dropped_before`,
-    [runId, chunk.first, chunk.last, text.length, data.toString('base64')]);
+    [runId, chunk.first, chunk.last, text.length, data.toString('base64'), chunk.after]);
   if (!total) return none;
   const before = total.dropped_before ?? 0;
   const excess = Number(total.bytes) - maxBytes;
   const trimmed = excess > 0 ? await trimOldest(db, runId, Math.ceil(excess)) : 0;
   const droppedLines = total.dropped_lines - before + trimmed;
-  return { droppedLines, firstLoss: before === 0 && droppedLines > 0 };
+  return { stored: true, droppedLines, firstLoss: before === 0 && droppedLines > 0 };
 }
 
 /** Drops the oldest chunks until `excess` bytes are gone, always keeping the newest; returns the lines dropped. */

@@ -73,6 +73,21 @@ for (const kind of DATABASE_KINDS) {
         expect(limited.run).to.include({ status: 'terminated', terminationReason: 'max_duration_exceeded' });
       });
 
+      it('stores every line while followers read along', async () => {
+        await server.api('POST', '/api/projects/main/runs/apply', task('followed', ['for i in $(seq 1 20); do seq $((i * 1000 - 999)) $((i * 1000)); sleep 0.05; done']));
+        await runReaches(server, 'followed', ['running']);
+        const follow = async () => {
+          const response = await fetch(`${server.url}/api/projects/main/runs/followed/logs?follow=true`, { headers: { authorization: `Bearer ${server.adminToken}` } });
+          return (await response.text()).split('\n').filter((l) => l.includes('"type":"log"')).length;
+        };
+        const followed = await Promise.all([follow(), follow(), follow()]);
+        expect(followed).to.deep.equal([20_000, 20_000, 20_000]);
+        const page = (await server.api('GET', '/api/projects/main/runs/followed/logs')).body;
+        expect(page).to.include({ last: 20_000, dropped: 0 });
+        const [totals] = await server.db.query(`SELECT t.dropped_lines FROM log_totals t JOIN runs r ON r.id = t.run_id WHERE r.name = 'followed'`);
+        expect(totals.dropped_lines).to.equal(0);
+      });
+
       it('keeps at most logs.max_size_per_run, drops the oldest lines and says so in logs and events', async () => {
         await server.api('POST', '/api/projects/main/runs/apply', task('capped', ['seq 1 200000']));
         await runReaches(server, 'capped', FINISHED);

@@ -87,6 +87,7 @@ for (const kind of DATABASE_KINDS) {
       await appendLogs(db, 'r1', lines.slice(0, 3), 1e9);
       await appendLogs(db, 'r1', lines.slice(3), 1e9);
       await appendLogs(db, 'r1', lines.slice(2), 1e9);
+      expect((await appendLogs(db, 'r1', lines.slice(1), 1e9, 1)).stored, 'a copier whose cursor is behind').to.equal(false);
       const stored = await readLogs(db, 'r1', 0);
       expect(stored.map((l) => l.text)).to.deep.equal(lines.map((l) => l.text));
       expect((await readLogs(db, 'r1', 3)).map((l) => l.seq)).to.deep.equal([4, 5]);
@@ -110,7 +111,8 @@ for (const kind of DATABASE_KINDS) {
       expect(dropped).to.equal(700);
       expect(lines.map((l) => l.seq)).to.deep.equal(Array.from({ length: 300 }, (_, i) => 701 + i));
 
-      const gap = await appendLogs(db, 'r2', page(1051, 10), pageBytes * 3.5);
+      expect((await appendLogs(db, 'r2', page(1051, 10), pageBytes * 3.5)).stored).to.equal(false);
+      const gap = await appendLogs(db, 'r2', page(1051, 10), pageBytes * 3.5, 1000);
       expect(gap.droppedLines).to.equal(50);
       expect((await logTotals(db, 'r2')).droppedLines).to.equal(750);
     });
