@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import fc from 'fast-check';
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -117,6 +118,22 @@ for (const kind of DATABASE_KINDS) {
       expect(await fleets()).to.deep.equal(['local', 'spare']);
       expect((await runs()).map((r) => r.name).sort()).to.deep.equal(['greet', 'sleeper']);
       await server.api('POST', '/api/projects/main/runs/sleeper/stop', { abort: true });
+    });
+
+    it('never answers 5xx to random batches and plans, always in the one error shape', async () => {
+      const spec = fc.oneof(
+        fc.constantFrom<unknown>(LOCAL_FLEET, { ...LOCAL_FLEET, backends: ['gpucloud'] }, { type: 'task', commands: ['true'] }, sleeper('fuzz'), { type: 'service', port: 80, commands: ['true'] }),
+        fc.anything(),
+      );
+      const files = fc.oneof(fc.constant(undefined), fc.array(fc.record({ path: fc.constantFrom('a', '../x', ''), contentBase64: fc.constantFrom('', 'eA==', '!') }), { maxLength: 2 }), fc.anything());
+      const item = fc.oneof(fc.record({ spec, files }, { requiredKeys: ['spec'] }), fc.anything());
+      await fc.assert(fc.asyncProperty(fc.oneof(fc.array(item, { maxLength: 4 }), fc.anything()), fc.oneof(fc.array(spec, { maxLength: 2 }), fc.anything()), async (items, fleetsApplied) => {
+        for (const [path, body] of [['/api/projects/main/apply', { items }], ['/api/projects/main/runs/plan', { spec: { type: 'task', commands: ['true'] }, fleets: fleetsApplied }]] as const) {
+          const response = await server.api('POST', path, body);
+          expect(response.status, `${path} ${JSON.stringify(body)} → ${JSON.stringify(response.body)}`).to.be.lessThan(500);
+          if (response.status >= 400) expect(Object.keys(response.body.error)).to.include.members(['code', 'message']);
+        }
+      }), { numRuns: 100 });
     });
   });
 }

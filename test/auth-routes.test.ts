@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import type Router from '@koa/router';
 import type { ServerContext } from '../server/context.js';
+import { applyRoutes } from '../server/routes/apply.js';
 import { fleetRoutes } from '../server/routes/fleets.js';
 import { logRoutes } from '../server/routes/logs.js';
 import { projectRoutes } from '../server/routes/project.js';
@@ -11,7 +12,7 @@ import { LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server
 /** Every route the management API serves, read from its routers so that a new route cannot be left out. */
 function everyRoute(): Array<{ method: string; path: string }> {
   const context = { db: {}, pool: {}, logger: {}, version: 'test' } as unknown as ServerContext;
-  const routers: Router[] = [projectRoutes(context), fleetRoutes(context), runRoutes(context), logRoutes(context)];
+  const routers: Router[] = [projectRoutes(context), applyRoutes(context), fleetRoutes(context), runRoutes(context), logRoutes(context)];
   return routers.flatMap((router) => router.stack
     .filter((layer) => layer.methods.length > 0)
     .flatMap((layer) => layer.methods.filter((m) => m !== 'HEAD').map((method) => ({
