@@ -27,6 +27,11 @@ export function writeLogLine(line: LogLine): void {
   (line.stream === 'stderr' ? process.stderr : process.stdout).write(`${line.text}\n`);
 }
 
+/** Said on stderr where lines are missing: the server keeps a limited amount of each run's logs. */
+export function droppedLinesNote(count: number): string {
+  return `(${count} ${count === 1 ? 'line was' : 'lines were'} dropped here: the server keeps a limited amount of each run's logs)`;
+}
+
 /**
  * Streams a run's logs (stdout lines to stdout, stderr lines to stderr) and, when `display` is given,
  * its status changes, until the run finishes or the user presses Ctrl-C. A stream the server ends
@@ -55,9 +60,14 @@ export async function followRun(client: ApiClient, name: string, display: Status
             if (STARTED_RUN_STATUSES.includes(item.status)) started = true;
           } else {
             showStarted();
-            after = item.line.seq;
-            if (display) display.around(() => writeLogLine(item.line));
-            else writeLogLine(item.line);
+            const line = item.line;
+            const write = () => {
+              if (line.seq > after + 1) process.stderr.write(`${droppedLinesNote(line.seq - after - 1)}\n`);
+              writeLogLine(line);
+            };
+            if (display) display.around(write);
+            else write();
+            after = line.seq;
           }
         }
         if (controller.signal.aborted) return { kind: 'interrupted' };

@@ -113,6 +113,9 @@ for (const kind of DATABASE_KINDS) {
           expect(lines[0]).to.equal(String(page.dropped + 1));
           expect(lines[lines.length - 1]).to.equal('200000');
           expect(lines).to.have.length(200_000 - page.dropped);
+          const followed = await runCli(['logs', '-f', 'capped'], { home: home.home, timeoutMs: 60_000 });
+          expect(followed.stderr).to.include(`(${page.dropped} lines were dropped here`);
+          expect(followed.stdout).to.equal(printed.stdout);
         } finally {
           home.remove();
         }

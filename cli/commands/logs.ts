@@ -2,7 +2,7 @@ import type { CAC } from 'cac';
 import type { LogLine } from '../../api/objects.js';
 import { connect, projectFlag } from '../connect.js';
 import { action } from '../errors.js';
-import { followRun, runPath } from '../follow.js';
+import { droppedLinesNote, followRun, runPath } from '../follow.js';
 import { LogOutput } from '../log-output.js';
 
 interface LogsFlags {
@@ -28,7 +28,7 @@ export function registerLogs(cli: CAC): void {
       const output = new LogOutput();
       let expected = 1;
       for await (const line of client.stream<LogLine>(runPath(client, run, '/logs?format=jsonl'), new AbortController().signal)) {
-        if (line.seq > expected) output.note(`(${line.seq - expected} ${line.seq - expected === 1 ? 'line was' : 'lines were'} dropped here: the server keeps a limited amount of each run's logs)`);
+        if (line.seq > expected) output.note(droppedLinesNote(line.seq - expected));
         output.write(line);
         expected = line.seq + 1;
       }
