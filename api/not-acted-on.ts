@@ -16,6 +16,8 @@ interface Entry {
   kinds: readonly SpecType[];
   field: string;
   message: string;
+  /** Values that ask for what happens anyway; a field set to one of them is not listed. */
+  honoured?: readonly unknown[];
 }
 
 const RUNS: readonly SpecType[] = ['task', 'service', 'dev-environment'];
@@ -34,7 +36,7 @@ const NOT_ACTED_ON: readonly Entry[] = [
   { kinds: ['task', 'dev-environment'], field: 'ports', message: `${NOT_YET} nothing forwards them to your machine; a container publishes them on its instance only` },
   { kinds: ['service'], field: 'port', message: `${NOT_YET} the service is not reachable through the server (there is no proxy yet)` },
   { kinds: ['service'], field: 'model', message: `${NOT_YET} no model endpoint serves it` },
-  { kinds: ['service'], field: 'replicas', message: `${NOT_YET} one replica runs` },
+  { kinds: ['service'], field: 'replicas', message: `${NOT_YET} one replica runs`, honoured: [1, '1', '1..1'] },
   { kinds: ['service'], field: 'scaling', message: `${NOT_YET} the number of replicas does not follow load` },
   { kinds: ['service'], field: 'auth', message: `${NOT_YET} the service is not published, with or without a token` },
   { kinds: ['service'], field: 'probes', message: `${NOT_YET} nothing checks the service; it counts as running once started` },
@@ -49,13 +51,15 @@ const UNUSED_BY_PROCESS_RUNTIME: readonly Entry[] = [
   { kinds: RUNS, field: 'image', message: 'not used: this instance runs jobs as processes on the machine itself, without a container (a backend with runtime: docker runs images)' },
 ];
 
-function uses(spec: AnySpec, field: string): boolean {
+/** Whether the spec sets the entry's field to something other than what happens anyway (false, off, an empty list). */
+function asksForMore(spec: AnySpec, entry: Entry): boolean {
   let value: unknown = spec;
-  for (const part of field.split('.')) {
+  for (const part of entry.field.split('.')) {
     if (typeof value !== 'object' || value === null) return false;
     value = (value as Record<string, unknown>)[part];
   }
-  return value !== undefined;
+  const nothing = value === undefined || value === false || value === 'off' || (Array.isArray(value) && value.length === 0);
+  return !nothing && !(entry.honoured ?? []).includes(value);
 }
 
 /**
@@ -65,6 +69,6 @@ function uses(spec: AnySpec, field: string): boolean {
 export function fieldsNotActedOn(spec: AnySpec, runtime: JobRuntime | null): FieldNotActedOn[] {
   const entries = runtime === 'process' ? [...NOT_ACTED_ON, ...UNUSED_BY_PROCESS_RUNTIME] : NOT_ACTED_ON;
   return entries
-    .filter((entry) => entry.kinds.includes(spec.type) && uses(spec, entry.field))
+    .filter((entry) => entry.kinds.includes(spec.type) && asksForMore(spec, entry))
     .map(({ field, message }) => ({ field, message }));
 }

@@ -98,19 +98,23 @@ for (const kind of DATABASE_KINDS) {
       expect(json.notActedOn).to.deep.equal([{ field: 'image', message: 'not used: this instance runs jobs as processes on the machine itself, without a container (a backend with runtime: docker runs images)' }]);
       const applied = await apply('imaged', 'type: task\nname: imaged\nimage: alpine:3.20\ncommands:\n  - "true"\n');
       expect(ignoredLines(applied.stderr)).to.deep.equal([json.notActedOn.map((n) => `${n.field}: ${n.message}`)[0]]);
-      expect(applied.stderr).to.match(/^ {2}runtime {6}process: the commands run on the machine itself, not in a container/m);
+      expect(applied.stderr).to.match(/^ {2}runtime {6}process: the commands run on the machine itself, without a container, so what they call \(python, uv, CUDA\) must be installed there/m);
     });
 
     it('lists nothing for a spec without such fields', async () => {
       const json = await plan({ type: 'task', name: 'plain', commands: ['echo hi'], env: { A: 'b' }, resources: { cpu: '1..' } });
       expect(json.notActedOn).to.deep.equal([]);
+      const asksForNothingMore = await plan({ type: 'task', commands: ['true'], retry: false, ports: [] });
+      expect(asksForNothingMore.notActedOn).to.deep.equal([]);
+      const oneReplica = await plan({ type: 'service', commands: ['true'], port: 80, replicas: 1, probes: [] });
+      expect(oneReplica.notActedOn.map((n) => n.field)).to.deep.equal(['port']);
       const applied = await apply('plain', 'type: task\nname: plain\ncommands:\n  - echo hi\n');
       expect(applied.stderr).not.to.match(/ignored/);
     });
 
     it('lists those of a service and a dev environment', async () => {
       const service = await plan({
-        type: 'service', commands: ['python -m http.server 8000'], port: 8000, replicas: 2, auth: false,
+        type: 'service', commands: ['python -m http.server 8000'], port: 8000, replicas: 2, auth: true,
         probes: [{ type: 'http', url: '/health' }], image: 'python:3.12',
       });
       expect(service.notActedOn.map((n) => n.field)).to.deep.equal(['port', 'replicas', 'auth', 'probes', 'image']);
