@@ -52,16 +52,17 @@ export interface NewRun {
   priority: number;
 }
 
-/** Submits a run. A finished run of the same name is replaced; a live one is a conflict (null). */
+/** Submits a run. A finished run of the same name is replaced; a live one, or one submitted at the same moment, is a conflict (null). */
 export async function insertRun(db: Queryable, n: NewRun): Promise<RunRecord | null> {
   const live = await db.query(`SELECT id, status FROM runs WHERE project_id = $1 AND name = $2 AND NOT deleted`, [n.projectId, n.name]);
   if (live[0] && !['terminated', 'failed', 'done'].includes(live[0].status)) return null;
   if (live[0]) await db.query('UPDATE runs SET deleted = true WHERE id = $1', [live[0].id]);
   const rows = await db.query(
     `INSERT INTO runs (id, project_id, user_id, name, kind, spec, files, requirement, priority, status, status_message)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'submitted', 'waiting to be scheduled') RETURNING *`,
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'submitted', 'waiting to be scheduled')
+     ON CONFLICT (project_id, name) WHERE NOT deleted DO NOTHING RETURNING *`,
     [randomUUID(), n.projectId, n.userId, n.name, n.kind, n.spec, n.files, n.requirement, n.priority]);
-  return toRun(rows[0]);
+  return rows[0] ? toRun(rows[0]) : null;
 }
 
 export async function getRunByName(db: Queryable, projectId: string, name: string): Promise<RunRecord | null> {

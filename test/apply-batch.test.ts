@@ -120,6 +120,17 @@ for (const kind of DATABASE_KINDS) {
       await server.api('POST', '/api/projects/main/runs/sleeper/stop', { abort: true });
     });
 
+    it('answers 201 to one and 409 to the others when the same run name is applied at the same moment', async () => {
+      await server.api('POST', '/api/projects/main/apply', { items: [{ spec: LOCAL_FLEET }] });
+      const applies = await Promise.all(Array.from({ length: 6 }, (_, i) => (i % 2 === 0
+        ? server.api('POST', '/api/projects/main/apply', { items: [{ spec: sleeper('racer') }] })
+        : server.api('POST', '/api/projects/main/runs/apply', { spec: sleeper('racer') }))));
+      const statuses = applies.map((a) => a.status).sort();
+      expect(statuses.filter((s) => s === 201), JSON.stringify(applies.map((a) => a.body))).to.have.length(1);
+      expect(statuses.filter((s) => s !== 201)).to.deep.equal([409, 409, 409, 409, 409]);
+      await server.api('POST', '/api/projects/main/runs/racer/stop', { abort: true });
+    });
+
     it('never answers 5xx to random batches and plans, always in the one error shape', async () => {
       const spec = fc.oneof(
         fc.constantFrom<unknown>(LOCAL_FLEET, { ...LOCAL_FLEET, backends: ['gpucloud'] }, { type: 'task', commands: ['true'] }, sleeper('fuzz'), { type: 'service', port: 80, commands: ['true'] }),
