@@ -162,7 +162,9 @@ export const RunPlan = Type.Object({
   runtime: Type.Union([JobRuntime, Type.Null()]),
   /** Fields of the spec that will not do what they say (see api/not-acted-on.ts). */
   notActedOn: Type.Array(FieldNotActedOn),
+  /** The cheapest matching offers; `offersTotal` says how many match in all. */
   offers: Type.Array(PlannedOffer),
+  offersTotal: Type.Integer({ minimum: 0 }),
   /** Backends whose offers could not be refreshed, with why and how old the offers shown are. */
   offerErrors: Type.Array(Type.String()),
   problem: Type.Union([Type.String(), Type.Null()]),
@@ -175,6 +177,7 @@ export const FleetPlan = Type.Object({
   requirement: Type.String(),
   currentGeneration: Type.Union([Type.Integer(), Type.Null()]),
   offers: Type.Array(Offer),
+  offersTotal: Type.Integer({ minimum: 0 }),
   offerErrors: RunPlan.properties.offerErrors,
   problem: Type.Union([Type.String(), Type.Null()]),
 });

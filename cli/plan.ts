@@ -14,14 +14,15 @@ function indented(table: string): string {
   return table.split('\n').filter((line) => line !== '').map((line) => `${INDENT}${line}\n`).join('');
 }
 
-function offersTable(offers: FleetPlan['offers'] | RunPlan['offers'], stream: NodeJS.WriteStream): string {
+function offersTable(offers: FleetPlan['offers'] | RunPlan['offers'], total: number, stream: NodeJS.WriteStream): string {
   const withFleet = offers.some((o) => 'fleet' in o);
   const headers = [...(withFleet ? ['fleet'] : []), 'backend', 'gpu', 'cpus', 'memory', 'disk', 'region', '$/h', 'availability'];
   const rows = offers.map((o) => [
     ...(withFleet ? [(o as RunPlan['offers'][number]).fleet] : []),
     o.backend, formatGpuInfo(o.gpu), String(o.cpus), formatSize(o.memoryMib), formatSize(o.diskMib), o.region, formatPrice(o.pricePerHour), o.availability,
   ]);
-  return indented(renderTable(headers, rows, outputWidth(stream) - INDENT.length));
+  const limit = { maxRows: rows.length, total, seeAll: 'orchestrator offer' };
+  return indented(renderTable(headers, rows, outputWidth(stream) - INDENT.length, limit));
 }
 
 /** One line per backend whose offers could not be refreshed: the offers above may be out of date. */
@@ -55,7 +56,7 @@ export function renderFleetPlan(spec: FleetSpec, plan: FleetPlan, current: Recor
   if (plan.action === 'update' && current) {
     fleetChanges(current, spec).forEach((change, index) => { text += field(index === 0 ? 'changes' : '', change); });
   }
-  if (plan.offers.length > 0) text += field('offers') + offersTable(plan.offers, stream);
+  if (plan.offers.length > 0) text += field('offers') + offersTable(plan.offers, plan.offersTotal, stream);
   text += notActedOn(fieldsNotActedOn(spec, null));
   text += offerErrors(plan);
   if (plan.problem) text += field('problem', plan.problem);
@@ -71,7 +72,7 @@ export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.Write
   if (plan.instance) {
     text += field('instance', instanceText(plan.instance, plan.queuedBefore));
   } else if (plan.offers.length > 0) {
-    text += field('offers', 'a new instance from the cheapest that is available') + offersTable(plan.offers, stream);
+    text += field('offers', 'a new instance from the cheapest that is available') + offersTable(plan.offers, plan.offersTotal, stream);
   }
   if (plan.runtime === 'process') {
     text += field('runtime', 'process: the commands run on the machine itself, without a container, so what they call (python, uv, CUDA) must be installed there; the default image and image need a backend with runtime: docker');

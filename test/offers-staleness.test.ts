@@ -52,6 +52,7 @@ for (const kind of DATABASE_KINDS) {
       const fleet = await cli(['apply', '-f', 'examples/fleets/gpucloud.yml', '-y']);
       expect(fleet.code, show(fleet)).to.equal(0);
       expect(fleet.stderr).not.to.contain('warning');
+      expect(`${fleet.stdout}${fleet.stderr}`).to.match(/… \d+ more; orchestrator offer shows all\n/);
     });
 
     it('exits 1 for a backend the project does not have, naming the ones it has', async () => {

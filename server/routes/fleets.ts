@@ -13,6 +13,9 @@ import type { ServerContext } from '../context.js';
 import { notFound, readJsonObject } from '../http-errors.js';
 import { checkedFleetSpec, fleetDesired } from '../specs.js';
 
+/** Offers a plan shows; it says how many more there are. */
+const PLANNED_OFFERS = 10;
+
 export function fleetRoutes(server: ServerContext): Router {
   const { db, pool } = server;
   const router = new Router({ prefix: '/api/projects/:project/fleets' });
@@ -31,13 +34,15 @@ export function fleetRoutes(server: ServerContext): Router {
     const desired = fleetDesired(spec, project);
     const existing = await getLiveFleet(db, project.id, desired.name);
     const listing = await pool.offers(project.id, desired.backends, { fresh: true });
-    const offers = listing.offers.filter((o) => offerSatisfies(o, desired.requirement)).slice(0, 10);
+    const matching = listing.offers.filter((o) => offerSatisfies(o, desired.requirement));
+    const offers = matching.slice(0, PLANNED_OFFERS);
     const plan: FleetPlan = {
       action: !existing ? 'create' : isDeepStrictEqual(existing.spec, desired.spec) ? 'unchanged' : 'update',
       name: desired.name,
       requirement: describeRequirement(desired.requirement),
       currentGeneration: existing?.generation ?? null,
       offers,
+      offersTotal: matching.length,
       offerErrors: listing.errors,
       problem: offers.length > 0 || listing.errors.length > 0 ? null : `no offer matches ${describeRequirement(desired.requirement)}`,
     };

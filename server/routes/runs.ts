@@ -22,6 +22,8 @@ import type { ServerContext } from '../context.js';
 import { badRequest, conflict, HttpError, notFound, readJsonObject } from '../http-errors.js';
 import { checkedFiles, checkedFleetsApplied, checkedRunSpec } from '../specs.js';
 
+/** Offers a plan shows; it says how many more there are. */
+const PLANNED_OFFERS = 5;
 const MAX_GENERATED_NAME_TRIES = 5;
 /** A plan asks an idle instance's agent how it runs jobs; a plan never waits long on one that does not answer. */
 const AGENT_QUESTION_TIMEOUT_MS = 1000;
@@ -165,10 +167,11 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
   for (const fleet of fleets) listings.set(fleet.id, await pool.offers(project.id, fleet.backends, { fresh: true }));
   const placement = place({ requirement }, fleets, instances, listings);
   const candidates = fleets.filter((f) => intersectRequirements(f.requirement, requirement) !== null);
-  const offers = candidates.flatMap((fleet) => {
+  const matching = candidates.flatMap((fleet) => {
     const both = intersectRequirements(fleet.requirement, requirement)!;
     return (listings.get(fleet.id)?.offers ?? []).filter((o) => offerSatisfies(o, both)).map((o) => ({ ...o, fleet: fleet.name }));
-  }).sort((a, b) => a.pricePerHour - b.pricePerHour).slice(0, 5);
+  }).sort((a, b) => a.pricePerHour - b.pricePerHour);
+  const offers = matching.slice(0, PLANNED_OFFERS);
   const existing = spec.name ? await getRunByName(db, project.id, spec.name) : null;
   const before = await queuedBefore(db, project.id, spec.priority ?? 0);
   const runtime = await landingRuntime(project, placement, candidates);
@@ -188,6 +191,7 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
     runtime,
     notActedOn: fieldsNotActedOn(spec, runtime),
     offers,
+    offersTotal: matching.length,
     offerErrors: [...new Set([...listings.values()].flatMap((listing) => listing.errors))],
     problem: existing && !FINISHED_RUN_STATUSES.includes(existing.status) ? stillActive(existing.name)
       : placement.kind === 'fail' || placement.kind === 'wait' ? placement.message : null,
