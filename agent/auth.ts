@@ -6,13 +6,19 @@ function digest(value: string): Buffer {
   return createHash('sha256').update(value).digest();
 }
 
-/** Demands `Authorization: Bearer <token>`; hashes make the comparison constant-time whatever the length. */
-export function bearerAuth(token: string): Middleware {
+/** Whether an Authorization header is `Bearer <token>`; hashes make the comparison constant-time whatever the length. */
+export function bearerCheck(token: string): (authorization: string | undefined) => boolean {
   const expected = digest(token);
+  return (authorization) => {
+    const match = /^Bearer (.+)$/i.exec(authorization ?? '');
+    return match !== null && timingSafeEqual(digest(match[1]!), expected);
+  };
+}
+
+/** Demands `Authorization: Bearer <token>`. */
+export function bearerAuth(authorized: (authorization: string | undefined) => boolean): Middleware {
   return async (ctx, next) => {
-    const header = ctx.get('authorization');
-    const match = /^Bearer (.+)$/i.exec(header);
-    if (!match || !timingSafeEqual(digest(match[1]!), expected)) {
+    if (!authorized(ctx.get('authorization'))) {
       ctx.set('WWW-Authenticate', 'Bearer');
       throw new HttpError(401, 'unauthorized', 'a valid bearer token is required');
     }

@@ -67,6 +67,18 @@ export class AgentClient {
     await this.call('DELETE', `/api/jobs/${encodeURIComponent(jobId)}`);
   }
 
+  /**
+   * Where a running job's declared port is reached through this agent: the URL for `path` (which may carry a
+   * query) and the headers to send with it, upgrades included. The agent streams both ways; see docs/agent.md.
+   */
+  portAccess(jobId: string, port: number, path = '/'): { url: string; headers: Record<string, string> } {
+    const suffix = path.startsWith('/') ? path : `/${path}`;
+    return {
+      url: `${this.baseUrl}/api/jobs/${encodeURIComponent(jobId)}/ports/${port}${suffix}`,
+      headers: { authorization: `Bearer ${this.token}` },
+    };
+  }
+
   metrics(): Promise<AgentMetrics> {
     return this.call('GET', '/api/metrics');
   }

@@ -5,6 +5,7 @@ import { HttpError } from './http-errors.js';
 import type { JobManager } from './jobs.js';
 import { readJsonBody } from './json-body.js';
 import type { MetricsSampler } from './metrics.js';
+import type { JobPorts, PortForward } from './port-forward.js';
 import { integerParam, parseStopRequest, parseSubmission } from './requests.js';
 import type { RuntimeKind } from './runtime.js';
 
@@ -14,6 +15,8 @@ export const MAX_LOG_WAIT_MS = 30_000;
 export interface RouteDependencies {
   jobs: JobManager;
   metrics: MetricsSampler;
+  ports: JobPorts;
+  portForward: PortForward;
   identity: { version: string; instanceId: string; runtime: RuntimeKind; gpu: GpuInfo };
 }
 
@@ -21,7 +24,7 @@ function unknownJob(jobId: string): HttpError {
   return new HttpError(404, 'job_not_found', `no job ${jobId}`);
 }
 
-export function agentRoutes({ jobs, metrics, identity }: RouteDependencies): Router {
+export function agentRoutes({ jobs, metrics, ports, portForward, identity }: RouteDependencies): Router {
   const router = new Router({ prefix: '/api' });
 
   router.get('/health', (ctx) => {
@@ -36,6 +39,7 @@ export function agentRoutes({ jobs, metrics, identity }: RouteDependencies): Rou
   router.post('/jobs', async (ctx) => {
     const submission = parseSubmission(await readJsonBody(ctx));
     const { created, status } = jobs.submit(submission);
+    if (created) ports.submitted(submission);
     ctx.status = created ? 201 : 200;
     ctx.body = status;
   });
@@ -74,8 +78,11 @@ export function agentRoutes({ jobs, metrics, identity }: RouteDependencies): Rou
     const outcome = await jobs.remove(ctx.params.id!);
     if (outcome === 'unknown') throw unknownJob(ctx.params.id!);
     if (outcome === 'running') throw new HttpError(409, 'job_running', `job ${ctx.params.id} has not finished; stop it first`);
+    ports.removed(ctx.params.id!);
     ctx.status = 204;
   });
+
+  router.all('/jobs/:id/ports/:port{/*path}', (ctx) => portForward.web(ctx));
 
   return router;
 }

@@ -6,7 +6,7 @@ import { join, resolve } from 'node:path';
 import Koa from 'koa';
 import type { Logger } from 'winston';
 import type { GpuInfo } from '../api/offer.js';
-import { bearerAuth } from './auth.js';
+import { bearerAuth, bearerCheck } from './auth.js';
 import { configuredDockerHost, dockerAnswers, dockerClient } from './docker-connection.js';
 import { DockerRuntime } from './docker-runtime.js';
 import { detectGpus, parseGpuSpec } from './gpu.js';
@@ -17,6 +17,7 @@ import { JobManager } from './jobs.js';
 import { createAgentLogger } from './logger.js';
 import { MetricsSampler } from './metrics.js';
 import { OrphanWatch } from './orphan-watch.js';
+import { DEFAULT_FIRST_BYTE_TIMEOUT_MS, DockerJobPorts, PortForward, ProcessJobPorts } from './port-forward.js';
 import { ProcessRuntime } from './process-runtime.js';
 import { agentRoutes } from './routes.js';
 import type { JobRuntime } from './runtime.js';
@@ -53,6 +54,8 @@ export interface AgentOptions {
   exitWhenMissing?: string;
   /** Bytes of log one job keeps on disk; past it the oldest part is removed. Default DEFAULT_MAX_LOG_BYTES. */
   maxLogBytes?: number;
+  /** How long a job's port may take to start answering a forwarded request. Default DEFAULT_FIRST_BYTE_TIMEOUT_MS. */
+  portFirstByteTimeoutMs?: number;
 }
 
 export const DEFAULT_ORPHAN_TIMEOUT_SECONDS = 3600;
@@ -90,6 +93,7 @@ function validated(options: AgentOptions): Settings {
     dockerHost: options.dockerHost ?? configuredDockerHost(),
     orphanTimeoutSeconds: options.orphanTimeoutSeconds ?? DEFAULT_ORPHAN_TIMEOUT_SECONDS,
     maxLogBytes: options.maxLogBytes ?? DEFAULT_MAX_LOG_BYTES,
+    portFirstByteTimeoutMs: options.portFirstByteTimeoutMs ?? DEFAULT_FIRST_BYTE_TIMEOUT_MS,
   };
 }
 
@@ -118,9 +122,10 @@ async function serve(
   if (settings.runtime === 'docker' && !engineAnswers) {
     throw new Error(`no Docker Engine API answers at ${settings.dockerHost}`);
   }
-  const runtime: JobRuntime = engineAnswers
+  const docker = engineAnswers ? dockerClient(settings.dockerHost) : null;
+  const runtime: JobRuntime = docker
     ? new DockerRuntime({
-      docker: dockerClient(settings.dockerHost),
+      docker,
       instanceId: settings.instanceId,
       portHost: settings.host,
       gpus: detectedGpu.count > 0,
@@ -136,15 +141,21 @@ async function serve(
   });
   await jobs.recover();
 
+  const authorized = bearerCheck(settings.token);
+  const ports = docker ? new DockerJobPorts(docker, settings.instanceId) : new ProcessJobPorts();
+  const portForward = new PortForward({ jobs, ports, authorized, firstByteTimeoutMs: settings.portFirstByteTimeoutMs });
+
   const app = new Koa();
   app.on('error', (error: Error) => logger.warn('connection error', { error: error.message }));
   const router = agentRoutes({
     jobs,
     metrics: new MetricsSampler(gpu),
+    ports,
+    portForward,
     identity: { version: agentVersion(), instanceId: settings.instanceId, runtime: runtime.kind, gpu },
   });
   app.use(errorResponses(logger));
-  app.use(bearerAuth(settings.token));
+  app.use(bearerAuth(authorized));
   app.use(async (_ctx, next) => {
     orphanWatch.contact();
     await next();
@@ -153,6 +164,7 @@ async function serve(
   app.use(router.allowedMethods());
 
   const server = createServer(app.callback());
+  server.on('upgrade', (req, socket, head) => portForward.upgrade(req, socket, head));
   try {
     await new Promise<void>((resolveListen, rejectListen) => {
       server.once('error', rejectListen);
@@ -177,6 +189,7 @@ async function serve(
   const stop = (forGood: boolean) => {
     closed ??= (async () => {
       orphanWatch.stop();
+      portForward.close();
       await new Promise<void>((resolveClose) => {
         server.close(() => resolveClose());
         server.closeAllConnections();
