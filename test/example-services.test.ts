@@ -231,6 +231,16 @@ describe('example service echo-llm (OpenAI-compatible test model)', function () 
     expectOpenAiError(badLimit.body, { type: 'invalid_request_error', param: 'max_tokens' });
   });
 
+  it('refuses a body over 1 MiB with 413, and a wrong method with 405 naming the right one', async () => {
+    const huge = await postRaw(`${service.url}/v1/completions`, JSON.stringify({ model: 'echo', prompt: 'x'.repeat(1024 * 1024) }));
+    expect(huge.status).to.equal(413);
+    expectOpenAiError(huge.body, { type: 'invalid_request_error', code: 'request_too_large' });
+    const wrongMethod = await fetch(`${service.url}/v1/chat/completions`);
+    expect(wrongMethod.status).to.equal(405);
+    expect(wrongMethod.headers.get('allow')).to.equal('POST');
+    expectOpenAiError(await wrongMethod.json(), { type: 'invalid_request_error', code: 'method_not_allowed' });
+  });
+
   it('answers an unknown route with 404 and /health with 200', async () => {
     const unknown = await fetch(`${service.url}/v1/embeddings`, { method: 'POST', body: '{}' });
     expect(unknown.status).to.equal(404);

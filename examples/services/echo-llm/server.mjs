@@ -13,9 +13,10 @@ const maxBodyBytes = 1024 * 1024;
 const answerPrefix = 'echo:';
 
 class RequestError extends Error {
-  constructor(status, message, { type = 'invalid_request_error', param = null, code = null } = {}) {
+  constructor(status, message, { type = 'invalid_request_error', param = null, code = null, headers = {} } = {}) {
     super(message);
     this.status = status;
+    this.headers = headers;
     this.body = { error: { message, type, param, code } };
   }
 }
@@ -28,11 +29,12 @@ function sendJson(res, status, body, headers = {}) {
 async function readJson(req) {
   const chunks = [];
   let size = 0;
+  // Read to the end even past the limit: a client still sending when the answer comes would see a reset instead of the 413.
   for await (const chunk of req) {
     size += chunk.length;
-    if (size > maxBodyBytes) throw new RequestError(413, `The request body is larger than ${maxBodyBytes} bytes.`, { code: 'request_too_large' });
-    chunks.push(chunk);
+    if (size <= maxBodyBytes) chunks.push(chunk);
   }
+  if (size > maxBodyBytes) throw new RequestError(413, `The request body is larger than ${maxBodyBytes} bytes.`, { code: 'request_too_large' });
   let body;
   try {
     body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
@@ -194,7 +196,7 @@ async function handle(req, res) {
   const methods = routes[pathname];
   if (!methods) throw new RequestError(404, `Unknown request URL: ${req.method} ${pathname}.`, { code: 'unknown_url' });
   const handler = methods[req.method ?? 'GET'];
-  if (!handler) throw new RequestError(405, `${req.method} is not allowed on ${pathname}; use ${Object.keys(methods).join(', ')}.`, { code: 'method_not_allowed' });
+  if (!handler) throw new RequestError(405, `${req.method} is not allowed on ${pathname}; use ${Object.keys(methods).join(', ')}.`, { code: 'method_not_allowed', headers: { allow: Object.keys(methods).join(', ') } });
   await handler(req, res);
 }
 
@@ -205,7 +207,7 @@ const server = createServer((req, res) => {
       return;
     }
     if (error instanceof RequestError) {
-      sendJson(res, error.status, error.body, error.status === 413 ? { connection: 'close' } : {});
+      sendJson(res, error.status, error.body, error.headers);
       return;
     }
     console.error(error);
