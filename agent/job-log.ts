@@ -153,11 +153,11 @@ export class JobLog {
       this.pending = [];
       return;
     }
-    let segment = this.segments[this.segments.length - 1]!;
-    if (segment.size >= this.maxBytes / SEGMENTS) segment = this.rotate();
     const lines = this.pending;
     this.pending = [];
     const buffer = Buffer.from(`${lines.join('\n')}\n`);
+    let segment = this.segments[this.segments.length - 1]!;
+    if (segment.size > 0 && segment.size + buffer.length > this.maxBytes / SEGMENTS) segment = this.rotate();
     let written = 0;
     while (written < buffer.length) written += writeSync(segment.fd, buffer, written, buffer.length - written, segment.size + written);
     if (segment.count + lines.length > segment.offsets.length) {

@@ -44,7 +44,8 @@ describe('orchestrator gpucloud-emulator', function () {
     const url = /listening on (http:\/\/127\.0\.0\.1:\d+\/v1)/.exec(output)?.[1];
     expect(url, output).to.be.a('string');
     const config = parse(output.slice(output.indexOf('projects:')));
-    const entry = config.projects[0].backends[0];
+    expect(config.projects[0].backends[0]).to.deep.equal({ type: 'local' });
+    const entry = config.projects[0].backends[1];
     expect(entry).to.deep.include({ type: 'gpucloud', api_url: url });
     expect(entry.creds.type).to.equal('api_key');
     expect(output).to.contain(`API key: ${entry.creds.api_key}`);

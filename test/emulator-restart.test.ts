@@ -156,7 +156,7 @@ for (const kind of DATABASE_KINDS) {
 
       const ended = await eventually(async () => (await instances(true)).find((i) => i.name === lost!.name && i.status === 'terminated'), 30_000, 'the lost instance terminated');
       expect(ended.terminationReason).to.be.oneOf(['terminated_by_backend', 'unreachable']);
-      expect((await run('sleeper'))!.status).to.be.oneOf(['failed', 'terminated']);
+      await eventually(async () => ['failed', 'terminated'].includes((await run('sleeper'))!.status), 10_000, 'the lost instance\'s run to end');
       const hello = await cli(['apply', '-f', 'examples/tasks/hello.yml', '-y']);
       expect(hello.code, show(hello)).to.equal(0);
       expect(hello.stdout).to.contain('Hello from ');
