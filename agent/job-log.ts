@@ -147,17 +147,30 @@ export class JobLog {
     this.pending.push(JSON.stringify({ seq: this.count + this.pending.length + 1, ts, stream, text }));
   }
 
-  /** Writes the entries assembled from the last piece of output in one go, rotating first when due. */
+  /**
+   * Writes the entries assembled from the last piece of output, one write per file: entries that
+   * would take the current file past its share of the bound go to a new one.
+   */
   private flush(): void {
-    if (this.pending.length === 0 || this.disposed) {
-      this.pending = [];
-      return;
-    }
     const lines = this.pending;
     this.pending = [];
+    if (lines.length === 0 || this.disposed) return;
+    const share = this.maxBytes / SEGMENTS;
+    let first = 0;
+    while (first < lines.length) {
+      let segment = this.segments[this.segments.length - 1]!;
+      if (segment.size > 0 && segment.size + Buffer.byteLength(lines[first]!) + 1 > share) segment = this.rotate();
+      let bytes = segment.size;
+      let end = first;
+      while (end < lines.length && (end === first || bytes + Buffer.byteLength(lines[end]!) + 1 <= share)) bytes += Buffer.byteLength(lines[end++]!) + 1;
+      this.appendTo(segment, lines.slice(first, end));
+      first = end;
+    }
+    this.wake();
+  }
+
+  private appendTo(segment: Segment, lines: readonly string[]): void {
     const buffer = Buffer.from(`${lines.join('\n')}\n`);
-    let segment = this.segments[this.segments.length - 1]!;
-    if (segment.size > 0 && segment.size + buffer.length > this.maxBytes / SEGMENTS) segment = this.rotate();
     let written = 0;
     while (written < buffer.length) written += writeSync(segment.fd, buffer, written, buffer.length - written, segment.size + written);
     if (segment.count + lines.length > segment.offsets.length) {
@@ -172,7 +185,6 @@ export class JobLog {
     }
     segment.size = offset;
     this.count += lines.length;
-    this.wake();
   }
 
   /** Starts a new file and removes the oldest ones while the log is over its bound. */
