@@ -156,20 +156,22 @@ export class JobLog {
     this.pending = [];
     if (lines.length === 0 || this.disposed) return;
     const share = this.maxBytes / SEGMENTS;
+    const sizes = lines.map((line) => Buffer.byteLength(line) + 1);
     let first = 0;
     while (first < lines.length) {
       let segment = this.segments[this.segments.length - 1]!;
-      if (segment.size > 0 && segment.size + Buffer.byteLength(lines[first]!) + 1 > share) segment = this.rotate();
-      let bytes = segment.size;
-      let end = first;
-      while (end < lines.length && (end === first || bytes + Buffer.byteLength(lines[end]!) + 1 <= share)) bytes += Buffer.byteLength(lines[end++]!) + 1;
-      this.appendTo(segment, lines.slice(first, end));
+      if (segment.size > 0 && segment.size + sizes[first]! > share) segment = this.rotate();
+      let bytes = segment.size + sizes[first]!;
+      let end = first + 1;
+      while (end < lines.length && bytes + sizes[end]! <= share) bytes += sizes[end++]!;
+      this.appendTo(segment, lines.slice(first, end), sizes.slice(first, end));
       first = end;
     }
     this.wake();
   }
 
-  private appendTo(segment: Segment, lines: readonly string[]): void {
+  /** Writes entries whose sizes (with their newline) are `sizes` at the end of the file. */
+  private appendTo(segment: Segment, lines: readonly string[], sizes: readonly number[]): void {
     const buffer = Buffer.from(`${lines.join('\n')}\n`);
     let written = 0;
     while (written < buffer.length) written += writeSync(segment.fd, buffer, written, buffer.length - written, segment.size + written);
@@ -179,9 +181,9 @@ export class JobLog {
       segment.offsets = grown;
     }
     let offset = segment.size;
-    for (const line of lines) {
+    for (const size of sizes) {
       segment.offsets[segment.count++] = offset;
-      offset += Buffer.byteLength(line) + 1;
+      offset += size;
     }
     segment.size = offset;
     this.count += lines.length;

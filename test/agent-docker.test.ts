@@ -1,7 +1,6 @@
 import { expect } from 'chai';
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AgentClient } from '../agent/client.js';
@@ -11,14 +10,7 @@ import { removeInstanceContainers } from '../agent/instance-containers.js';
 import { startAgent, type RunningAgent } from '../agent/server.js';
 import { base64, collectLogs, randomToken, submission, waitForLine, waitForState } from './helpers/agent-jobs.js';
 import { ensurePodman, TEST_IMAGE } from './helpers/podman.js';
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as import('node:net').AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
+import { freePort } from './helpers/ports.js';
 
 describe('agent (docker runtime, against Podman)', function () {
   this.timeout(30_000);

@@ -1,26 +1,17 @@
 import { expect } from 'chai';
-import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer as createHttpServer, request, type Server } from 'node:http';
 import { createRequire } from 'node:module';
-import { createServer, type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import WebSocket from 'ws';
 import type { JobSubmission } from '../api/agent.js';
 import { AgentClient } from '../agent/client.js';
-import { removeInstanceContainers } from '../agent/instance-containers.js';
 import { startAgent, type RunningAgent } from '../agent/server.js';
 import { base64, randomToken, submission, waitForLine, waitForState } from './helpers/agent-jobs.js';
-import { ensurePodman, TEST_IMAGE } from './helpers/podman.js';
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
+import { startPodmanAgent, TEST_IMAGE, type PodmanAgent } from './helpers/podman.js';
+import { freePort } from './helpers/ports.js';
 
 /** The job's own server: CommonJS, so that it can load `ws` from the path the test hands it. */
 const JOB_SERVER = `
@@ -272,26 +263,17 @@ describe('agent port forward (process runtime)', function () {
 
 describe('agent port forward (docker runtime, against Podman)', function () {
   this.timeout(60_000);
-  let dockerHost: string;
-  let scratch: string;
-  let instanceId: string;
-  let agent: RunningAgent;
+  let podman: PodmanAgent | undefined;
   let client: AgentClient;
 
   before(async function () {
     this.timeout(600_000);
-    dockerHost = await ensurePodman();
-    scratch = mkdtempSync(join(tmpdir(), 'agent-port-forward-docker-'));
-    instanceId = `port-forward-${randomUUID().slice(0, 8)}`;
-    const token = randomToken();
-    agent = await startAgent({ token, runtime: 'docker', dockerHost, instanceId, workDir: scratch });
-    client = new AgentClient(agent.url, token);
+    podman = await startPodmanAgent('port-forward');
+    client = podman.client;
   });
 
   after(async () => {
-    await agent?.close();
-    if (dockerHost) await removeInstanceContainers(instanceId, dockerHost);
-    if (scratch) rmSync(scratch, { recursive: true, force: true });
+    await podman?.stop();
   });
 
   it('reaches a container\'s port where the engine published it', async () => {

@@ -4,7 +4,6 @@ import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { request, type IncomingMessage } from 'node:http';
-import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI, { NotFoundError } from 'openai';
@@ -16,6 +15,7 @@ import type { ServiceSpec } from '../api/spec.js';
 import { collectFiles } from '../cli/upload.js';
 import { randomToken, submission, waitForState } from './helpers/agent-jobs.js';
 import { eventually } from './helpers/server.js';
+import { freePort } from './helpers/ports.js';
 
 const SERVICES_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', 'examples', 'services');
 
@@ -47,15 +47,6 @@ async function startService(name: string, env: Record<string, string> = {}): Pro
       await once(child, 'exit');
     },
   };
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as { port: number };
-  server.close();
-  return port;
 }
 
 function readService(file: string): ServiceSpec {

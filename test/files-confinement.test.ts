@@ -10,11 +10,10 @@ import { JobLog } from '../agent/job-log.js';
 import { ProcessRuntime } from '../agent/process-runtime.js';
 import { JobStartError } from '../agent/runtime.js';
 import { startAgent, type RunningAgent } from '../agent/server.js';
-import { removeInstanceContainers } from '../agent/instance-containers.js';
 import { base64, collectLogs, randomToken, submission, waitForState } from './helpers/agent-jobs.js';
 import { makeHome, releaseInstances, runCli, show } from './helpers/cli.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
-import { ensurePodman, TEST_IMAGE } from './helpers/podman.js';
+import { startPodmanAgent, TEST_IMAGE, type PodmanAgent } from './helpers/podman.js';
 import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
 const TASK = { type: 'task', commands: ['true'] };
@@ -303,26 +302,18 @@ describe('files of a run through the CLI', function () {
 
 describe('files of a job in a container (docker runtime, against Podman)', function () {
   this.timeout(60_000);
+  let podman: PodmanAgent | undefined;
   let scratch: string;
-  let dockerHost: string;
-  let instanceId: string;
-  let agent: RunningAgent;
   let client: AgentClient;
 
   before(async function () {
     this.timeout(600_000);
-    dockerHost = await ensurePodman();
-    scratch = mkdtempSync(join(tmpdir(), 'files-docker-'));
-    instanceId = `files-test-${randomUUID().slice(0, 8)}`;
-    const token = randomToken();
-    agent = await startAgent({ token, runtime: 'docker', dockerHost, instanceId, workDir: join(scratch, 'agent') });
-    client = new AgentClient(agent.url, token);
+    podman = await startPodmanAgent('files-docker', 'agent');
+    ({ scratch, client } = podman);
   });
 
   after(async () => {
-    await agent?.close();
-    if (dockerHost) await removeInstanceContainers(instanceId, dockerHost);
-    if (scratch) rmSync(scratch, { recursive: true, force: true });
+    await podman?.stop();
   });
 
   it('puts an absolute path, and a relative one that climbs past /, inside the container and nowhere on the machine', async () => {

@@ -1,5 +1,13 @@
 import { execFile } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { AgentClient } from '../../agent/client.js';
+import { removeInstanceContainers } from '../../agent/instance-containers.js';
+import { startAgent, type RunningAgent } from '../../agent/server.js';
+import { randomToken } from './agent-jobs.js';
 
 /** A busybox image that scripts/podman-setup.sh builds locally (no registry needed). */
 export const TEST_IMAGE = 'localhost/orchestrator-test:busybox';
@@ -25,4 +33,34 @@ export function ensurePodman(): Promise<string> {
     });
   });
   return ready;
+}
+
+export interface PodmanAgent {
+  dockerHost: string;
+  /** A scratch folder of the test's own; the agent works in `workDir` under it. */
+  scratch: string;
+  instanceId: string;
+  token: string;
+  agent: RunningAgent;
+  client: AgentClient;
+  /** Stops the agent, removes the instance's containers and the scratch folder. */
+  stop(): Promise<void>;
+}
+
+/** An agent on the docker runtime against Podman, with its own instance id and scratch folder. */
+export async function startPodmanAgent(name: string, workDir = '.'): Promise<PodmanAgent> {
+  const dockerHost = await ensurePodman();
+  const scratch = mkdtempSync(join(tmpdir(), `${name}-`));
+  const instanceId = `${name}-${randomUUID().slice(0, 8)}`;
+  const token = randomToken();
+  const agent = await startAgent({ token, runtime: 'docker', dockerHost, instanceId, workDir: join(scratch, workDir) });
+  return {
+    dockerHost, scratch, instanceId, token, agent,
+    client: new AgentClient(agent.url, token),
+    stop: async () => {
+      await agent.close();
+      await removeInstanceContainers(instanceId, dockerHost);
+      rmSync(scratch, { recursive: true, force: true });
+    },
+  };
 }
