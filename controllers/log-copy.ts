@@ -23,8 +23,9 @@ export interface LogCopyLimits {
 /**
  * Copies the lines a job's agent has that the database lacks, page by page, within a time budget,
  * so that a job printing without pause never keeps its caller from anything else. Pages travel as
- * the agent stores them, never parsed here, and the next page is on its way while one is written. The first loss
- * of lines (over the run's limit, or rotated away at the agent) is written as an event.
+ * the agent stores them, never parsed here, and the next page is on its way while one is written.
+ * A page another copier stored first is skipped by asking again from the last stored line. The
+ * first loss of lines (over the run's limit, or rotated away at the agent) is written as an event.
  */
 export async function copyJobLogs(db: Queryable, agent: AgentClient, run: RunRecord, limits: LogCopyLimits): Promise<LogCopy> {
   const deadline = Date.now() + limits.budgetMs;

@@ -29,17 +29,16 @@ export function logRoutes(server: ServerContext): Router {
   router.get('/:name/logs', async (ctx) => {
     const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
     const after = cursorQuery(ctx, 'after');
-    if (ctx.query.follow !== 'true' && ctx.query.format === 'jsonl') {
-      await pullFromAgent(server, run, 0);
-      const last = await lastLogSeq(server.db, run.id);
-      ctx.type = 'application/x-ndjson';
-      ctx.body = Readable.from(asLines(logLinesAfter(server.db, run.id, after, last)));
-      return;
-    }
     if (ctx.query.follow !== 'true') {
       await pullFromAgent(server, run, 0);
+      const last = await lastLogSeq(server.db, run.id);
+      if (ctx.query.format === 'jsonl') {
+        ctx.type = 'application/x-ndjson';
+        ctx.body = Readable.from(asLines(logLinesAfter(server.db, run.id, after, last)));
+        return;
+      }
       const { lines, dropped } = await readLogPage(server.db, run.id, after);
-      const page: RunLogsPage = { lines, next: lines.length ? lines[lines.length - 1].seq : after, last: await lastLogSeq(server.db, run.id), dropped };
+      const page: RunLogsPage = { lines, next: lines.length ? lines[lines.length - 1].seq : after, last, dropped };
       ctx.body = page;
       return;
     }
