@@ -17,9 +17,11 @@ log = logging.getLogger("image-server")
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """pipeline is called like Flux2KleinPipeline.__call__; make_generator(seed) seeds its noise."""
+    """pipeline is called like Flux2KleinPipeline.__call__; make_generator(seed) seeds its noise;
+    optimisations name what was applied to it (torch.compile among them)."""
     pipeline: Callable[..., Any]
     make_generator: Callable[[int], Any]
+    optimisations: tuple = ()
 
 
 def draw_seed() -> int:
@@ -80,6 +82,8 @@ class ModelState:
                      "elapsed_s": round(time.monotonic() - self.started, 1)}
         if self.ready_after is not None:
             described["ready_after_s"] = round(self.ready_after, 1)
+        if self.model is not None:
+            described["optimisations"] = list(self.model.optimisations)
         if self.error:
             described["error"] = self.error
         return described

@@ -7,6 +7,7 @@ else here (and the whole HTTP layer) runs without them.
 import importlib.util
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
@@ -99,23 +100,51 @@ class OptimisationPlan:
     attention_backend: Optional[str] = None
     compile_transformer: bool = False
     compile_vae_decoder: bool = False
+    compile_skipped: Optional[str] = None
 
     @property
     def compiles(self) -> bool:
         return self.compile_transformer or self.compile_vae_decoder
 
 
-def plan_optimisations(pipeline: Any, device_type: str, compile: bool, attention_backend: Optional[str]) -> OptimisationPlan:
-    """The optimised path runs on CUDA only; compile=False keeps the eager steps and skips torch.compile."""
+def cpu_compiler(environ: Mapping[str, str] = os.environ, which: Callable[[str], Optional[str]] = shutil.which) -> Optional[str]:
+    """The C++ compiler that torch.compile's CPU code generation would call, as inductor looks for it."""
+    candidates = [environ["CXX"]] if environ.get("CXX") else ["g++", "clang++", "c++"]
+    return next((found for found in map(which, candidates) if found), None)
+
+
+def compile_blocker(device_type: str, find_compiler: Callable[[], Optional[str]] = cpu_compiler,
+                    available: Callable[[str], bool] = module_available) -> Optional[str]:
+    """Why torch.compile cannot run on this device, or None when it can."""
+    if device_type != "cpu":
+        return None
+    if find_compiler() is None:
+        return "no C++ compiler (g++, clang++ or $CXX) was found, and torch.compile needs one on the CPU"
+    if not available("setuptools"):
+        return "setuptools is not installed, and torch.compile builds its CPU code with it"
+    return None
+
+
+def plan_optimisations(pipeline: Any, device_type: str, compile: bool, attention_backend: Optional[str],
+                       blocker: Optional[str] = None) -> OptimisationPlan:
+    """The fused, channels-last, flash-attention steps are for CUDA; torch.compile runs wherever it can.
+
+    compile=False skips torch.compile everywhere; a blocker (see compile_blocker) skips it and says why.
+    """
+    compiles = compile and blocker is None
+    skipped = blocker if compile and blocker else None
+    has_decoder = hasattr(pipeline.vae, "decoder")
     if device_type != "cuda":
-        return OptimisationPlan()
+        return OptimisationPlan(compile_transformer=compiles, compile_vae_decoder=compiles and has_decoder,
+                                compile_skipped=skipped)
     transformer = pipeline.transformer
     return OptimisationPlan(
         fuse_qkv=hasattr(transformer, "fuse_qkv_projections"),
         channels_last_vae=True,
         attention_backend=attention_backend if hasattr(transformer, "set_attention_backend") else None,
-        compile_transformer=compile,
-        compile_vae_decoder=compile and hasattr(pipeline.vae, "decoder"),
+        compile_transformer=compiles,
+        compile_vae_decoder=compiles and has_decoder,
+        compile_skipped=skipped,
     )
 
 
@@ -179,10 +208,11 @@ def generator_factory(torch: Any, device: str) -> Callable[[int], Any]:
     return lambda seed: torch.Generator(device).manual_seed(seed)
 
 
-def load_pipeline(variant: Variant, device: str, torch: Any) -> Any:
+def load_pipeline(source: str, device: str, torch: Any) -> Any:
+    """source is a hub repository id or a local folder; from_pretrained reads a folder without the hub."""
     from diffusers import Flux2KleinPipeline
 
-    pipeline = Flux2KleinPipeline.from_pretrained(variant.hub_id, torch_dtype=torch.bfloat16,
+    pipeline = Flux2KleinPipeline.from_pretrained(source, torch_dtype=torch.bfloat16,
                                                   token=os.environ.get("HF_TOKEN") or None)
     pipeline.to(device)
     pipeline.set_progress_bar_config(disable=True)
@@ -192,24 +222,37 @@ def load_pipeline(variant: Variant, device: str, torch: Any) -> Any:
 def optimise_pipeline(pipeline: Any, device: str, compile: bool, attention_backend: str, torch: Any) -> tuple:
     cuda_major = torch.cuda.get_device_capability()[0] if device == "cuda" else None
     backend = choose_attention_backend(attention_backend, device, cuda_major)
-    plan = plan_optimisations(pipeline, device, compile, backend)
+    plan = plan_optimisations(pipeline, device, compile, backend, compile_blocker(device))
     inductor_config = None
     if plan.compiles:
         import torch._inductor.config as inductor_config
     return plan, apply_optimisations(pipeline, plan, torch.channels_last, inductor_config)
 
 
+def describe_optimisations(applied: list, plan: OptimisationPlan, device: str) -> str:
+    described = ", ".join(applied) or f"nothing to do on {device}"
+    if plan.compile_skipped:
+        described += f"; torch.compile skipped: {plan.compile_skipped}"
+    return described
+
+
 def load_model(settings: Settings, report: Callable[[str], None]) -> LoadedModel:
     variant = settings.variant
-    report(f"downloading and loading {variant.hub_id} (about {variant.gpu_memory_gb} GB of GPU memory)")
+    if settings.model_dir:
+        report(f"loading {settings.model_dir} (a local folder, as {variant.label})")
+    else:
+        report(f"downloading and loading {variant.hub_id} (about {variant.gpu_memory_gb} GB of GPU memory)")
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device != "cuda":
         log.warning("no CUDA device: generating on the CPU, which takes minutes per image")
-    pipeline = load_pipeline(variant, device, torch)
+    pipeline = load_pipeline(settings.source, device, torch)
     plan, applied = optimise_pipeline(pipeline, device, settings.compile, settings.attention_backend, torch)
-    report("optimising: " + (", ".join(applied) or f"nothing to do on {device}"))
-    model = LoadedModel(pipeline=pipeline, make_generator=generator_factory(torch, device))
+    if plan.compile_skipped:
+        log.warning("torch.compile skipped: %s", plan.compile_skipped)
+    report("optimising: " + describe_optimisations(applied, plan, device))
+    model = LoadedModel(pipeline=pipeline, make_generator=generator_factory(torch, device),
+                        optimisations=tuple(applied))
     warm_up(model, settings, plan.compiles, report)
     return model

@@ -1,14 +1,15 @@
 # /// script
 # requires-python = ">=3.10"
 # dependencies = [
-#     "diffusers>=0.37",
-#     "transformers>=4.51",
-#     "accelerate>=1.0",
-#     "torch>=2.7",
-#     "huggingface-hub>=0.34",
-#     "starlette>=0.26",
-#     "uvicorn>=0.17",
-#     "pillow>=9.4",
+#     "diffusers==0.37.0",
+#     "transformers==4.57.6",
+#     "accelerate==1.12.0",
+#     "torch==2.10.0",
+#     "huggingface-hub==0.36.2",
+#     "starlette==0.52.1",
+#     "uvicorn==0.40.0",
+#     "pillow==12.1.1",
+#     "setuptools==80.9.0",
 # ]
 # ///
 """FLUX.2 [klein] image generation over HTTP: POST /generate, GET /health, GET /info.
@@ -35,11 +36,12 @@ AppFactory = Callable[..., object]
 
 def serve(settings: Settings, app_factory: AppFactory) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        check_hub_access(settings.variant, os.environ)
-    except HubAccessError as error:
-        log.error("%s", error)
-        return 2
+    if settings.model_dir is None:
+        try:
+            check_hub_access(settings.variant, os.environ)
+        except HubAccessError as error:
+            log.error("%s", error)
+            return 2
 
     load_failed = threading.Event()
 
@@ -49,7 +51,7 @@ def serve(settings: Settings, app_factory: AppFactory) -> int:
 
     app = app_factory(load_model, settings, on_load_failure=stop_after_load_failure)
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None))
-    log.info("serving %s (%s) on %s:%d", settings.variant.label, settings.variant.hub_id, settings.host, settings.port)
+    log.info("serving %s (%s) on %s:%d", settings.variant.label, settings.source, settings.host, settings.port)
     server.run()
     # The GPU thread may still be downloading or compiling, which cannot be interrupted; waiting
     # for it would keep a stopped server alive for minutes.

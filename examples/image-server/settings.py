@@ -2,6 +2,7 @@
 
 import argparse
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Sequence
 
 from validation import MAX_PIXELS, MAX_SIDE, MIN_SIDE, SIZE_MULTIPLE
@@ -25,6 +26,15 @@ def parse_size(text: str) -> tuple:
     return width, height
 
 
+def parse_model_dir(text: str) -> Path:
+    folder = Path(text).expanduser().resolve()
+    if not (folder / "model_index.json").is_file():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no model_index.json: give a folder that Flux2KleinPipeline.save_pretrained wrote, "
+            "or a downloaded snapshot of a FLUX.2 [klein] repository")
+    return folder
+
+
 def parse_sizes(text: str) -> tuple:
     sizes = tuple(parse_size(part) for part in text.split(",") if part.strip())
     if not sizes:
@@ -43,6 +53,12 @@ class Settings:
     compile: bool = True
     attention_backend: str = "auto"
     warmup_sizes: tuple = parse_sizes(DEFAULT_WARMUP_SIZES)
+    model_dir: Optional[Path] = None
+
+    @property
+    def source(self) -> str:
+        """Where the weights come from: the local folder, else the variant's hub repository."""
+        return str(self.model_dir) if self.model_dir else self.variant.hub_id
 
 
 def bounded_int(low: int, high: Optional[int] = None):
@@ -64,6 +80,9 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                         help="4b (Apache 2.0, about 13 GB of GPU memory) or 9b (gated, about 29 GB)")
     parser.add_argument("--variant", choices=KINDS, default="distilled",
                         help="distilled: 4 steps, fixed guidance; base: 50 steps, tunable")
+    parser.add_argument("--model-dir", type=parse_model_dir, default=None,
+                        help="load the pipeline from this local folder (save_pretrained output or a downloaded "
+                             "snapshot) instead of the hub; --model and --variant still set the defaults")
     parser.add_argument("--host", default=Settings.host)
     parser.add_argument("--port", type=bounded_int(1, 65535), default=Settings.port)
     parser.add_argument("--max-reference-images", type=bounded_int(0), default=Settings.max_reference_images,
@@ -93,6 +112,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         compile=args.compile,
         attention_backend=args.attention_backend,
         warmup_sizes=args.warmup_sizes,
+        model_dir=args.model_dir,
     )
 
 

@@ -1,14 +1,15 @@
 # /// script
 # requires-python = ">=3.10"
 # dependencies = [
-#     "diffusers>=0.37",
-#     "transformers>=4.51",
-#     "accelerate>=1.0",
-#     "torch>=2.7",
-#     "huggingface-hub>=0.34",
-#     "starlette>=0.26",
-#     "uvicorn>=0.17",
-#     "pillow>=9.4",
+#     "diffusers==0.37.0",
+#     "transformers==4.57.6",
+#     "accelerate==1.12.0",
+#     "torch==2.10.0",
+#     "huggingface-hub==0.36.2",
+#     "starlette==0.52.1",
+#     "uvicorn==0.40.0",
+#     "pillow==12.1.1",
+#     "setuptools==80.9.0",
 # ]
 # ///
 """The image server with a web page at /: prompt, input images, size, steps, guidance, seed.

@@ -48,6 +48,7 @@ def describe(settings: Settings) -> dict:
         "variant": variant.kind,
         "label": variant.label,
         "hub_id": variant.hub_id,
+        "source": settings.source,
         "licence": variant.licence,
         "gated": variant.gated,
         "tunable": variant.tunable,

@@ -58,8 +58,9 @@ class SeededPipeline:
 
     def __call__(self, image=None, prompt=None, height=None, width=None, num_inference_steps=50, sigmas=None,
                  guidance_scale=4.0, num_images_per_prompt=1, generator=None, latents=None, prompt_embeds=None,
-                 output_type="pil", return_dict=True, attention_kwargs=None, callback_on_step_end=None,
-                 callback_on_step_end_tensor_inputs=("latents",), max_sequence_length=512):
+                 negative_prompt_embeds=None, output_type="pil", return_dict=True, attention_kwargs=None,
+                 callback_on_step_end=None, callback_on_step_end_tensor_inputs=("latents",), max_sequence_length=512,
+                 text_encoder_out_layers=(9, 18, 27)):
         references = [] if image is None else (image if isinstance(image, list) else [image])
         height = height or (references[0].height if references else 1024)
         width = width or (references[0].width if references else 1024)

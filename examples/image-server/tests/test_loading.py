@@ -3,7 +3,6 @@ the flags, the HF_TOKEN check, the optimisation plan, the warm-up and the genera
 
 import inspect
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -13,7 +12,9 @@ import pytest
 
 from generation import LoadedModel
 from loading import (HubAccessError, HubRefused, OptimisationPlan, apply_optimisations, check_hub_access,
-                     choose_attention_backend, generator_factory, plan_optimisations, warm_up)
+                     choose_attention_backend, compile_blocker, cpu_compiler, generator_factory, plan_optimisations,
+                     warm_up)
+from real_server import free_port, run_in_venv
 from seeded_pipeline import SeededPipeline, make_generator
 from settings import Settings, parse_settings
 from variants import VARIANTS, find_variant
@@ -41,6 +42,21 @@ def test_flags_default_to_the_4b_distilled_model_on_port_6006_with_compile():
     assert (settings.host, settings.port, settings.max_reference_images) == ("0.0.0.0", 6006, 4)
     assert settings.compile is True
     assert settings.warmup_sizes == ((1024, 1024), (768, 1344))
+    assert (settings.model_dir, settings.source) == (None, "black-forest-labs/FLUX.2-klein-4B")
+
+
+def test_model_dir_names_a_saved_pipeline_folder_and_becomes_the_source(tmp_path):
+    (tmp_path / "model_index.json").write_text("{}")
+    settings = parse_settings(["--model-dir", str(tmp_path), "--variant", "base"], "test")
+    assert (settings.model_dir, settings.source) == (tmp_path, str(tmp_path))
+    assert settings.variant.steps == 50
+
+
+def test_a_model_dir_without_model_index_json_stops_with_a_message(capsys, tmp_path):
+    with pytest.raises(SystemExit) as stopped:
+        parse_settings(["--model-dir", str(tmp_path)], "test")
+    assert stopped.value.code == 2
+    assert "has no model_index.json" in capsys.readouterr().err
 
 
 def test_flags_choose_model_variant_port_limits_and_no_compile():
@@ -132,6 +148,18 @@ def test_starting_the_9b_model_without_hf_token_exits_at_once_with_the_advice(sc
     assert "export HF_TOKEN" in finished.stderr
 
 
+def test_a_local_9b_folder_needs_no_hf_token_and_asks_the_hub_nothing(tmp_path):
+    # Without torch here, loading fails after the token check would have stopped it with exit code 2.
+    (tmp_path / "model_index.json").write_text("{}")
+    environ = {key: value for key, value in os.environ.items() if key != "HF_TOKEN"}
+    finished = subprocess.run([PYTHON, "server.py", "--model", "9b", "--model-dir", str(tmp_path), "--host", "127.0.0.1",
+                               "--port", str(free_port())], cwd=SERVER_DIR, env=environ, capture_output=True, text=True,
+                              timeout=60)
+    assert finished.returncode == 1
+    assert f"loading {tmp_path} (a local folder, as 9B distilled)" in finished.stderr
+    assert "HF_TOKEN" not in finished.stderr
+
+
 def test_the_http_layer_loads_without_torch_or_diffusers():
     probe = "import sys, server, ui, bench; print(sorted({'torch', 'diffusers'} & set(sys.modules)))"
     finished = subprocess.run([PYTHON, "-c", probe], cwd=SERVER_DIR, capture_output=True, text=True, timeout=30)
@@ -216,12 +244,35 @@ def test_no_compile_keeps_the_eager_optimisations_and_skips_torch_compile():
     assert vars(inductor) == {}
 
 
-def test_off_cuda_nothing_is_changed():
+def test_on_the_cpu_only_torch_compile_applies():
     pipeline, journal = fake_pipeline()
     plan = plan_optimisations(pipeline, "cpu", compile=True, attention_backend=None)
-    assert plan == OptimisationPlan()
+    assert plan == OptimisationPlan(compile_transformer=True, compile_vae_decoder=True)
+    assert apply_optimisations(pipeline, plan, CHANNELS_LAST) == ["torch.compile transformer", "torch.compile VAE decoder"]
+    assert journal == [("transformer", "compile"), ("vae.decoder", "compile")]
+
+
+def test_a_blocker_skips_torch_compile_and_the_plan_says_why():
+    pipeline, journal = fake_pipeline()
+    plan = plan_optimisations(pipeline, "cpu", compile=True, attention_backend=None, blocker="no compiler")
+    assert (plan.compiles, plan.compile_skipped) == (False, "no compiler")
     assert apply_optimisations(pipeline, plan, CHANNELS_LAST) == []
     assert journal == []
+    assert plan_optimisations(pipeline, "cpu", compile=False, attention_backend=None, blocker="no compiler") == OptimisationPlan()
+
+
+def test_compile_is_blocked_on_the_cpu_without_a_cxx_compiler_or_setuptools():
+    assert compile_blocker("cpu", lambda: "/usr/bin/g++", lambda name: True) is None
+    assert "no C++ compiler" in compile_blocker("cpu", lambda: None, lambda name: True)
+    assert "setuptools is not installed" in compile_blocker("cpu", lambda: "/usr/bin/g++", lambda name: False)
+    assert compile_blocker("cuda", lambda: None, lambda name: False) is None
+
+
+def test_the_cpu_compiler_is_cxx_when_set_else_the_first_of_gpp_clangpp_cpp_found():
+    on_path = {"clang++": "/usr/bin/clang++", "c++": "/usr/bin/c++"}.get
+    assert cpu_compiler({}, on_path) == "/usr/bin/clang++"
+    assert cpu_compiler({"CXX": "/opt/gcc/bin/g++"}, lambda name: name if name.startswith("/opt") else None) == "/opt/gcc/bin/g++"
+    assert cpu_compiler({"CXX": "/nonexistent/c++"}, on_path) is None
 
 
 def test_a_transformer_without_fusion_or_backends_is_still_compiled():
@@ -271,18 +322,13 @@ def test_the_generator_is_a_torch_generator_on_the_pipeline_device_seeded_per_re
 
 
 def test_the_seeded_pipeline_honours_the_real_call_signature():
-    real_parameters = ["image", "prompt", "height", "width", "num_inference_steps", "sigmas", "guidance_scale",
-                       "num_images_per_prompt", "generator", "latents", "prompt_embeds", "output_type",
-                       "return_dict", "attention_kwargs", "callback_on_step_end",
-                       "callback_on_step_end_tensor_inputs", "max_sequence_length"]
-    assert list(inspect.signature(SeededPipeline.__call__).parameters)[1:] == real_parameters
+    """Compared with the pinned diffusers' own Flux2KleinPipeline, in the environment the install script builds."""
+    probe = ("import inspect; from diffusers import Flux2KleinPipeline; "
+             "print(' '.join(list(inspect.signature(Flux2KleinPipeline.__call__).parameters)[1:]))")
+    finished = run_in_venv(["-c", probe])
+    assert finished.returncode == 0, finished.stderr
+    assert list(inspect.signature(SeededPipeline.__call__).parameters)[1:] == finished.stdout.split()
     assert make_generator(5).initial_seed() == 5
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_a_server_whose_model_cannot_load_logs_why_and_exits_with_failure():

@@ -44,10 +44,12 @@ def test_each_service_file_runs_the_server_with_every_module_it_imports(file, mo
     assert ("HF_TOKEN" in spec.get("env", [])) == (model == "9b")
 
 
-def test_server_ui_and_bench_declare_the_same_dependencies_for_uv():
+def test_every_script_pins_the_same_dependencies_for_uv():
     server = inline_metadata("server.py")
-    assert inline_metadata("ui.py") == server
-    assert inline_metadata("bench.py") == server
-    assert "diffusers>=0.37" in server["dependencies"]
-    assert {re.split(r"[<>=]", requirement)[0] for requirement in server["dependencies"]} >= {
-        "diffusers", "transformers", "torch", "huggingface-hub", "starlette", "uvicorn", "pillow"}
+    for script in ("ui.py", "bench.py", "random_pipeline.py"):
+        assert inline_metadata(script) == server, script
+    pins = dict(requirement.split("==") for requirement in server["dependencies"])
+    assert len(pins) == len(server["dependencies"]), "every dependency is pinned with =="
+    assert pins["diffusers"] == "0.37.0", "the first diffusers with Flux2KleinPipeline"
+    assert set(pins) >= {"diffusers", "transformers", "torch", "huggingface-hub", "starlette", "uvicorn", "pillow",
+                         "setuptools"}
