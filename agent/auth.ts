@@ -1,4 +1,5 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
 import type { Middleware } from 'koa';
 import { HttpError } from './http-errors.js';
 
@@ -6,19 +7,22 @@ function digest(value: string): Buffer {
   return createHash('sha256').update(value).digest();
 }
 
-/** Whether an Authorization header is `Bearer <token>`; hashes make the comparison constant-time whatever the length. */
-export function bearerCheck(token: string): (authorization: string | undefined) => boolean {
+/** Whether a header's value is `Bearer <token>`; hashes make the comparison constant-time whatever the length. */
+export function bearerCheck(token: string): (credential: string | undefined) => boolean {
   const expected = digest(token);
-  return (authorization) => {
-    const match = /^Bearer (.+)$/i.exec(authorization ?? '');
+  return (credential) => {
+    const match = /^Bearer (.+)$/i.exec(credential ?? '');
     return match !== null && timingSafeEqual(digest(match[1]!), expected);
   };
 }
 
-/** Demands `Authorization: Bearer <token>`. */
-export function bearerAuth(authorized: (authorization: string | undefined) => boolean): Middleware {
+/** Demands `Bearer <token>` in the header `credential` reads (Authorization, or a port forward's own). */
+export function bearerAuth(
+  authorized: (credential: string | undefined) => boolean,
+  credential: (req: IncomingMessage) => string | undefined,
+): Middleware {
   return async (ctx, next) => {
-    if (!authorized(ctx.get('authorization'))) {
+    if (!authorized(credential(ctx.req))) {
       ctx.set('WWW-Authenticate', 'Bearer');
       throw new HttpError(401, 'unauthorized', 'a valid bearer token is required');
     }

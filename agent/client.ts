@@ -1,4 +1,4 @@
-import { LOG_LINES_HEADERS, type AgentHealth, type AgentMetrics, type JobStatus, type JobSubmission, type LogsPage } from '../api/agent.js';
+import { AGENT_FORWARD_AUTH_HEADER, LOG_LINES_HEADERS, type AgentHealth, type AgentMetrics, type JobStatus, type JobSubmission, type LogsPage } from '../api/agent.js';
 import type { StopRequest } from './requests.js';
 
 export const DEFAULT_AGENT_TIMEOUT_MS = 10_000;
@@ -69,13 +69,14 @@ export class AgentClient {
 
   /**
    * Where a running job's declared port is reached through this agent: the URL for `path` (which may carry a
-   * query) and the headers to send with it, upgrades included. The agent streams both ways; see docs/agent.md.
+   * query) and the headers to send with it, upgrades included. The agent's token travels in its own header,
+   * so the caller's `Authorization` reaches the job. The agent streams both ways; see docs/agent.md.
    */
   portAccess(jobId: string, port: number, path = '/'): { url: string; headers: Record<string, string> } {
     const suffix = path.startsWith('/') ? path : `/${path}`;
     return {
       url: `${this.baseUrl}/api/jobs/${encodeURIComponent(jobId)}/ports/${port}${suffix}`,
-      headers: { authorization: `Bearer ${this.token}` },
+      headers: { [AGENT_FORWARD_AUTH_HEADER]: `Bearer ${this.token}` },
     };
   }
 

@@ -1,10 +1,15 @@
 import type Docker from 'dockerode';
-import { posix } from 'node:path';
+import { spawn } from 'node:child_process';
+import { createReadStream } from 'node:fs';
+import { mkdir, readdir, realpath } from 'node:fs/promises';
+import { join, posix } from 'node:path';
 import type { Logger } from 'winston';
-import type { JobSubmission } from '../api/agent.js';
+import type { JobRepo, JobSubmission, JobVolume } from '../api/agent.js';
+import { isDirectory, missingVolumeMessage } from './job-inputs.js';
+import { checkoutRepo } from './repos.js';
 import type { JobLog } from './job-log.js';
 import { DockerLogReader } from './docker-logs.js';
-import { containerFilePath, fileMode } from './job-files.js';
+import { confinedDirectory, containerFilePath, fileMode } from './job-files.js';
 import {
   JobStartError, jobEnvironment, jobScript,
   type JobContext, type JobExecution, type JobExit, type JobRuntime, type RecoveredJob, type StopSignal,
@@ -44,17 +49,26 @@ export class DockerRuntime implements JobRuntime {
     const { submission } = context;
     const { docker } = this.options;
     const image = submission.image ?? DEFAULT_IMAGE;
-    await this.ensureImage(image, context);
+    await this.ensureImage(image, submission.registryAuth, context);
+    if (context.cancelled()) throw new JobStartError('stopped before it started');
+    const binds = await volumeBinds(submission.volumes ?? []);
+    let reposArchive: string | null;
+    try {
+      reposArchive = await stageRepos(context.dir, submission.repos ?? []);
+    } catch (error) {
+      throw new JobStartError(`could not put the repos in place: ${(error as Error).message}`);
+    }
     if (context.cancelled()) throw new JobStartError('stopped before it started');
 
     const workingDir = posix.resolve(DEFAULT_CONTAINER_WORKING_DIR, submission.workingDir ?? '.');
     let container: Docker.Container;
     try {
-      container = await docker.createContainer(this.containerSpec(submission, image, workingDir));
+      container = await docker.createContainer(this.containerSpec(submission, image, workingDir, binds));
     } catch (error) {
       throw new JobStartError(`could not create the container: ${engineMessage(error)}`);
     }
     try {
+      if (reposArchive !== null) await container.putArchive(createReadStream(reposArchive), { path: '/' });
       if (submission.files.length > 0) {
         const archive = createTar(submission.files.map((file) => ({
           path: containerFilePath(workingDir, file),
@@ -114,7 +128,7 @@ export class DockerRuntime implements JobRuntime {
     this.follows.clear();
   }
 
-  private containerSpec(submission: JobSubmission, image: string, workingDir: string): Docker.ContainerCreateOptions {
+  private containerSpec(submission: JobSubmission, image: string, workingDir: string, binds: string[]): Docker.ContainerCreateOptions {
     const { instanceId, portHost, gpus } = this.options;
     const ports = submission.ports.map((port) => `${port}/tcp`);
     return {
@@ -129,6 +143,7 @@ export class DockerRuntime implements JobRuntime {
       },
       ExposedPorts: Object.fromEntries(ports.map((port) => [port, {}])),
       HostConfig: {
+        Binds: binds.length > 0 ? binds : undefined,
         PortBindings: Object.fromEntries(ports.map((port) => [port, [{ HostIp: portHost, HostPort: port.split('/')[0] }]])),
         DeviceRequests: gpus && submission.gpus > 0
           ? [{ Driver: 'nvidia', Count: submission.gpus, Capabilities: [['gpu']] }]
@@ -137,13 +152,14 @@ export class DockerRuntime implements JobRuntime {
     };
   }
 
-  private async ensureImage(image: string, context: JobContext): Promise<void> {
+  private async ensureImage(image: string, auth: JobSubmission['registryAuth'], context: JobContext): Promise<void> {
     if (await this.imagePresent(image)) return;
     context.pulling();
     const { docker } = this.options;
+    const registry = registryOf(image);
     let failure: string | null = null;
     try {
-      const progress = await docker.pull(image);
+      const progress = await docker.pull(image, auth ? { authconfig: { ...auth, serveraddress: registry } } : {});
       await new Promise<void>((resolve, reject) => {
         docker.modem.followProgress(
           progress,
@@ -155,7 +171,8 @@ export class DockerRuntime implements JobRuntime {
       failure = engineMessage(error);
     }
     if (failure === null && await this.imagePresent(image)) return;
-    throw new JobStartError(`could not pull image ${image}: ${failure ?? 'the engine reported success but has no such image'}`);
+    const as = auth ? ` as ${auth.username}` : '';
+    throw new JobStartError(`could not pull image ${image} from registry ${registry}${as}: ${failure ?? 'the engine reported success but has no such image'}`);
   }
 
   private async imagePresent(image: string): Promise<boolean> {
@@ -208,6 +225,53 @@ export class DockerRuntime implements JobRuntime {
       },
     };
   }
+}
+
+/**
+ * The registry an image reference names: its first part when that looks like a host (a dot, a port or
+ * localhost), else Docker Hub, as the engines read it.
+ */
+export function registryOf(image: string): string {
+  const slash = image.indexOf('/');
+  const first = slash < 0 ? '' : image.slice(0, slash);
+  return first.includes('.') || first.includes(':') || first === 'localhost' ? first : 'docker.io';
+}
+
+/** The engine's bind mounts of the volumes; a missing instance directory fails the job unless the volume is optional. */
+async function volumeBinds(volumes: readonly JobVolume[]): Promise<string[]> {
+  const binds: string[] = [];
+  for (const volume of volumes) {
+    if (await isDirectory(volume.instancePath)) binds.push(`${volume.instancePath}:${volume.path}`);
+    else if (!volume.optional) throw new JobStartError(missingVolumeMessage(volume));
+  }
+  return binds;
+}
+
+/**
+ * Checks the repos out on this machine under `<dir>/repos`, each at its container path, and tars them for
+ * the engine's archive API (which resolves every path inside the container). Null when there are none.
+ */
+async function stageRepos(dir: string, repos: readonly JobRepo[]): Promise<string | null> {
+  if (repos.length === 0) return null;
+  const stage = join(dir, 'repos');
+  await mkdir(stage, { recursive: true });
+  const realStage = await realpath(stage);
+  for (const repo of [...repos].sort((a, b) => a.path.length - b.path.length)) {
+    await checkoutRepo(repo, await confinedDirectory(realStage, posix.normalize(repo.path).slice(1), repo.path));
+  }
+  const archive = join(dir, 'repos.tar');
+  await runTar(['-C', realStage, '-c', '--owner=0', '--group=0', '--numeric-owner', '-f', archive, ...(await readdir(realStage))]);
+  return archive;
+}
+
+function runTar(args: string[]): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('tar', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr!.on('data', (chunk: Buffer) => { stderr += chunk.toString(); });
+    child.once('error', reject);
+    child.once('close', (code) => (code === 0 ? resolve() : reject(new Error(`tar failed: ${stderr.trim()}`))));
+  });
 }
 
 /** True when `promise` settles within `ms`; false on timeout or once `signal` aborts. */

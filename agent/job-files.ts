@@ -35,7 +35,7 @@ function confined(root: string, base: string, path: string, what: string): strin
  * Creates `inside` (relative) under `root` (a real path) one directory at a time, refusing to pass
  * through a symbolic link, and returns its absolute path once its real path is checked to be it.
  */
-async function confinedDirectory(root: string, inside: string, shown: string): Promise<string> {
+export async function confinedDirectory(root: string, inside: string, shown: string): Promise<string> {
   let current = root;
   for (const name of inside.split(sep).filter((part) => part !== '' && part !== '.')) {
     current = join(current, name);

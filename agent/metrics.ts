@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises';
-import type { AgentMetrics } from '../api/agent.js';
+import { join } from 'node:path';
+import { DECLARED_GPU_UTILIZATION_FILE, type AgentMetrics } from '../api/agent.js';
 import type { GpuInfo } from '../api/offer.js';
 import { gpuUsage } from './gpu.js';
 
@@ -34,8 +35,11 @@ async function memoryMib(): Promise<{ used: number; total: number }> {
 export class MetricsSampler {
   private previous: CpuSample | null = null;
 
-  /** `declaredGpu`: GPUs reported (idle) when nvidia-smi is absent, as on an emulated instance. */
-  constructor(private readonly declaredGpu: GpuInfo) {}
+  /**
+   * `declaredGpu`: GPUs reported when nvidia-smi is absent, as on an emulated instance: idle, or as busy as
+   * DECLARED_GPU_UTILIZATION_FILE in `workDir` says.
+   */
+  constructor(private readonly declaredGpu: GpuInfo, private readonly workDir: string) {}
 
   async sample(): Promise<AgentMetrics> {
     let before = this.previous;
@@ -43,7 +47,7 @@ export class MetricsSampler {
       before = await sampleCpu();
       await new Promise((resolve) => setTimeout(resolve, MIN_CPU_WINDOW_MS));
     }
-    const [now, memory, gpus] = await Promise.all([sampleCpu(), memoryMib(), gpuUsage()]);
+    const [now, memory, gpus, declaredUtilization] = await Promise.all([sampleCpu(), memoryMib(), gpuUsage(), this.declaredUtilization()]);
     this.previous = now;
     const elapsed = now.total - before.total;
     return {
@@ -54,10 +58,16 @@ export class MetricsSampler {
       gpus: gpus ?? Array.from({ length: this.declaredGpu.count }, (_, index) => ({
         index,
         name: this.declaredGpu.name,
-        utilizationPercent: 0,
+        utilizationPercent: declaredUtilization,
         memoryUsedMib: 0,
         memoryTotalMib: this.declaredGpu.memoryMib,
       })),
     };
+  }
+
+  private async declaredUtilization(): Promise<number> {
+    const text = await readFile(join(this.workDir, DECLARED_GPU_UTILIZATION_FILE), 'utf8').catch(() => '');
+    const percent = Number(text.trim());
+    return text.trim() !== '' && Number.isFinite(percent) ? Math.min(100, Math.max(0, percent)) : 0;
   }
 }

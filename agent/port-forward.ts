@@ -1,11 +1,13 @@
 import type Docker from 'dockerode';
-import { Agent, type ClientRequest, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
+import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { Context } from 'koa';
 import { createProxyMiddleware, debugProxyErrorsPlugin, type Plugin, type RequestHandler } from 'http-proxy-middleware';
-import type { JobStatus, JobSubmission } from '../api/agent.js';
+import type { Logger } from 'winston';
+import { AGENT_FIRST_BYTE_TIMEOUT_HEADER, AGENT_FORWARD_AUTH_HEADER, MAX_FIRST_BYTE_TIMEOUT_MS, type JobStatus, type JobSubmission } from '../api/agent.js';
 import { LABELS } from './docker-runtime.js';
 import { HttpError, type ErrorBody } from './http-errors.js';
+import { awaitFirstByte, flushHeadIfQuiet, forwardingPool, hasNoBody, passBody, requestHeaders, responseHeaders, sendOn, staleConnection } from './http-forward.js';
 import type { JobManager } from './jobs.js';
 
 /** How long a job may take, once the request reached it whole, to start its answer. */
@@ -18,27 +20,95 @@ export interface Upstream {
 
 /** Where a running job's declared ports are reached on this machine. */
 export interface JobPorts {
-  /** Records a newly submitted job's declared ports (runtimes that cannot look them up later keep them). */
-  submitted(submission: JobSubmission): void;
+  /**
+   * Records a new job's ports. Returns the submission to start: with a `servicePort`, `PORT` in its
+   * environment says where the service must listen, and the service port is among its ports.
+   */
+  submitted(submission: JobSubmission): Promise<JobSubmission>;
   removed(jobId: string): void;
   /** Undefined when the job did not declare `port`. */
   upstream(job: JobStatus, port: number): Promise<Upstream | undefined>;
 }
 
-/** Process jobs listen on this machine's loopback, on the port they declared. */
+function listeningOn(submission: JobSubmission, servicePort: number, port: number): JobSubmission {
+  return {
+    ...submission,
+    env: { ...submission.env, PORT: String(port) },
+    ports: [...new Set([...submission.ports, servicePort])],
+  };
+}
+
+/** Listens on `port` (0: any free one) and closes at once: the port it got, or undefined when it could not. */
+function bindBriefly(port: number, host?: string): Promise<number | undefined> {
+  return new Promise((resolve) => {
+    const server = createNetServer();
+    server.once('error', () => resolve(undefined));
+    server.listen({ port, host, exclusive: true }, () => {
+      const bound = (server.address() as AddressInfo).port;
+      server.close(() => resolve(bound));
+    });
+  });
+}
+
+/** Whether nothing listens on `port`, on loopback or on every address (no host: the wildcard). */
+async function portFree(port: number): Promise<boolean> {
+  return await bindBriefly(port, '127.0.0.1') !== undefined && await bindBriefly(port) !== undefined;
+}
+
+/**
+ * Process jobs listen on this machine's loopback, on the port they declared. They share the machine's
+ * network, where several replicas of one service may run: a service listens on its `servicePort` while
+ * that is free, else on any free port, and `ports/<servicePort>` leads to wherever it listens.
+ */
 export class ProcessJobPorts implements JobPorts {
   private readonly declared = new Map<string, ReadonlySet<number>>();
+  private readonly services = new Map<string, { servicePort: number; port: number }>();
+  /** Service ports are chosen one job at a time, so that two jobs never get the same. */
+  private choices: Promise<unknown> = Promise.resolve();
 
-  submitted(submission: JobSubmission): void {
-    this.declared.set(submission.jobId, new Set(submission.ports));
+  constructor(private readonly logger: Logger) {}
+
+  async submitted(submission: JobSubmission): Promise<JobSubmission> {
+    const { jobId, servicePort } = submission;
+    this.declared.set(jobId, new Set(submission.ports));
+    if (servicePort === undefined) return submission;
+    const chosen = this.choices.then(() => this.servicePortOf(jobId, servicePort));
+    this.choices = chosen.catch(() => undefined);
+    return listeningOn(submission, servicePort, await chosen);
   }
 
   removed(jobId: string): void {
     this.declared.delete(jobId);
+    this.services.delete(jobId);
   }
 
   async upstream(job: JobStatus, port: number): Promise<Upstream | undefined> {
+    const service = this.services.get(job.jobId);
+    if (service?.servicePort === port) return { host: '127.0.0.1', port: service.port };
     return this.declared.get(job.jobId)?.has(port) ? { host: '127.0.0.1', port } : undefined;
+  }
+
+  private async servicePortOf(jobId: string, servicePort: number): Promise<number> {
+    const known = this.services.get(jobId);
+    if (known) return known.port;
+    const port = !this.heldByAnother(jobId, servicePort) && await portFree(servicePort) ? servicePort : await this.freePort(jobId);
+    this.services.set(jobId, { servicePort, port });
+    this.logger.info('service port chosen', { jobId, servicePort, port });
+    return port;
+  }
+
+  private async freePort(jobId: string): Promise<number> {
+    for (;;) {
+      const port = await bindBriefly(0);
+      if (port === undefined) throw new Error('no free port to listen on');
+      if (!this.heldByAnother(jobId, port)) return port;
+    }
+  }
+
+  private heldByAnother(jobId: string, port: number): boolean {
+    for (const [other, ports] of this.declared) if (other !== jobId && ports.has(port)) return true;
+    for (const [other, service] of this.services) if (other !== jobId && service.port === port) return true;
+    return false;
   }
 }
 
@@ -52,7 +122,10 @@ export class DockerJobPorts implements JobPorts {
 
   constructor(private readonly docker: Docker, private readonly instanceId: string) {}
 
-  submitted(): void {}
+  async submitted(submission: JobSubmission): Promise<JobSubmission> {
+    const { servicePort } = submission;
+    return servicePort === undefined ? submission : listeningOn(submission, servicePort, servicePort);
+  }
 
   removed(jobId: string): void {
     this.published.delete(jobId);
@@ -115,6 +188,17 @@ function parseForwardUrl(url: string): ForwardRequest | undefined {
   };
 }
 
+/** The header that holds the agent's token: a forward's own header when it has one, else Authorization. */
+function credentialHeader(req: IncomingMessage): string {
+  return FORWARD_URL.test(req.url ?? '') && req.headers[AGENT_FORWARD_AUTH_HEADER] !== undefined ? AGENT_FORWARD_AUTH_HEADER : 'authorization';
+}
+
+/** The agent's token as a request carries it (`Bearer <token>`); only port forwards may leave Authorization to the job. */
+export function agentCredential(req: IncomingMessage): string | undefined {
+  const value = req.headers[credentialHeader(req)];
+  return Array.isArray(value) ? value.join(', ') : value;
+}
+
 class UpstreamTimeout extends Error {
   constructor(ms: number) {
     super(`the job did not answer within ${ms} ms`);
@@ -122,9 +206,10 @@ class UpstreamTimeout extends Error {
   }
 }
 
-function upstreamFailure(error: Error & { code?: string }): HttpError {
+/** A connection that failed while it was being made never carried the request: the caller may send it elsewhere. */
+function upstreamFailure(error: Error & { code?: string; syscall?: string }): HttpError {
   if (error instanceof UpstreamTimeout) return new HttpError(504, 'upstream_timeout', error.message);
-  if (error.code === 'ECONNREFUSED') return new HttpError(502, 'upstream_refused', 'nothing listens on the job\'s port');
+  if (error.code === 'ECONNREFUSED' || error.syscall === 'connect') return new HttpError(502, 'upstream_refused', `nothing listens on the job's port (${error.code})`);
   return new HttpError(502, 'upstream_failed', `the connection to the job's port failed: ${error.message}`);
 }
 
@@ -133,8 +218,18 @@ function errorBody(error: HttpError): string {
   return JSON.stringify(body);
 }
 
+/** Answers a request that will not be forwarded, in the API's error shape. */
+function sendError(res: ServerResponse, error: HttpError, headers: Record<string, string> = {}): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const body = errorBody(error);
+  res.writeHead(error.status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
+}
+
 /** Answers an upgrade request that will not be forwarded, on its raw socket. */
-function refuseUpgrade(socket: Duplex, error: HttpError, headers: Record<string, string> = {}): void {
+export function refuseUpgrade(socket: Duplex, error: HttpError, headers: Record<string, string> = {}): void {
   if (!socket.writable) {
     socket.destroy();
     return;
@@ -148,8 +243,22 @@ function refuseUpgrade(socket: Duplex, error: HttpError, headers: Record<string,
 export interface PortForwardOptions {
   jobs: JobManager;
   ports: JobPorts;
-  /** Whether an upgrade request carries the agent's token (plain requests pass the Koa middleware first). */
-  authorized(authorization: string | undefined): boolean;
+  /** Whether a request carries the agent's token: forwards never pass Koa's middleware. */
+  authorized(credential: string | undefined): boolean;
+  /** Called for every forward that carries the agent's token: a server still uses this agent. */
+  contact(): void;
+  firstByteTimeoutMs: number;
+  logger: Logger;
+}
+
+const UNAUTHORIZED = new HttpError(401, 'unauthorized', 'a valid bearer token is required');
+
+/** Where a checked forward goes. */
+interface Target {
+  upstream: Upstream;
+  path: string;
+  /** The agent's own headers, which the job never sees. */
+  removedHeaders: string[];
   firstByteTimeoutMs: number;
 }
 
@@ -158,50 +267,65 @@ export interface PortForwardOptions {
  * The request's path picks the job and the port; the address is always the job's own.
  */
 export class PortForward {
-  private readonly upstreams = new WeakMap<IncomingMessage, string>();
+  /** Where each WebSocket upgrade goes, for the proxy library that carries them. */
+  private readonly upgrades = new WeakMap<IncomingMessage, { target: string; firstByteTimeoutMs: number }>();
   private readonly proxy: RequestHandler;
-  private readonly upstreamAgent = new Agent({ keepAlive: true });
+  private readonly upstreamAgent = forwardingPool();
   /** Upgraded connections: the HTTP server no longer closes them itself. */
   private readonly tunnels = new Set<Duplex>();
+  private readonly inFlight = new Map<string, number>();
 
   constructor(private readonly options: PortForwardOptions) {
-    const { firstByteTimeoutMs } = options;
-    const awaitFirstByte = (proxyReq: ClientRequest) => {
-      proxyReq.once('finish', () => {
-        const timer = setTimeout(() => proxyReq.destroy(new UpstreamTimeout(firstByteTimeoutMs)), firstByteTimeoutMs);
-        const answered = () => clearTimeout(timer);
-        proxyReq.once('response', answered).once('upgrade', answered).once('close', answered);
-      });
-    };
     const events: Plugin = (server) => {
-      server.on('proxyReq', awaitFirstByte);
-      server.on('proxyReqWs', awaitFirstByte);
-      server.on('error', (error: Error, _req: IncomingMessage, answer: ServerResponse | Duplex) => {
-        const failure = upstreamFailure(error);
-        if (!('writeHead' in answer)) {
-          refuseUpgrade(answer, failure);
-        } else if (answer.headersSent) {
-          answer.destroy();
-        } else {
-          answer.writeHead(failure.status, { 'content-type': 'application/json' }).end(errorBody(failure));
-        }
+      server.on('proxyReqWs', (proxyReq: ClientRequest, req: IncomingMessage) => {
+        const timeoutMs = this.upgrades.get(req)?.firstByteTimeoutMs ?? options.firstByteTimeoutMs;
+        awaitFirstByte(proxyReq, timeoutMs, () => new UpstreamTimeout(timeoutMs));
       });
+      server.on('error', (error: Error, _req: IncomingMessage, socket: ServerResponse | Duplex) => refuseUpgrade(socket as Duplex, upstreamFailure(error)));
     };
     this.proxy = createProxyMiddleware({
-      router: (req) => this.upstreams.get(req),
+      router: (req) => this.upgrades.get(req)?.target,
       agent: this.upstreamAgent,
       ejectPlugins: true,
       plugins: [debugProxyErrorsPlugin, events],
     });
   }
 
-  /** The Koa route: throws the API's errors before anything is forwarded, then hands the exchange to the proxy. */
-  async web(ctx: Context): Promise<void> {
-    await this.prepare(ctx.req);
-    ctx.respond = false;
-    const finished = new Promise((resolve) => ctx.res.once('close', resolve));
-    await this.proxy(ctx.req, ctx.res);
-    await finished;
+  /** Whether the HTTP server should hand a request to `web` rather than to Koa. */
+  static handles(url: string | undefined): boolean {
+    return FORWARD_URL.test(url ?? '');
+  }
+
+  /**
+   * For the HTTP server's `request` event, before Koa, which would cost more than the forward itself: checks
+   * the token, the job and the port, and answers with the API's errors before anything is forwarded.
+   */
+  web(req: IncomingMessage, res: ServerResponse): void {
+    if (!this.options.authorized(agentCredential(req))) return sendError(res, UNAUTHORIZED, { 'WWW-Authenticate': 'Bearer' });
+    this.options.contact();
+    this.prepare(req, res).then(
+      (target) => this.forward(req, res, target),
+      (error: unknown) => sendError(res, this.known(req, error)),
+    );
+  }
+
+  private forward(req: IncomingMessage, res: ServerResponse, target: Target, resent = false): void {
+    const { upstream, path, removedHeaders, firstByteTimeoutMs } = target;
+    const proxyReq = sendOn(req, {
+      host: upstream.host, port: upstream.port, path, headers: requestHeaders(req.headers, removedHeaders), agent: this.upstreamAgent,
+      firstByteTimeoutMs, timeoutError: () => new UpstreamTimeout(firstByteTimeoutMs),
+    });
+    res.once('close', () => { if (!res.writableFinished) proxyReq.destroy(); });
+    proxyReq.on('error', (error) => {
+      req.unpipe(proxyReq);
+      if (!resent && !res.headersSent && staleConnection(proxyReq, error, hasNoBody(req))) return this.forward(req, res, target, true);
+      sendError(res, upstreamFailure(error));
+    });
+    proxyReq.once('response', (proxyRes) => {
+      res.writeHead(proxyRes.statusCode ?? 502, proxyRes.statusMessage, responseHeaders(proxyRes.rawHeaders));
+      flushHeadIfQuiet(proxyRes, res);
+      passBody(proxyRes, res);
+    });
   }
 
   /** For the HTTP server's `upgrade` event: checks the token itself, as Koa never sees the request. */
@@ -209,14 +333,26 @@ export class PortForward {
     socket.on('error', () => socket.destroy());
     this.tunnels.add(socket);
     socket.once('close', () => this.tunnels.delete(socket));
-    if (!this.options.authorized(req.headers.authorization)) {
-      refuseUpgrade(socket, new HttpError(401, 'unauthorized', 'a valid bearer token is required'), { 'WWW-Authenticate': 'Bearer' });
+    if (!this.options.authorized(agentCredential(req))) {
+      refuseUpgrade(socket, UNAUTHORIZED, { 'WWW-Authenticate': 'Bearer' });
       return;
     }
-    this.prepare(req).then(
-      () => this.proxy.upgrade(req, socket as never, head),
-      (error: unknown) => refuseUpgrade(socket, error instanceof HttpError ? error : new HttpError(500, 'internal', 'internal error')),
+    this.prepare(req, socket).then(
+      ({ upstream, path, removedHeaders, firstByteTimeoutMs }) => {
+        const host = upstream.host.includes(':') ? `[${upstream.host}]` : upstream.host;
+        this.upgrades.set(req, { target: `http://${host}:${upstream.port}`, firstByteTimeoutMs });
+        for (const name of removedHeaders) delete req.headers[name];
+        req.url = path;
+        this.proxy.upgrade(req, socket as never, head);
+      },
+      (error: unknown) => refuseUpgrade(socket, this.known(req, error)),
     );
+  }
+
+  private known(req: IncomingMessage, error: unknown): HttpError {
+    if (error instanceof HttpError) return error;
+    this.options.logger.error('request failed', { method: req.method, path: req.url, error: (error as Error).stack ?? String(error) });
+    return new HttpError(500, 'internal', 'internal error');
   }
 
   /** Ends open WebSocket tunnels and the idle upstream connections. */
@@ -225,18 +361,37 @@ export class PortForward {
     this.upstreamAgent.destroy();
   }
 
-  /** Checks the job and port, and points the request at the job's address with the agent's token removed. */
-  private async prepare(req: IncomingMessage): Promise<void> {
+  /** Forwarded HTTP exchanges not yet finished and WebSocket tunnels open, of one job. */
+  forwarding(jobId: string): number {
+    return this.inFlight.get(jobId) ?? 0;
+  }
+
+  /**
+   * Checks the job and port, counts the exchange until `connection` closes, and says where the request goes,
+   * with the agent's token and its own headers removed.
+   */
+  private async prepare(req: IncomingMessage, connection: ServerResponse | Duplex): Promise<Target> {
     const forward = parseForwardUrl(req.url ?? '');
     if (!forward) throw new HttpError(404, 'not_found', `no route ${req.method} ${req.url}`);
     const job = this.options.jobs.status(forward.jobId);
     if (!job) throw new HttpError(404, 'job_not_found', `no job ${forward.jobId}`);
     if (job.state !== 'running') throw new HttpError(409, 'job_not_running', `job ${forward.jobId} is ${job.state}, not running`);
+    this.countUntilClosed(job.jobId, connection);
     const upstream = /^\d{1,5}$/.test(forward.port) ? await this.options.ports.upstream(job, Number(forward.port)) : undefined;
     if (!upstream) throw new HttpError(404, 'port_not_declared', `job ${forward.jobId} did not declare port ${forward.port}`);
-    const host = upstream.host.includes(':') ? `[${upstream.host}]` : upstream.host;
-    this.upstreams.set(req, `http://${host}:${upstream.port}`);
-    delete req.headers.authorization;
-    req.url = forward.upstreamPath;
+    const asked = req.headers[AGENT_FIRST_BYTE_TIMEOUT_HEADER];
+    const firstByteTimeoutMs = typeof asked === 'string' && /^\d{1,7}$/.test(asked) && Number(asked) > 0
+      ? Math.min(Number(asked), MAX_FIRST_BYTE_TIMEOUT_MS)
+      : this.options.firstByteTimeoutMs;
+    return { upstream, path: forward.upstreamPath, removedHeaders: [credentialHeader(req), AGENT_FIRST_BYTE_TIMEOUT_HEADER], firstByteTimeoutMs };
+  }
+
+  private countUntilClosed(jobId: string, connection: ServerResponse | Duplex): void {
+    this.inFlight.set(jobId, this.forwarding(jobId) + 1);
+    connection.once('close', () => {
+      const left = this.forwarding(jobId) - 1;
+      if (left === 0) this.inFlight.delete(jobId);
+      else this.inFlight.set(jobId, left);
+    });
   }
 }

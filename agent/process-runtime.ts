@@ -1,6 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdir, realpath } from 'node:fs/promises';
 import { join } from 'node:path';
 import { prepareJobDirectory } from './job-files.js';
+import { linkProcessVolumes, placeProcessRepos } from './job-inputs.js';
 import { OutputOrder } from './output-order.js';
 import {
   JobStartError, jobEnvironment, jobScript, signalExitCode,
@@ -16,6 +18,12 @@ const PIPE_DRAIN_MS = 2000;
  */
 const PRIVATE_PREFIX = 'ORCHESTRATOR_';
 
+/** Where a process job runs and with what environment: SSH sessions into it start the same way. */
+export interface ProcessJobPlace {
+  workingDir: string;
+  env: NodeJS.ProcessEnv;
+}
+
 /**
  * Runs each job as `sh -c` on this machine, in its own process group so that a stop reaches every
  * process the job started. For the local backend and for machines without a container engine.
@@ -23,14 +31,28 @@ const PRIVATE_PREFIX = 'ORCHESTRATOR_';
 export class ProcessRuntime implements JobRuntime {
   readonly kind = 'process' as const;
   private readonly running = new Set<ChildProcess>();
+  private readonly places = new Map<string, ProcessJobPlace>();
 
   async start(context: JobContext): Promise<JobExecution> {
     const { submission, dir, log } = context;
+    const root = join(dir, 'work');
+    await mkdir(root, { recursive: true });
+    const realRoot = await realpath(root);
+    try {
+      await placeProcessRepos(realRoot, submission.repos ?? []);
+    } catch (error) {
+      throw new JobStartError(`could not put the repos in place: ${(error as Error).message}`);
+    }
     let workingDir: string;
     try {
-      workingDir = await prepareJobDirectory(join(dir, 'work'), submission.workingDir, submission.files);
+      workingDir = await prepareJobDirectory(root, submission.workingDir, submission.files);
     } catch (error) {
       throw new JobStartError(`could not prepare the working directory: ${(error as Error).message}`);
+    }
+    try {
+      await linkProcessVolumes(realRoot, submission.volumes ?? []);
+    } catch (error) {
+      throw new JobStartError((error as Error).message);
     }
     if (context.cancelled()) throw new JobStartError('stopped before it started');
 
@@ -49,6 +71,7 @@ export class ProcessRuntime implements JobRuntime {
     });
     const startedAt = new Date().toISOString();
     this.running.add(child);
+    this.places.set(submission.jobId, { workingDir, env });
 
     const exited = new Promise<JobExit>((resolveExit) => {
       // The job ends with its shell, like a container ends with its first process: whatever it
@@ -79,7 +102,14 @@ export class ProcessRuntime implements JobRuntime {
     return [];
   }
 
-  async remove(): Promise<void> {}
+  async remove(jobId: string): Promise<void> {
+    this.places.delete(jobId);
+  }
+
+  /** Undefined for a job this runtime never started. */
+  place(jobId: string): ProcessJobPlace | undefined {
+    return this.places.get(jobId);
+  }
 
   async shutdown(): Promise<void> {
     const exits = [...this.running].map((child) => new Promise((done) => {

@@ -1,5 +1,5 @@
 import Router from '@koa/router';
-import { LOG_LINES_HEADERS, type AgentHealth } from '../api/agent.js';
+import { LOG_LINES_HEADERS, type AgentHealth, type JobStatus } from '../api/agent.js';
 import type { GpuInfo } from '../api/offer.js';
 import { HttpError } from './http-errors.js';
 import type { JobManager } from './jobs.js';
@@ -8,6 +8,7 @@ import type { MetricsSampler } from './metrics.js';
 import type { JobPorts, PortForward } from './port-forward.js';
 import { integerParam, parseStopRequest, parseSubmission } from './requests.js';
 import type { RuntimeKind } from './runtime.js';
+import type { SshAccess } from './ssh/ssh-access.js';
 
 /** Longest a logs request may wait for the first new entry. */
 export const MAX_LOG_WAIT_MS = 30_000;
@@ -17,15 +18,17 @@ export interface RouteDependencies {
   metrics: MetricsSampler;
   ports: JobPorts;
   portForward: PortForward;
-  identity: { version: string; instanceId: string; runtime: RuntimeKind; gpu: GpuInfo };
+  ssh: SshAccess;
+  identity: { version: string; instanceId: string; runtime: RuntimeKind; gpu: GpuInfo; sshHostKey: string };
 }
 
 function unknownJob(jobId: string): HttpError {
   return new HttpError(404, 'job_not_found', `no job ${jobId}`);
 }
 
-export function agentRoutes({ jobs, metrics, ports, portForward, identity }: RouteDependencies): Router {
+export function agentRoutes({ jobs, metrics, ports, portForward, ssh, identity }: RouteDependencies): Router {
   const router = new Router({ prefix: '/api' });
+  const reported = (status: JobStatus): JobStatus => ({ ...status, forwarding: portForward.forwarding(status.jobId), ...ssh.activityOf(status.jobId) });
 
   router.get('/health', (ctx) => {
     const health: AgentHealth = { ok: true, ...identity, jobs: jobs.ids() };
@@ -38,16 +41,16 @@ export function agentRoutes({ jobs, metrics, ports, portForward, identity }: Rou
 
   router.post('/jobs', async (ctx) => {
     const submission = parseSubmission(await readJsonBody(ctx));
-    const { created, status } = jobs.submit(submission);
-    if (created) ports.submitted(submission);
+    const known = jobs.status(submission.jobId);
+    const { created, status } = known ? { created: false, status: known } : jobs.submit(await ports.submitted(submission));
     ctx.status = created ? 201 : 200;
-    ctx.body = status;
+    ctx.body = reported(status);
   });
 
   router.get('/jobs/:id', (ctx) => {
     const status = jobs.status(ctx.params.id!);
     if (!status) throw unknownJob(ctx.params.id!);
-    ctx.body = status;
+    ctx.body = reported(status);
   });
 
   router.get('/jobs/:id/logs', async (ctx) => {
@@ -71,7 +74,7 @@ export function agentRoutes({ jobs, metrics, ports, portForward, identity }: Rou
     const request = parseStopRequest(await readJsonBody(ctx));
     const status = jobs.stop(ctx.params.id!, request);
     if (!status) throw unknownJob(ctx.params.id!);
-    ctx.body = status;
+    ctx.body = reported(status);
   });
 
   router.delete('/jobs/:id', async (ctx) => {
@@ -79,10 +82,9 @@ export function agentRoutes({ jobs, metrics, ports, portForward, identity }: Rou
     if (outcome === 'unknown') throw unknownJob(ctx.params.id!);
     if (outcome === 'running') throw new HttpError(409, 'job_running', `job ${ctx.params.id} has not finished; stop it first`);
     ports.removed(ctx.params.id!);
+    ssh.forget(ctx.params.id!);
     ctx.status = 204;
   });
-
-  router.all('/jobs/:id/ports/:port{/*path}', (ctx) => portForward.web(ctx));
 
   return router;
 }

@@ -17,17 +17,22 @@ import { JobManager } from './jobs.js';
 import { createAgentLogger } from './logger.js';
 import { MetricsSampler } from './metrics.js';
 import { OrphanWatch } from './orphan-watch.js';
-import { DEFAULT_FIRST_BYTE_TIMEOUT_MS, DockerJobPorts, PortForward, ProcessJobPorts } from './port-forward.js';
+import { agentCredential, DEFAULT_FIRST_BYTE_TIMEOUT_MS, DockerJobPorts, PortForward, ProcessJobPorts } from './port-forward.js';
 import { ProcessRuntime } from './process-runtime.js';
 import { agentRoutes } from './routes.js';
 import type { JobRuntime } from './runtime.js';
+import { DockerTarget } from './ssh/docker-target.js';
+import { loadOrCreateHostKey } from './ssh/host-key.js';
+import type { JobTarget } from './ssh/job-target.js';
+import { ProcessTarget } from './ssh/process-target.js';
+import { SshAccess } from './ssh/ssh-access.js';
 import { agentVersion } from './version.js';
 
 export type RuntimeChoice = 'auto' | 'docker' | 'process';
 export const RUNTIME_CHOICES: readonly RuntimeChoice[] = ['auto', 'docker', 'process'];
 
 export interface AgentOptions {
-  /** Every request must carry it as `Authorization: Bearer <token>`. */
+  /** Every request must carry it as `Authorization: Bearer <token>` (a port forward may use `x-agent-authorization`). */
   token: string;
   /** Listen address, also the address published container ports bind to. Default 127.0.0.1. */
   host?: string;
@@ -123,15 +128,23 @@ async function serve(
     throw new Error(`no Docker Engine API answers at ${settings.dockerHost}`);
   }
   const docker = engineAnswers ? dockerClient(settings.dockerHost) : null;
-  const runtime: JobRuntime = docker
-    ? new DockerRuntime({
+  let runtime: JobRuntime;
+  let sshTarget: JobTarget;
+  if (docker) {
+    runtime = new DockerRuntime({
       docker,
       instanceId: settings.instanceId,
       portHost: settings.host,
       gpus: detectedGpu.count > 0,
       logger,
-    })
-    : new ProcessRuntime();
+    });
+    sshTarget = new DockerTarget(docker, settings.instanceId);
+  } else {
+    const processRuntime = new ProcessRuntime();
+    runtime = processRuntime;
+    sshTarget = new ProcessTarget(processRuntime);
+  }
+  const hostKey = loadOrCreateHostKey(workDir);
 
   const jobs = new JobManager(runtime, workDir, logger, settings.maxLogBytes);
   const orphanWatch = new OrphanWatch({
@@ -142,20 +155,24 @@ async function serve(
   await jobs.recover();
 
   const authorized = bearerCheck(settings.token);
-  const ports = docker ? new DockerJobPorts(docker, settings.instanceId) : new ProcessJobPorts();
-  const portForward = new PortForward({ jobs, ports, authorized, firstByteTimeoutMs: settings.portFirstByteTimeoutMs });
+  const ports = docker ? new DockerJobPorts(docker, settings.instanceId) : new ProcessJobPorts(logger);
+  const portForward = new PortForward({
+    jobs, ports, authorized, contact: () => orphanWatch.contact(), firstByteTimeoutMs: settings.portFirstByteTimeoutMs, logger,
+  });
+  const ssh = new SshAccess({ jobs, ports, target: sshTarget, hostKey, authorized, logger });
 
   const app = new Koa();
   app.on('error', (error: Error) => logger.warn('connection error', { error: error.message }));
   const router = agentRoutes({
     jobs,
-    metrics: new MetricsSampler(gpu),
+    metrics: new MetricsSampler(gpu, workDir),
     ports,
     portForward,
-    identity: { version: agentVersion(), instanceId: settings.instanceId, runtime: runtime.kind, gpu },
+    ssh,
+    identity: { version: agentVersion(), instanceId: settings.instanceId, runtime: runtime.kind, gpu, sshHostKey: hostKey.publicKey },
   });
   app.use(errorResponses(logger));
-  app.use(bearerAuth(authorized));
+  app.use(bearerAuth(authorized, agentCredential));
   app.use(async (_ctx, next) => {
     orphanWatch.contact();
     await next();
@@ -163,8 +180,12 @@ async function serve(
   app.use(router.routes());
   app.use(router.allowedMethods());
 
-  const server = createServer(app.callback());
-  server.on('upgrade', (req, socket, head) => portForward.upgrade(req, socket, head));
+  const api = app.callback();
+  const server = createServer((req, res) => void (PortForward.handles(req.url) ? portForward.web(req, res) : api(req, res)));
+  server.on('upgrade', (req, socket, head) => {
+    if (SshAccess.handles(req.url)) ssh.upgrade(req, socket, head);
+    else portForward.upgrade(req, socket, head);
+  });
   try {
     await new Promise<void>((resolveListen, rejectListen) => {
       server.once('error', rejectListen);
@@ -190,6 +211,7 @@ async function serve(
     closed ??= (async () => {
       orphanWatch.stop();
       portForward.close();
+      ssh.close();
       await new Promise<void>((resolveClose) => {
         server.close(() => resolveClose());
         server.closeAllConnections();

@@ -21,6 +21,32 @@ export const JobFile = Type.Object({
 }, { additionalProperties: false });
 export type JobFile = Static<typeof JobFile>;
 
+/**
+ * A repo of a run, as the agent puts it in place before the job starts: cloned from `url` (at `hash`, else
+ * `branch`, else the remote's default branch) with the uncommitted changes of the applier's checkout applied
+ * on top, or, for a repo no remote of which was reachable, its working tree uploaded as `files`.
+ */
+export const JobRepo = Type.Object({
+  path: Type.String({ minLength: 1, pattern: '^/', 'x-expected': 'an absolute path', description: 'Where the repo lands inside the container' }),
+  url: Type.Optional(Type.String({ minLength: 1 })),
+  branch: Type.Optional(Type.String({ minLength: 1 })),
+  hash: Type.Optional(Type.String({ pattern: '^[0-9a-f]{4,64}$', 'x-expected': 'a commit hash' })),
+  /** `git diff --binary` of the applier's changes since `hash`, applied with `git apply`. */
+  diffBase64: Type.Optional(Type.String({ format: 'base64', 'x-expected': 'base64 (A-Z, a-z, 0-9, + and /, padded with =)' })),
+  /** The working tree, relative to `path`, when there is no `url` to clone. */
+  files: Type.Optional(Type.Array(JobFile)),
+}, { additionalProperties: false });
+export type JobRepo = Static<typeof JobRepo>;
+
+/** A directory of the instance given to the job: bind-mounted into its container, or linked into a process job's folder. */
+export const JobVolume = Type.Object({
+  instancePath: Type.String({ minLength: 1, pattern: '^/' }),
+  path: Type.String({ minLength: 1, pattern: '^/' }),
+  /** Start the job without it when the instance lacks `instancePath`. */
+  optional: Type.Boolean(),
+}, { additionalProperties: false });
+export type JobVolume = Static<typeof JobVolume>;
+
 /** What the control plane sends an instance's agent: one job of a run. Submitting the same jobId twice is a no-op. */
 export const JobSubmission = Type.Object({
   jobId: Type.String({ minLength: 1 }),
@@ -31,7 +57,13 @@ export const JobSubmission = Type.Object({
   files: Type.Array(JobFile),
   workingDir: Type.Optional(Type.String()),
   ports: Type.Array(Type.Integer({ minimum: 1, maximum: 65535 })),
+  /** The port the job's service answers on: the job finds where to listen in `PORT`, and the port is forwarded. */
+  servicePort: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535 })),
   gpus: Type.Integer({ minimum: 0 }),
+  /** Credentials for pulling `image` from its registry. */
+  registryAuth: Type.Optional(Type.Object({ username: Type.String(), password: Type.String() }, { additionalProperties: false })),
+  repos: Type.Optional(Type.Array(JobRepo)),
+  volumes: Type.Optional(Type.Array(JobVolume)),
 });
 export type JobSubmission = Static<typeof JobSubmission>;
 
@@ -48,6 +80,12 @@ export const JobStatus = Type.Object({
   reason: Type.Optional(Type.String()),
   startedAt: Type.Union([Type.String(), Type.Null()]),
   finishedAt: Type.Union([Type.String(), Type.Null()]),
+  /** Forwarded HTTP exchanges not yet finished and WebSocket tunnels open; absent from older agents. */
+  forwarding: Type.Optional(Type.Integer({ minimum: 0 })),
+  /** SSH connections open into the job; absent from older agents. */
+  sshConnections: Type.Optional(Type.Integer({ minimum: 0 })),
+  /** When an SSH connection into the job last carried data, opened or closed (ISO 8601); absent before the first. */
+  lastSshActivityAt: Type.Optional(Type.String()),
 });
 export type JobStatus = Static<typeof JobStatus>;
 
@@ -71,6 +109,20 @@ export type LogsPage = Static<typeof LogsPage>;
  * `GET /api/jobs/:id/logs?format=jsonl`: the same page as JSON lines (one LogEntry per line, the file's
  * own bytes, for copying without parsing), described by these response headers.
  */
+/**
+ * A port forward may carry the agent's token (`Bearer <token>`) in this header instead of `Authorization`,
+ * which then reaches the job untouched.
+ */
+export const AGENT_FORWARD_AUTH_HEADER = 'x-agent-authorization';
+
+/** `GET /api/jobs/:id/ssh`: base64 of the OpenSSH authorized_keys text whose keys alone may log in. */
+export const SSH_AUTHORIZED_KEYS_HEADER = 'x-ssh-authorized-keys';
+
+/** How long (ms) a forward waits for the job's first byte, set by the caller per request (a service's first_byte_timeout). */
+export const AGENT_FIRST_BYTE_TIMEOUT_HEADER = 'x-agent-first-byte-timeout-ms';
+/** The longest first-byte wait a caller may ask for. */
+export const MAX_FIRST_BYTE_TIMEOUT_MS = 3_600_000;
+
 export const LOG_LINES_HEADERS = { first: 'x-log-first', next: 'x-log-next', finished: 'x-log-finished' } as const;
 
 export const AgentHealth = Type.Object({
@@ -80,6 +132,8 @@ export const AgentHealth = Type.Object({
   runtime: Type.Union([Type.Literal('docker'), Type.Literal('process')]),
   gpu: GpuInfo,
   jobs: Type.Array(Type.String()),
+  /** The agent's SSH host key, OpenSSH one-line form ("ssh-ed25519 AAAA..."); absent from older agents. */
+  sshHostKey: Type.Optional(Type.String()),
 });
 export type AgentHealth = Static<typeof AgentHealth>;
 
@@ -97,3 +151,9 @@ export const AgentMetrics = Type.Object({
   })),
 });
 export type AgentMetrics = Static<typeof AgentMetrics>;
+
+/**
+ * The file in an agent's work folder that holds the utilisation, in percent, its declared GPUs report where
+ * nvidia-smi is absent: the gpucloud emulator writes it so that tests can drive utilization_policy.
+ */
+export const DECLARED_GPU_UTILIZATION_FILE = 'declared-gpu-utilization';

@@ -1,4 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
+import { normalizeResources } from './resources.js';
 import type { AnySpec, SpecType } from './spec.js';
 
 /** How an instance's agent runs jobs: in containers, or as plain processes on the machine itself. */
@@ -18,6 +19,8 @@ interface Entry {
   message: string;
   /** Values that ask for what happens anyway; a field set to one of them is not listed. */
   honoured?: readonly unknown[];
+  /** When only some specs leave the field without effect: those for which this holds. */
+  when?: (spec: AnySpec) => boolean;
 }
 
 const RUNS: readonly SpecType[] = ['task', 'service', 'dev-environment'];
@@ -28,27 +31,24 @@ const NOT_YET = 'not acted on yet;';
  * the plans of `apply` show what is left here, so that nobody believes a setting is in force.
  */
 const NOT_ACTED_ON: readonly Entry[] = [
-  { kinds: ['task'], field: 'retry', message: `${NOT_YET} the run will not be resubmitted` },
-  { kinds: ['task'], field: 'utilization_policy', message: `${NOT_YET} the run is not stopped when its GPUs stay idle` },
-  { kinds: ['task'], field: 'registry_auth', message: `${NOT_YET} images are pulled without credentials, so a private image fails to pull` },
-  { kinds: ['task', 'service'], field: 'repos', message: `${NOT_YET} nothing is cloned or copied; use files for local code` },
-  { kinds: ['task', 'service', 'dev-environment'], field: 'python', message: `${NOT_YET} the commands get whatever Python the image (or, without a container, the machine) has` },
-  { kinds: ['task', 'dev-environment'], field: 'ports', message: `${NOT_YET} nothing forwards them to your machine; a container publishes them on its instance only` },
-  { kinds: ['service'], field: 'port', message: `${NOT_YET} the service is not reachable through the server (there is no proxy yet)` },
-  { kinds: ['service'], field: 'model', message: `${NOT_YET} no model endpoint serves it` },
-  { kinds: ['service'], field: 'replicas', message: `${NOT_YET} one replica runs`, honoured: [1, '1', '1..1'] },
-  { kinds: ['service'], field: 'scaling', message: `${NOT_YET} the number of replicas does not follow load` },
-  { kinds: ['service'], field: 'auth', message: `${NOT_YET} the service is not published, with or without a token` },
-  { kinds: ['service'], field: 'probes', message: `${NOT_YET} nothing checks the service; it counts as running once started` },
-  { kinds: ['service'], field: 'volumes', message: `${NOT_YET} nothing is mounted into the container` },
-  { kinds: ['dev-environment'], field: 'ide', message: `${NOT_YET} no IDE is set up or opened` },
-  { kinds: ['dev-environment'], field: 'inactivity_duration', message: `${NOT_YET} the dev environment is not stopped when unused` },
+  { kinds: ['service'], field: 'retry', message: 'not used by services: a service replaces a failed replica itself' },
+  { kinds: RUNS, field: 'python', message: `${NOT_YET} the commands get whatever Python the image (or, without a container, the machine) has` },
+  { kinds: RUNS, field: 'privileged', message: `${NOT_YET} the container runs unprivileged` },
+  { kinds: RUNS, field: 'entrypoint', message: `${NOT_YET} the commands run in the shell, not through this entrypoint` },
+  { kinds: RUNS, field: 'shell', message: `${NOT_YET} the commands run in /bin/sh` },
+  { kinds: RUNS, field: 'backends', message: `${NOT_YET} the run may land on a fleet of any backend; set backends on the fleet instead` },
+  { kinds: RUNS, field: 'fleets', message: `${NOT_YET} the run may land on any fleet that fits` },
+  {
+    kinds: RUNS, field: 'utilization_policy', message: 'not acted on: it watches the run\'s GPUs, and this run asks for none (resources.gpu: 0)',
+    when: (spec) => normalizeResources((spec as { resources?: Parameters<typeof normalizeResources>[0] }).resources, 'run').gpu.count.max === 0,
+  },
   { kinds: ['fleet', ...RUNS], field: 'resources.shm_size', message: `${NOT_YET} the container gets the runtime's default shared memory` },
 ];
 
 /** What the process runtime, which has no containers, leaves unused. */
 const UNUSED_BY_PROCESS_RUNTIME: readonly Entry[] = [
   { kinds: RUNS, field: 'image', message: 'not used: this instance runs jobs as processes on the machine itself, without a container (a backend with runtime: docker runs images)' },
+  { kinds: RUNS, field: 'registry_auth', message: 'not used: this instance pulls no image, as it runs jobs as processes on the machine itself' },
 ];
 
 /** Whether the spec sets the entry's field to something other than what happens anyway (false, off, an empty list). */
@@ -69,6 +69,6 @@ function asksForMore(spec: AnySpec, entry: Entry): boolean {
 export function fieldsNotActedOn(spec: AnySpec, runtime: JobRuntime | null): FieldNotActedOn[] {
   const entries = runtime === 'process' ? [...NOT_ACTED_ON, ...UNUSED_BY_PROCESS_RUNTIME] : NOT_ACTED_ON;
   return entries
-    .filter((entry) => entry.kinds.includes(spec.type) && asksForMore(spec, entry))
+    .filter((entry) => entry.kinds.includes(spec.type) && asksForMore(spec, entry) && (entry.when?.(spec) ?? true))
     .map(({ field, message }) => ({ field, message }));
 }

@@ -1,7 +1,8 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { JobFile } from './agent.js';
+import { JobFile, JobRepo } from './agent.js';
 import { FieldNotActedOn, JobRuntime } from './not-acted-on.js';
 import { GpuInfo, Offer } from './offer.js';
+import { ServiceInfo } from './services.js';
 import { FleetStatus, InstanceStatus, RunStatus } from './status.js';
 
 /** The objects the management API answers with; the CLI reads the same shapes. */
@@ -78,6 +79,41 @@ export const Fleet = Type.Object({
 });
 export type Fleet = Static<typeof Fleet>;
 
+/** A user's public key, which lets them `ssh` into the runs of every project they are a member of. */
+export const SshKey = Type.Object({
+  /** `SHA256:...`, as `ssh-keygen -l` prints it. */
+  fingerprint: Type.String(),
+  /** One line of OpenSSH's authorized_keys form: `ssh-ed25519 AAAA... comment`. */
+  publicKey: Type.String(),
+  createdAt: Timestamp,
+});
+export type SshKey = Static<typeof SshKey>;
+
+export const SSH_PUBLIC_KEY_MAX_BYTES = 16 * 1024;
+
+/** `PUT /api/users/me/ssh-keys`. */
+export const SshKeyRequest = Type.Object({
+  publicKey: Type.String({ minLength: 1, maxLength: SSH_PUBLIC_KEY_MAX_BYTES }),
+}, { additionalProperties: false });
+export type SshKeyRequest = Static<typeof SshKeyRequest>;
+
+/** Where `ssh` reaches a job and the host keys it may show: its agents' keys, in OpenSSH's one-line form. */
+export const SshHost = Type.Object({
+  /** The name known_hosts holds the key under (OpenSSH's HostKeyAlias), unique per project, run and replica. */
+  hostAlias: Type.String(),
+  hostKeys: Type.Array(Type.String()),
+});
+export type SshHost = Static<typeof SshHost>;
+
+/**
+ * How to reach a running run over SSH. For a service, the run's own alias reaches its lowest-numbered ready
+ * replica, so it accepts the host key of any replica's instance; each replica has an alias of its own too.
+ */
+export const RunSsh = Type.Composite([SshHost, Type.Object({
+  replicas: Type.Array(Type.Composite([SshHost, Type.Object({ replica: Type.Integer() })])),
+})]);
+export type RunSsh = Static<typeof RunSsh>;
+
 export const Run = Type.Object({
   id: Type.String(),
   project: Type.String(),
@@ -89,6 +125,8 @@ export const Run = Type.Object({
   terminationReason: Type.Union([Type.String(), Type.Null()]),
   priority: Type.Integer(),
   generation: Type.Integer(),
+  /** 1, then one more for each resubmission under the run's retry policy. */
+  attempt: Type.Integer({ minimum: 1 }),
   spec: JsonObject,
   fleet: Type.Union([Type.String(), Type.Null()]),
   instance: Type.Union([Type.String(), Type.Null()]),
@@ -96,9 +134,15 @@ export const Run = Type.Object({
   pricePerHour: Type.Union([Type.Number(), Type.Null()]),
   exitCode: Type.Union([Type.Integer(), Type.Null()]),
   queuePosition: Type.Union([Type.Integer(), Type.Null()]),
+  /** A service's replicas and where it is published; null for other kinds. */
+  service: Type.Union([ServiceInfo, Type.Null()]),
+  /** Null until the run's job runs on an instance whose agent gave a host key. */
+  ssh: Type.Union([RunSsh, Type.Null()]),
   submittedAt: Timestamp,
   startedAt: NullableTimestamp,
   finishedAt: NullableTimestamp,
+  /** When a running dev environment stops under inactivity_duration unless an SSH connection opens; null while one is open, and for other runs. */
+  inactivityStopAt: NullableTimestamp,
 });
 export type Run = Static<typeof Run>;
 
@@ -143,7 +187,8 @@ export const PlannedOffer = Type.Composite([Offer, Type.Object({ fleet: Type.Str
 export type PlannedOffer = Static<typeof PlannedOffer>;
 
 export const RunPlan = Type.Object({
-  action: Type.Union([Type.Literal('create'), Type.Literal('replace')]),
+  /** `update`: a live service of that name takes the new spec (rolling, or replicas in place). */
+  action: Type.Union([Type.Literal('create'), Type.Literal('replace'), Type.Literal('update')]),
   name: Type.Union([Type.String(), Type.Null()]),
   requirement: Type.String(),
   fleets: Type.Array(Type.String()),
@@ -183,10 +228,14 @@ export const FleetPlan = Type.Object({
 });
 export type FleetPlan = Static<typeof FleetPlan>;
 
-/** One object of `POST /api/projects/:p/apply`: a spec, and for a run the contents of its `files`. */
+/**
+ * One object of `POST /api/projects/:p/apply`: a spec, and for a run the contents of its `files` and its
+ * `repos` as the CLI read them (one per entry of the spec's repos; URL entries may be left out).
+ */
 export const ApplyItem = Type.Object({
   spec: Type.Unknown(),
   files: Type.Optional(Type.Array(JobFile)),
+  repos: Type.Optional(Type.Array(JobRepo)),
 }, { additionalProperties: false });
 export type ApplyItem = Static<typeof ApplyItem>;
 

@@ -21,6 +21,7 @@ export const Offer = Type.Object({
   region: Type.String(),
   pricePerHour: Type.Number({ minimum: 0 }),
   availability: Type.Union([Type.Literal('available'), Type.Literal('unavailable')]),
+  spot: Type.Optional(Type.Boolean({ description: 'Spot capacity: cheaper, and the backend may interrupt it at any time' })),
 });
 export type Offer = Static<typeof Offer>;
 

@@ -1,6 +1,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { isAlias, isMap, isScalar, isSeq, LineCounter, parseAllDocuments, type Document } from 'yaml';
-import { checkSpecRules } from './spec-rules.js';
+import { interpolateSpec } from './interpolation.js';
+import { checkSpecRules, otherKindsHint, refuseUnsupported, UNSUPPORTED_TYPES } from './spec-rules.js';
 import { SPEC_SCHEMAS, SPEC_TYPES, type AnySpec, type SpecType } from './spec.js';
 import { isDnsLabel } from './names.js';
 import { closestMatch, quoteList } from './suggest.js';
@@ -35,13 +36,7 @@ export function specKind(spec: { type: AnySpec['type'] }): 'fleet' | 'run' {
   return spec.type === 'fleet' ? 'fleet' : 'run';
 }
 
-function otherKindsHint(path: Path, field: string, type: SpecType): string | null {
-  if (path.length > 0) return null;
-  const owners = SPEC_TYPES.filter((other) => other !== type && Object.hasOwn(SPEC_SCHEMAS[other].properties, field));
-  return owners.length === 0 ? null : `unknown field for a ${type}; it belongs to ${owners.join(', ')}`;
-}
-
-function checkDocument(value: unknown, environment: ValidationContext['environment']): { spec: AnySpec | null; issues: Issue[] } {
+function checkDocument(value: unknown, environment: ValidationContext['environment'], runArgs: readonly string[] = []): { spec: AnySpec | null; issues: Issue[] } {
   const issues: Issue[] = [];
   const context: ValidationContext = { environment, issues };
   const types = quoteList(SPEC_TYPES);
@@ -56,13 +51,27 @@ function checkDocument(value: unknown, environment: ValidationContext['environme
     report(context, ['type'], `required field is missing; expected one of ${types}`, 'parent');
     return { spec: null, issues };
   }
+  if (typeof type === 'string' && Object.hasOwn(UNSUPPORTED_TYPES, type)) {
+    report(context, ['type'], `dstack's ${type} configurations are not supported: ${UNSUPPORTED_TYPES[type]}`);
+    return { spec: null, issues };
+  }
   if (typeof type !== 'string' || !(SPEC_TYPES as string[]).includes(type)) {
     const suggestion = typeof type === 'string' ? closestMatch(type, SPEC_TYPES) : null;
     report(context, ['type'], `expected one of ${types}, got ${describeValue(type)}${suggestion ? `; did you mean "${suggestion}"?` : ''}`);
     return { spec: null, issues };
   }
-  context.unknownFieldHint = (path, field) => otherKindsHint(path, field, type as SpecType);
-  const spec = validateValue(SPEC_SCHEMAS[type as SpecType], value, context) as Record<string, unknown>;
+  context.unknownFieldHint = (path, field) => otherKindsHint(path, field, type as SpecType, SPEC_SCHEMAS);
+  const supported = refuseUnsupported(value as Record<string, unknown>, type as SpecType, SPEC_SCHEMAS[type as SpecType].properties, (path, message, at) => report(context, path, message, at));
+  if (supported === null) return { spec: null, issues };
+  const refused = new Set<string>();
+  const interpolated = interpolateSpec(supported, environment === null ? null : { environment, args: runArgs }, (path, message) => {
+    refused.add(formatPath(path));
+    report(context, path, message);
+  });
+  const validatedFrom = issues.length;
+  const spec = validateValue(SPEC_SCHEMAS[type as SpecType], interpolated, context) as Record<string, unknown>;
+  // A field whose expression was refused gets that message alone, not also one about the text left in it.
+  issues.splice(validatedFrom, Infinity, ...issues.slice(validatedFrom).filter((issue) => !refused.has(formatPath(issue.path))));
   checkSpecRules(spec, (path, message, at) => report(context, path, message, at));
   return { spec: issues.length === 0 ? (spec as AnySpec) : null, issues };
 }
@@ -138,9 +147,12 @@ function lowerFirst(text: string): string {
 /**
  * Parses a file of one or more YAML documents (separated by `---`) into validated specs.
  * Reports every problem at once, each with its line, column and field. `env` entries written as
- * a bare NAME take their value from `environment`, the applying user's.
+ * a bare NAME take their value from `environment`, the applying user's, and so do `${{ env.NAME }}`
+ * expressions; `${{ run.args }}` takes `runArgs`, the words after `apply ... --`.
  */
-export function parseSpecText(text: string, file: string, environment: Record<string, string | undefined>): { specs: AnySpec[]; errors: SpecError[] } {
+export function parseSpecText(
+  text: string, file: string, environment: Record<string, string | undefined>, runArgs: readonly string[] = [],
+): { specs: AnySpec[]; errors: SpecError[] } {
   const lineCounter = new LineCounter();
   const docs = parseAllDocuments(text, { lineCounter, prettyErrors: false });
   const specs: AnySpec[] = [];
@@ -166,7 +178,7 @@ export function parseSpecText(text: string, file: string, environment: Record<st
       errorAt(rangeStart(doc.contents), [], `invalid YAML: ${lowerFirst((error as Error).message)}`);
       continue;
     }
-    const { spec, issues } = checkDocument(value, environment);
+    const { spec, issues } = checkDocument(value, environment, runArgs);
     for (const issue of issues) errorAt(offsetOf(doc, issue.path, issue.at), issue.path, issue.message);
     const duplicate = checkNameUnique(value, names, () => {
       const offset = offsetOf(doc, ['name'], 'value');

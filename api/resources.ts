@@ -20,10 +20,29 @@ export const ResourceRequirement = Type.Object({
   memoryMib: Range,
   diskMib: Range,
   shmSizeMib: Type.Union([Type.Number(), Type.Null()]),
+  spot: Type.Optional(Type.Union([Type.Literal('spot'), Type.Literal('on-demand'), Type.Literal('auto')], {
+    description: 'A run\'s spot_policy: spot offers only, on-demand ones only (also when left out), or either',
+  })),
 });
 export type ResourceRequirement = Static<typeof ResourceRequirement>;
 
 const CPU_RULES = { least: 1, bounded: false, what: 'CPU count' };
+
+/** dstack's names of CPU architectures; every machine the backends here offer is x86. */
+const CPU_ARCHITECTURES: Record<string, 'x86' | 'arm'> = { x86: 'x86', x86_64: 'x86', amd64: 'x86', arm: 'arm', arm64: 'arm', aarch64: 'arm' };
+
+/** CPUs as written: a count or range, optionally with the architecture in any order (`x86:8..`, `16`, `4..16`). */
+export function parseCpu(input: string | number): Range {
+  let count: Range | null = null;
+  for (const piece of String(input).split(':').map((part) => part.trim())) {
+    const arch = CPU_ARCHITECTURES[piece.toLowerCase()];
+    if (arch === 'arm') throw new Error(`ARM CPUs are not supported: the machines the backends here offer are x86`);
+    if (arch === 'x86') continue;
+    if (count !== null) throw new Error(`invalid CPU spec "${input}": it gives the count twice`);
+    count = parseCountRange(piece, CPU_RULES);
+  }
+  return count ?? OPEN_RANGE;
+}
 
 /**
  * The requirement a resources block states. Without `gpu`, any machine fits (count `0..`).
@@ -39,7 +58,7 @@ export function normalizeResources(resources: Resources | undefined, kind: 'flee
       memoryMib: gpu?.memoryMib ?? OPEN_RANGE,
       count: gpu?.count ?? defaultCount,
     },
-    cpus: resources?.cpu === undefined ? OPEN_RANGE : parseCountRange(resources.cpu, CPU_RULES),
+    cpus: resources?.cpu === undefined ? OPEN_RANGE : parseCpu(resources.cpu),
     memoryMib: resources?.memory === undefined ? OPEN_RANGE : parseSizeRange(resources.memory),
     diskMib: resources?.disk === undefined ? OPEN_RANGE : parseSizeRange(resources.disk),
     shmSizeMib: resources?.shm_size === undefined ? null : parseSize(resources.shm_size),
@@ -49,6 +68,7 @@ export function normalizeResources(resources: Resources | undefined, kind: 'flee
 /** Whether a machine offered by a backend meets the requirement. Model and card memory only matter when the offer has GPUs. */
 export function offerSatisfies(offer: Offer, req: ResourceRequirement): boolean {
   if (!inRange(offer.gpu.count, req.gpu.count)) return false;
+  if (req.spot !== 'auto' && (offer.spot === true) !== (req.spot === 'spot')) return false;
   if (offer.gpu.count > 0) {
     if (req.gpu.models !== null && !req.gpu.models.some((model) => modelsMatch(model, offer.gpu.name))) return false;
     if (!inRange(offer.gpu.memoryMib, req.gpu.memoryMib)) return false;
@@ -79,7 +99,8 @@ export function intersectRequirements(a: ResourceRequirement, b: ResourceRequire
   const diskMib = intersectRanges(a.diskMib, b.diskMib);
   if (gpu === null || cpus === null || memoryMib === null || diskMib === null) return null;
   const shm = [a.shmSizeMib, b.shmSizeMib].filter((v): v is number => v !== null);
-  return { gpu, cpus, memoryMib, diskMib, shmSizeMib: shm.length === 0 ? null : Math.max(...shm) };
+  const spot = b.spot ?? a.spot;
+  return { gpu, cpus, memoryMib, diskMib, shmSizeMib: shm.length === 0 ? null : Math.max(...shm), ...(spot ? { spot } : {}) };
 }
 
 function describeGpu(gpu: ResourceRequirement['gpu']): string {
@@ -103,4 +124,19 @@ export function describeRequirement(req: ResourceRequirement): string {
 
 function labelled(label: string, text: string): string {
   return text === '' ? '' : `${label} ${text}`;
+}
+
+/**
+ * When the requirement names GPU models that none of the offers has, a sentence that says so and which
+ * models the backends do offer (`no backend offers A100; they offer H100, L4`); null otherwise.
+ */
+export function unofferedModels(req: ResourceRequirement, offers: readonly Offer[]): string | null {
+  const models = req.gpu.models;
+  if (models === null || req.gpu.count.max === 0) return null;
+  const offered = [...new Set(offers.filter((o) => o.gpu.count > 0).map((o) => o.gpu.name))];
+  if (offered.some((name) => models.some((model) => modelsMatch(model, name)))) return null;
+  const wanted = models.join(' or ');
+  return offered.length === 0
+    ? `no backend offers ${wanted}: they offer no GPUs at all`
+    : `no backend offers ${wanted}; they offer ${offered.sort().join(', ')}`;
 }

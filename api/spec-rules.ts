@@ -1,8 +1,14 @@
+import type { TObject } from '@sinclair/typebox';
+import { parseDuration } from './duration.js';
 import { parsePortMapping } from './mappings.js';
 import { parseCountRange } from './quantity.js';
+import type { SpecType } from './spec.js';
 import type { IssueAt, Path } from './validate.js';
 
 type Report = (path: Path, message: string, at: IssueAt) => void;
+
+/** Request statistics are kept for an hour (store/service-stats.ts), so a longer window would see only part of it. */
+export const MAX_SCALING_WINDOW_SECONDS = 3600;
 
 function attempt<T>(parse: () => T): T | null {
   try {
@@ -19,8 +25,10 @@ function checkPorts(ports: unknown, report: Report): void {
     const mapping = typeof entry === 'number' || typeof entry === 'string' ? attempt(() => parsePortMapping(entry)) : null;
     if (!mapping) return;
     for (const side of ['local', 'container'] as const) {
-      if (seen[side].has(mapping[side])) report(['ports', index], `${side} port ${mapping[side]} is listed twice`, 'value');
-      seen[side].add(mapping[side]);
+      const port = mapping[side];
+      if (port === null) continue;
+      if (seen[side].has(port)) report(['ports', index], `${side} port ${port} is listed twice`, 'value');
+      seen[side].add(port);
     }
   });
 }
@@ -37,6 +45,11 @@ function checkScaling(spec: Record<string, unknown>, report: Report): void {
   }
   if (fixed && spec.scaling !== undefined) {
     report(['scaling'], `scaling needs replicas as a range such as 1..4; replicas is fixed at ${replicas.min}`, 'key');
+  }
+  const window = (spec.scaling as Record<string, unknown> | undefined)?.window;
+  const seconds = typeof window === 'string' || typeof window === 'number' ? attempt(() => parseDuration(window)) : null;
+  if (seconds !== null && seconds > MAX_SCALING_WINDOW_SECONDS) {
+    report(['scaling', 'window'], 'at most 1h: request statistics are kept for an hour', 'value');
   }
 }
 
@@ -55,4 +68,136 @@ export function checkSpecRules(spec: Record<string, unknown>, report: Report): v
   }
   checkPorts(spec.ports, report);
   if (type === 'service') checkScaling(spec, report);
+}
+
+const RUN_KINDS: readonly SpecType[] = ['task', 'service', 'dev-environment'];
+const ALL_KINDS: readonly SpecType[] = ['fleet', ...RUN_KINDS];
+
+/**
+ * A dstack field this orchestrator does not take. Where `sameMeaning` holds for the value written, the
+ * field asks for what happens here anyway, and is dropped instead of refused.
+ */
+interface Unsupported {
+  kinds: readonly SpecType[];
+  path: readonly string[];
+  message: string;
+  sameMeaning?: (value: unknown) => boolean;
+}
+
+const NO_CLOUD_CHOICE = 'the scheduler takes the cheapest offer of the fleet\'s backends that fits, wherever it is';
+const MULTI_NODE = 'multi-node tasks are not supported yet';
+
+/** dstack's configuration fields that have no counterpart here, with why; docs/compatibility.md has the whole table. */
+export const UNSUPPORTED: readonly Unsupported[] = [
+  { kinds: ['fleet'], path: ['ssh_config'], message: 'SSH fleets are not supported: a fleet here gets its instances from a backend (gpucloud, or local for this machine)' },
+  { kinds: ['fleet'], path: ['env'], message: 'env on a fleet belongs to dstack\'s SSH fleets, which are not supported; set env on each run' },
+  { kinds: ['fleet'], path: ['placement'], message: 'cluster placement is not supported: instances of a fleet share no guaranteed interconnect', sameMeaning: (v) => v === 'any' },
+  { kinds: ['fleet'], path: ['blocks'], message: 'blocks are not supported: a run takes a whole instance, never a share of its GPUs', sameMeaning: (v) => v === 1 },
+  { kinds: ['fleet'], path: ['termination_policy'], message: 'termination_policy is deprecated in dstack; use idle_duration' },
+  { kinds: ['fleet'], path: ['termination_idle_time'], message: 'termination_idle_time is deprecated in dstack; use idle_duration' },
+  { kinds: ['fleet'], path: ['retry'], message: 'retry on a fleet is not supported: a fleet keeps trying to reach its minimum; set retry on runs' },
+  { kinds: ['fleet'], path: ['spot_policy'], message: 'spot_policy on a fleet is not supported: set it on each run' },
+  { kinds: ALL_KINDS, path: ['regions'], message: `choosing regions is not supported: ${NO_CLOUD_CHOICE}` },
+  { kinds: ALL_KINDS, path: ['availability_zones'], message: `choosing availability zones is not supported: ${NO_CLOUD_CHOICE}` },
+  { kinds: ALL_KINDS, path: ['instance_types'], message: `choosing instance types is not supported: machines are chosen by resources; ${NO_CLOUD_CHOICE}` },
+  { kinds: ALL_KINDS, path: ['reservation'], message: 'reservations are not supported: the backends here sell no reserved capacity' },
+  { kinds: ALL_KINDS, path: ['max_price'], message: 'max_price is not supported: the plan of apply shows the price of each offer, and the cheapest that fits is taken' },
+  { kinds: ALL_KINDS, path: ['tags'], message: 'tags are not supported: the backends here take no resource tags' },
+  { kinds: ALL_KINDS, path: ['backend_options'], message: 'backend_options are not supported: the backends here take no per-configuration options' },
+  { kinds: RUN_KINDS, path: ['creation_policy'], message: 'creation_policy reuse-or-create is not supported: a run only takes instances of fleets; apply a fleet to create them', sameMeaning: (v) => v === 'reuse' },
+  { kinds: RUN_KINDS, path: ['idle_duration'], message: 'idle_duration on a run is not supported: instances belong to fleets; set idle_duration on the fleet' },
+  { kinds: RUN_KINDS, path: ['instances'], message: 'choosing instances is not supported: the scheduler places a run on an instance of a fleet that fits; use fleets to narrow it' },
+  { kinds: RUN_KINDS, path: ['user'], message: 'user is not supported: the commands run as the image\'s default user' },
+  { kinds: RUN_KINDS, path: ['nvcc'], message: 'nvcc is not supported: the default image has no CUDA compiler; set image to one that has it, such as nvidia/cuda:12.4.1-devel-ubuntu22.04', sameMeaning: (v) => v === false },
+  { kinds: RUN_KINDS, path: ['docker'], message: 'docker (Docker inside the run) is not supported', sameMeaning: (v) => v === false },
+  { kinds: RUN_KINDS, path: ['dstack'], message: 'dstack (the server reachable from inside the run) is not supported', sameMeaning: (v) => v === false },
+  { kinds: RUN_KINDS, path: ['single_branch'], message: 'single_branch: false is not supported: a repo is cloned at one commit', sameMeaning: (v) => v === true },
+  { kinds: RUN_KINDS, path: ['home_dir'], message: 'home_dir is deprecated in dstack and has no effect there; remove it' },
+  { kinds: RUN_KINDS, path: ['setup'], message: 'setup is deprecated in dstack; put its commands first in commands (init for a dev environment)' },
+  { kinds: RUN_KINDS, path: ['schedule'], message: 'schedule (runs submitted on a cron schedule) is not supported yet; submit the run with orchestrator apply from cron' },
+  { kinds: RUN_KINDS, path: ['startup_order'], message: `startup_order is not supported: it orders the nodes of a multi-node task, and ${MULTI_NODE}` },
+  { kinds: RUN_KINDS, path: ['stop_criteria'], message: `stop_criteria is not supported: it ends a multi-node task, and ${MULTI_NODE}` },
+  {
+    kinds: ['task'], path: ['nodes'], sameMeaning: (v) => v === 1,
+    message: `${MULTI_NODE}: nodes on a task spreads it over that many instances (on a fleet, nodes is the number of instances the fleet keeps)`,
+  },
+  { kinds: ['task'], path: ['groups'], message: `node groups are not supported: they make a heterogeneous multi-node task, and ${MULTI_NODE}` },
+  { kinds: ['service'], path: ['groups'], message: 'replica groups are not supported: a service has one kind of replica; give replicas, commands and resources at the top level' },
+  { kinds: ['service'], path: ['replicas'], message: 'replica groups are not supported: replicas is a number or a range such as 1..4 here', sameMeaning: (v) => !Array.isArray(v) },
+  { kinds: ['service'], path: ['gateway'], message: 'gateways are not supported: the server\'s own proxy publishes every service at /proxy/services/<project>/<run>/', sameMeaning: (v) => v === false },
+  { kinds: ['service'], path: ['https'], message: 'https is not supported: the proxy serves services with the server\'s own scheme (put TLS in front of the server)', sameMeaning: (v) => v === false || v === 'auto' },
+  { kinds: ['service'], path: ['rate_limits'], message: 'rate_limits are not supported: the proxy passes every request on' },
+  { kinds: ['service'], path: ['router'], message: 'routers are not supported: the proxy balances requests over the ready replicas itself' },
+  { kinds: ['dev-environment'], path: ['version'], message: 'version (of the IDE) is not supported: the desktop IDE brings its own server when it connects over ssh' },
+  { kinds: RUN_KINDS, path: ['resources', 'gpu', 'total_memory'], message: 'total_memory is not supported: give the memory of one card (memory) and count' },
+  { kinds: RUN_KINDS, path: ['resources', 'gpu', 'compute_capability'], message: 'compute_capability is not supported: name the models instead, such as H100,H200' },
+  { kinds: ['fleet'], path: ['resources', 'gpu', 'total_memory'], message: 'total_memory is not supported: give the memory of one card (memory) and count' },
+  { kinds: ['fleet'], path: ['resources', 'gpu', 'compute_capability'], message: 'compute_capability is not supported: name the models instead, such as H100,H200' },
+];
+
+/** dstack's other backends: each is refused by name in `backends`. */
+const DSTACK_ONLY_BACKENDS = [
+  'aws', 'azure', 'gcp', 'lambda', 'runpod', 'vastai', 'kubernetes', 'nebius', 'oci', 'cudo', 'datacrunch', 'verda', 'vultr',
+  'hotaisle', 'cloudrift', 'digitalocean', 'amddevcloud', 'tensordock', 'dstack', 'remote',
+];
+
+/** dstack's configuration kinds besides the four, and why they are refused. */
+export const UNSUPPORTED_TYPES: Record<string, string> = {
+  volume: 'there are no network volumes here; a run mounts a directory of its instance with volumes (instance_path:path)',
+  gateway: 'there are no gateways here; the server\'s own proxy publishes every service',
+};
+
+function valueAt(spec: Record<string, unknown>, path: readonly string[]): { found: boolean; value: unknown } {
+  let value: unknown = spec;
+  for (const part of path) {
+    if (value === null || typeof value !== 'object' || Array.isArray(value) || !Object.hasOwn(value, part)) return { found: false, value: undefined };
+    value = (value as Record<string, unknown>)[part];
+  }
+  return { found: true, value };
+}
+
+/**
+ * Refuses the dstack features this orchestrator lacks, each by name at its field, so that a dstack
+ * configuration gets one message per missing feature instead of the errors that follow from it (a
+ * service with replica groups has no top-level commands, say). Returns the spec without the fields
+ * whose value asks for what happens anyway, or null when anything was refused: then nothing else is
+ * worth checking. `known` are the top-level fields of the kind's schema, which a rule never overrides.
+ */
+export function refuseUnsupported(spec: Record<string, unknown>, type: SpecType, known: Record<string, unknown>, report: Report): Record<string, unknown> | null {
+  const kept: Record<string, unknown> = { ...spec };
+  let refused = false;
+  for (const rule of UNSUPPORTED) {
+    if (!rule.kinds.includes(type) || (rule.path.length === 1 && Object.hasOwn(known, rule.path[0]))) continue;
+    const { found, value } = valueAt(spec, rule.path);
+    if (!found) continue;
+    if (rule.sameMeaning?.(value) && rule.path.length === 1) {
+      delete kept[rule.path[0]];
+      continue;
+    }
+    report([...rule.path], rule.message, 'key');
+    refused = true;
+  }
+  if (Array.isArray(spec.backends)) {
+    spec.backends.forEach((backend, index) => {
+      if (typeof backend !== 'string' || !DSTACK_ONLY_BACKENDS.includes(backend.toLowerCase())) return;
+      report(['backends', index], `the ${backend} backend is not supported: the backends here are gpucloud and local`, 'value');
+      refused = true;
+    });
+  }
+  return refused ? null : kept;
+}
+
+/** A better message for a field that belongs to another kind: which kinds have it, and what it means there. */
+export function otherKindsHint(path: Path, field: string, type: SpecType, schemas: Record<SpecType, TObject>): string | null {
+  if (path.length > 0) return null;
+  const owners = (Object.keys(schemas) as SpecType[]).filter((other) => other !== type && Object.hasOwn(schemas[other].properties, field));
+  if (owners.length === 0) return null;
+  const byMeaning = new Map<string, SpecType[]>();
+  for (const owner of owners) {
+    const description = (schemas[owner].properties[field] as { description?: unknown }).description;
+    const meaning = typeof description === 'string' ? ` (${description.charAt(0).toLowerCase()}${description.slice(1)})` : '';
+    byMeaning.set(meaning, [...(byMeaning.get(meaning) ?? []), owner]);
+  }
+  const places = [...byMeaning].map(([meaning, kinds]) => `${kinds.map((kind) => `a ${kind}`).join(' and ')}${meaning}`);
+  return `unknown field for a ${type}; ${field} belongs to ${places.join(', and to ')}`;
 }

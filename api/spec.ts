@@ -7,7 +7,7 @@ import { BackendType } from './offer.js';
  */
 export type CheckName =
   | 'name' | 'duration' | 'duration-or-off' | 'positive-duration' | 'size' | 'size-range'
-  | 'gpu' | 'gpu-models' | 'gpu-count' | 'cpu-range' | 'nodes' | 'replicas' | 'python' | 'env'
+  | 'gpu' | 'gpu-models' | 'gpu-vendor' | 'gpu-count' | 'cpu-range' | 'disk' | 'nodes' | 'replicas' | 'python' | 'env'
   | 'port-mapping' | 'file-mapping' | 'volume-mount' | 'absolute-path' | 'url-path' | 'repo';
 
 /** `x-expected` is the phrase error messages use for what the field takes. */
@@ -51,10 +51,11 @@ export const GpuModels = Type.Union([Type.String(), Type.Array(Type.String())], 
 export const GpuCount = Type.Union([Type.String(), Type.Integer()], checked('gpu-count', 'a number of GPUs such as 2 or a range such as 1..8', 'A number of GPUs (exactly) or a range such as 1..8 or 0..8'));
 
 export const GpuObject = Type.Object({
+  vendor: Type.Optional(Type.String(checked('gpu-vendor', 'one of nvidia, amd, intel, tenstorrent', 'The vendor: nvidia, amd, intel or tenstorrent; alone, any model of that vendor'))),
   name: Type.Optional(GpuModels),
   memory: Type.Optional(SizeRange),
   count: Type.Optional(GpuCount),
-}, { additionalProperties: false });
+}, { additionalProperties: false, ...checked('gpu', 'a map with vendor, name, memory and count', 'GPUs by vendor, model, memory per card and count') });
 
 export const Gpu = Type.Union([
   Type.String(checked('gpu', 'a GPU spec such as H100:2', 'model[:memory][:count] in any order')),
@@ -67,9 +68,9 @@ export const Gpu = Type.Union([
 
 export const Resources = Type.Object({
   gpu: Type.Optional(Gpu),
-  cpu: Type.Optional(Type.Union([Type.String(), Type.Integer()], checked('cpu-range', 'a number of CPUs such as 4 or a range such as 2..', 'A number of CPUs (exactly) or a range such as 2.. or 4..16'))),
+  cpu: Type.Optional(Type.Union([Type.String(), Type.Integer()], checked('cpu-range', 'a number of CPUs such as 4 or a range such as 2.., optionally after x86:', 'A number of CPUs (exactly) or a range such as 2.. or 4..16, optionally with the architecture: x86:8..'))),
   memory: Type.Optional(SizeRange),
-  disk: Type.Optional(SizeRange),
+  disk: Type.Optional(Type.Union([Type.String(), Type.Number()], checked('disk', 'a size such as 100GB or a range such as 100GB..', 'Disk size: a size (exactly) or a range such as 100GB..'))),
   shm_size: Type.Optional(Size),
 }, { additionalProperties: false, description: 'What each machine must have' });
 export type Resources = Static<typeof Resources>;
@@ -109,7 +110,7 @@ export const UtilizationPolicy = Type.Object({
 }, { additionalProperties: false, description: 'Stop the run when every GPU stays below min_gpu_utilization for time_window' });
 
 export const Repo = Type.Union([
-  Type.String({ minLength: 1 }),
+  Type.String({ minLength: 1, ...checked('repo', 'a folder, "folder:path" or a git URL', 'A folder (".", "..:/workflow/parent") or a git URL') }),
   Type.Object({
     url: Type.Optional(Type.String({ minLength: 1 })),
     local_path: Type.Optional(Type.String({ minLength: 1 })),
@@ -134,15 +135,17 @@ export const Model = Type.Union([
     name: Type.String({ minLength: 1 }),
     type: Type.Optional(Type.Literal('chat', { default: 'chat' })),
     format: Type.Optional(Type.Literal('openai', { default: 'openai' })),
+    prefix: Type.Optional(Type.String({ ...checked('url-path', 'a path starting with /', 'Path of the OpenAI routes in the service'), default: '/v1' })),
   }, { additionalProperties: false }),
-], { 'x-expected': 'a model name, or a map with name, type and format', description: 'Publish the service on the OpenAI-compatible model endpoint under this model name' });
+], { 'x-expected': 'a model name, or a map with name, format and prefix', description: 'Publish the service on the OpenAI-compatible model endpoint under this model name' });
 
 export const Scaling = Type.Object({
-  metric: Type.Literal('rps'),
-  target: Type.Number({ exclusiveMinimum: 0, description: 'Requests per second per replica to aim for' }),
-  scale_up_delay: Type.Optional(duration('duration', 'Wait this long above target before adding a replica', '5m')),
-  scale_down_delay: Type.Optional(duration('duration', 'Wait this long below target before removing a replica', '10m')),
-}, { additionalProperties: false, description: 'Autoscaling between the replicas range' });
+  metric: Type.Union([Type.Literal('rps'), Type.Literal('inflight')], { description: 'rps: requests per second; inflight: requests in flight at once' }),
+  target: Type.Number({ exclusiveMinimum: 0, description: 'The metric per replica to aim for' }),
+  window: Type.Optional(duration('positive-duration', 'The span the metric is averaged over (rps) or its peak taken from (inflight)', '1m')),
+  scale_up_delay: Type.Optional(duration('duration', 'Time since the last change before a replica is added', '5m')),
+  scale_down_delay: Type.Optional(duration('duration', 'Time since the last change before a replica is removed', '10m')),
+}, { additionalProperties: false, description: 'Autoscaling within the replicas range: ceil(metric / target) replicas' });
 
 export const Probe = Type.Object({
   type: Type.Literal('http'),
@@ -155,18 +158,33 @@ export const Probe = Type.Object({
   ready_after: Type.Optional(Type.Integer({ minimum: 1, default: 1, description: 'Successes in a row before the replica counts as ready' })),
 }, { additionalProperties: false, description: 'A readiness check of each replica' });
 
+export const SpotPolicy = Type.Union([Type.Literal('spot'), Type.Literal('on-demand'), Type.Literal('auto')], {
+  default: 'on-demand', description: 'spot: only interruptible capacity at its lower price; on-demand: never it; auto: spot where offered, else on-demand',
+});
+
+/** What every run kind (task, service, dev environment) takes: where and how its one container runs. */
 const runCommon = {
   name: Type.Optional(Name),
   priority: Type.Optional(Priority),
   resources: Type.Optional(Resources),
   env: Type.Optional(Env),
-};
-
-/** What reaches the container besides the image: local files, repos, and where the commands start. */
-const workspace = {
+  image: Type.Optional(Image),
+  registry_auth: Type.Optional(RegistryAuth),
+  python: Type.Optional(Python),
   files: Type.Optional(Type.Array(Type.String(checked('file-mapping', 'a path or a mapping such as "data:/workflow/data"', 'path, or local:remote')), { description: 'Local files and directories to copy into the container' })),
   repos: Type.Optional(Type.Array(Repo)),
   working_dir: Type.Optional(Type.String({ minLength: 1, description: 'Directory the commands start in' })),
+  volumes: Type.Optional(Type.Array(Volume)),
+  privileged: Type.Optional(Type.Boolean({ default: false, description: 'Run the container in privileged mode' })),
+  entrypoint: Type.Optional(Type.String({ minLength: 1, description: 'The container entrypoint the commands are passed to, instead of the shell' })),
+  shell: Type.Optional(Type.String({ pattern: '^(sh|bash|/.+)$', 'x-expected': 'sh, bash, or an absolute path such as /usr/bin/zsh', description: 'The shell that runs the commands: sh, bash, or an absolute path' })),
+  max_duration: Type.Optional(durationOrOff('Stop the run after this long')),
+  stop_duration: Type.Optional(durationOrOff('How long a stopping run may take to exit before it is killed', '10s')),
+  retry: Type.Optional(Retry),
+  utilization_policy: Type.Optional(UtilizationPolicy),
+  spot_policy: Type.Optional(SpotPolicy),
+  backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends the run may be placed on; all when left out' })),
+  fleets: Type.Optional(Type.Array(Name, { minItems: 1, uniqueItems: true, description: 'Fleets the run may be placed on; all that fit when left out' })),
 };
 
 export const FleetSpec = Type.Object({
@@ -182,44 +200,40 @@ export type FleetSpec = Static<typeof FleetSpec>;
 export const DevEnvironmentSpec = Type.Object({
   type: Type.Literal('dev-environment'),
   ...runCommon,
-  ide: Type.Union([Type.Literal('vscode'), Type.Literal('cursor')], { description: 'Desktop IDE to open' }),
-  image: Type.Optional(Image),
-  python: Type.Optional(Python),
+  ide: Type.Optional(Type.Union([Type.Literal('vscode'), Type.Literal('cursor'), Type.Literal('windsurf')], { description: 'Desktop IDE that apply gives a link for; left out, the environment is reached with ssh alone' })),
+  init: Type.Optional(Type.Array(Type.String(), { description: 'Shell commands run once, in order in one shell, before the environment is ready; it then stays up until stopped' })),
   ports: Type.Optional(Type.Array(PortMapping)),
-  inactivity_duration: Type.Optional(durationOrOff('Stop after this long without an IDE or SSH connection')),
+  inactivity_duration: Type.Optional(durationOrOff('Stop after this long with no SSH connection open (an IDE and attach hold one)')),
 }, { additionalProperties: false, description: 'A machine to work on through an IDE' });
 export type DevEnvironmentSpec = Static<typeof DevEnvironmentSpec>;
 
 export const TaskSpec = Type.Object({
   type: Type.Literal('task'),
   ...runCommon,
-  image: Type.Optional(Image),
-  registry_auth: Type.Optional(RegistryAuth),
-  python: Type.Optional(Python),
-  ...workspace,
   commands: Type.Optional(Commands),
   ports: Type.Optional(Type.Array(PortMapping)),
-  max_duration: Type.Optional(durationOrOff('Stop the run after this long')),
-  retry: Type.Optional(Retry),
-  utilization_policy: Type.Optional(UtilizationPolicy),
 }, { additionalProperties: false, description: 'A batch job that runs its commands to completion' });
 export type TaskSpec = Static<typeof TaskSpec>;
 
 export const ServiceSpec = Type.Object({
   type: Type.Literal('service'),
   ...runCommon,
-  ...workspace,
-  image: Type.Optional(Image),
   commands: Type.Optional(Commands),
   port: Type.Integer({ minimum: 1, maximum: 65535, description: 'Port the commands listen on' }),
   model: Type.Optional(Model),
-  volumes: Type.Optional(Type.Array(Volume)),
   replicas: Type.Optional(Type.Union([Type.String(), Type.Integer()], {
     ...checked('replicas', 'a number of replicas such as 2 or a range such as 0..4', 'Replicas: n (exactly) or min..max with scaling'), default: 1,
   })),
   scaling: Type.Optional(Scaling),
   auth: Type.Optional(Type.Boolean({ default: true, description: 'Require a token to call the service' })),
+  strip_prefix: Type.Optional(Type.Boolean({ default: true, description: 'Remove /proxy/services/<project>/<run> from the path the service sees' })),
   probes: Type.Optional(Type.Array(Probe)),
+  max_body_size: Type.Optional(Type.Union([Type.String(), Type.Number()], { ...checked('size', 'a size such as 64MB', 'Largest request body the proxy passes on; larger ones get 413'), default: '64MB' })),
+  first_byte_timeout: Type.Optional(duration('positive-duration', 'How long the proxy waits for the start of an answer', '60s')),
+  idle_timeout: Type.Optional(duration('positive-duration', 'How long an answer may pause between bytes (a stream may last longer in all)', '5m')),
+  cold_start_timeout: Type.Optional(duration('duration', 'How long a request waits for a replica when none is ready (scale from zero), before 503', '5m')),
+  startup_timeout: Type.Optional(duration('positive-duration', 'How long a replica may take to become ready before it is replaced', '10m')),
+  drain_timeout: Type.Optional(duration('duration', 'How long a replica taken out of rotation keeps serving requests in flight before it stops', '1m')),
 }, { additionalProperties: false, description: 'A long-running server published behind the proxy' });
 export type ServiceSpec = Static<typeof ServiceSpec>;
 

@@ -19,7 +19,10 @@ export const RunTerminationReason = Type.Union([
   Type.Literal('instance_unreachable'),
   Type.Literal('instance_terminated'),
   Type.Literal('max_duration_exceeded'),
+  Type.Literal('inactivity_duration_exceeded'),
   Type.Literal('submit_failed'),
+  Type.Literal('interrupted'),
+  Type.Literal('gpu_underutilized'),
 ]);
 export type RunTerminationReason = Static<typeof RunTerminationReason>;
 
@@ -39,6 +42,7 @@ export const InstanceTerminationReason = Type.Union([
   Type.Literal('no_capacity'),
   Type.Literal('terminated_by_backend'),
   Type.Literal('above_max_nodes'),
+  Type.Literal('interrupted'),
 ]);
 export type InstanceTerminationReason = Static<typeof InstanceTerminationReason>;
 

@@ -1,10 +1,11 @@
 import { FormatRegistry, type TSchema } from '@sinclair/typebox';
 import { parseDuration, parseDurationOrOff } from './duration.js';
 import { resolveEnv } from './env.js';
-import { parseGpuModels, parseGpuSpec } from './gpu.js';
-import { parseFileMapping, parsePortMapping, parseVolumeMount } from './mappings.js';
+import { parseGpu, parseGpuModels, parseGpuVendor } from './gpu.js';
+import { parseFileMapping, parsePortMapping, parseRepoEntry, parseVolumeMount } from './mappings.js';
 import { isDnsLabel, NAME_RULE } from './names.js';
 import { parseCountRange, parseSize, parseSizeRange } from './quantity.js';
+import { parseCpu } from './resources.js';
 import type { CheckName } from './spec.js';
 import { closestMatch, quoteList } from './suggest.js';
 
@@ -38,6 +39,24 @@ interface Check {
 
 const PYTHON_VERSIONS = ['3.9', '3.10', '3.11', '3.12', '3.13'];
 
+/** Fields of a map that stand for a range, as dstack also writes ranges: `{min: 2, max: 8}` is `2..8`. */
+const RANGE_FIELDS = ['min', 'max'];
+
+/**
+ * A range written as a map (`{min: 16GB}`, `{min: 2, max: 8}`) in the `min..max` form the schema takes;
+ * `extra` are further fields the map may have, which `onExtra` takes care of. Other values pass unchanged.
+ */
+function rangeFromMap(value: unknown, extra: readonly string[] = [], onExtra?: (map: Record<string, unknown>) => void): unknown {
+  if (!isMap(value)) return value;
+  const keys = Object.keys(value);
+  if (keys.length === 0 || !keys.every((key) => RANGE_FIELDS.includes(key) || extra.includes(key))) return value;
+  onExtra?.(value);
+  const end = (key: string) => (value[key] === undefined || value[key] === null ? '' : String(value[key]));
+  return `${end('min')}..${end('max')}`;
+}
+
+const rangeCoercion: Check['coerce'] = (value) => rangeFromMap(value);
+
 const CHECKS: Record<CheckName, Check> = {
   'name': {
     check: (value: string) => {
@@ -52,13 +71,35 @@ const CHECKS: Record<CheckName, Check> = {
     },
   },
   'size': { check: (value: string | number) => parseSize(value) },
-  'size-range': { check: (value: string | number) => parseSizeRange(value) },
-  'gpu': { check: (value: string) => parseGpuSpec(value) },
+  'size-range': { coerce: rangeCoercion, check: (value: string | number) => parseSizeRange(value) },
+  'gpu': { check: (value: Parameters<typeof parseGpu>[0]) => parseGpu(value) },
   'gpu-models': { check: (value: string | string[]) => parseGpuModels(value) },
-  'gpu-count': { check: (value: string | number) => parseCountRange(value, { least: 0, bounded: false, what: 'GPU count' }) },
-  'cpu-range': { check: (value: string | number) => parseCountRange(value, { least: 1, bounded: false, what: 'CPU count' }) },
-  'nodes': { check: (value: string | number) => parseCountRange(value, { least: 0, bounded: true, what: 'node count' }) },
-  'replicas': { check: (value: string | number) => parseCountRange(value, { least: 0, bounded: true, what: 'replica count' }) },
+  'gpu-vendor': { check: (value: string) => parseGpuVendor(value) },
+  'gpu-count': { coerce: rangeCoercion, check: (value: string | number) => parseCountRange(value, { least: 0, bounded: false, what: 'GPU count' }) },
+  'cpu-range': {
+    // dstack's map form: {arch, count} or a count range {min, max}.
+    coerce: (value) => {
+      if (!isMap(value) || !Object.hasOwn(value, 'count') || !Object.keys(value).every((key) => key === 'arch' || key === 'count')) return rangeFromMap(value);
+      const count = rangeFromMap(value.count);
+      return value.arch === undefined || (typeof count !== 'string' && typeof count !== 'number') ? count : `${String(value.arch)}:${count}`;
+    },
+    check: (value: string | number) => parseCpu(value),
+  },
+  'disk': {
+    // dstack's map form: {size: 100GB..}.
+    coerce: (value) => (isMap(value) && Object.keys(value).length === 1 && Object.hasOwn(value, 'size') ? rangeFromMap(value.size) : value),
+    check: (value: string | number) => parseSizeRange(value),
+  },
+  'nodes': {
+    // dstack's map form: {min, target, max}; a fleet here starts at min and grows as runs need instances.
+    coerce: (value, path, context) => rangeFromMap(value, ['target'], (map) => {
+      if (map.target !== undefined && map.target !== map.min) {
+        report(context, [...path, 'target'], 'not supported: a fleet here starts with min instances and adds more, up to max, as runs need them; leave target out or set it to min', 'key');
+      }
+    }),
+    check: (value: string | number) => parseCountRange(value, { least: 0, bounded: true, what: 'node count' }),
+  },
+  'replicas': { coerce: rangeCoercion, check: (value: string | number) => parseCountRange(value, { least: 0, bounded: true, what: 'replica count' }) },
   'python': {
     coerce: (value) => (typeof value === 'number' ? String(value) : value),
     check: (value: string) => {
@@ -83,11 +124,7 @@ const CHECKS: Record<CheckName, Check> = {
       if (!value.startsWith('/')) throw new Error(`"${value}" is not a path; start it with /, e.g. /health`);
     },
   },
-  'repo': {
-    check: (value: { url?: string; local_path?: string }) => {
-      if ((value.url === undefined) === (value.local_path === undefined)) throw new Error('give exactly one of url and local_path');
-    },
-  },
+  'repo': { check: (value: Parameters<typeof parseRepoEntry>[0]) => parseRepoEntry(value) },
 };
 
 export function report(context: ValidationContext, path: Path, message: string, at: IssueAt = 'value'): void {
@@ -278,9 +315,10 @@ function walkObject(schema: Schema, value: Record<string, unknown>, path: Path, 
       continue;
     }
     const suggestion = closestMatch(key, fields);
-    const message = suggestion
-      ? `unknown field; did you mean "${suggestion}"?`
-      : context.unknownFieldHint?.(path, key) ?? `unknown field; expected one of ${fields.join(', ')}`;
+    const hint = context.unknownFieldHint?.(path, key) ?? null;
+    const guess = suggestion ? `did you mean "${suggestion}"?` : null;
+    const message = hint !== null ? [hint, guess].filter((part) => part !== null).join('; ')
+      : guess !== null ? `unknown field; ${guess}` : `unknown field; expected one of ${fields.join(', ')}`;
     report(context, [...path, key], message, 'key');
   }
   for (const key of (schema.required as string[] | undefined) ?? []) {

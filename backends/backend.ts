@@ -19,6 +19,8 @@ export interface BackendInstance {
   agentUrl: string | null;
   region: string;
   reason?: string;
+  /** The backend took a spot instance back: it is terminated (or about to be) through no fault of its own. */
+  interrupted?: boolean;
 }
 
 export interface Backend {

@@ -14,6 +14,8 @@ export type GpucloudBackendConfig = Static<typeof GpucloudBackendConfig>;
 export const LocalBackendConfig = Type.Object({
   type: Type.Literal('local'),
   runtime: Type.Optional(Type.Union([Type.Literal('auto'), Type.Literal('docker'), Type.Literal('process')])),
+  /** How many instances may run on this machine at once. */
+  instances: Type.Optional(Type.Integer({ minimum: 1 })),
 }, { additionalProperties: false });
 export type LocalBackendConfig = Static<typeof LocalBackendConfig>;
 

@@ -21,7 +21,11 @@ export function createBackend(config: BackendConfig, options: BackendEnvironment
   if (type === 'local') {
     assertShape(LocalBackendConfig, config, 'local');
     const local = config as LocalBackendConfig;
-    return new LocalBackend({ stateDir: join(options.stateDir, 'local'), ...(local.runtime ? { runtime: local.runtime } : {}) });
+    return new LocalBackend({
+      stateDir: join(options.stateDir, 'local'),
+      ...(local.runtime ? { runtime: local.runtime } : {}),
+      ...(local.instances ? { instances: local.instances } : {}),
+    });
   }
   throw new BackendError(`unknown backend type ${JSON.stringify(type)}: use gpucloud or local`);
 }

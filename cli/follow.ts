@@ -39,7 +39,9 @@ export function droppedLinesNote(count: number): string {
  * the status it sees at each look, so a short job may pass `running` unseen: its first line, or its
  * start time at the end, says it ran, and `running` is shown there, before its output.
  */
-export async function followRun(client: ApiClient, name: string, display: StatusDisplay | null): Promise<FollowOutcome> {
+/** `replica` picks which replica of a service is followed (the lowest-numbered live one when left out). */
+export async function followRun(client: ApiClient, name: string, display: StatusDisplay | null, replica?: number): Promise<FollowOutcome> {
+  const replicaQuery = replica === undefined ? '' : `&replica=${replica}`;
   const controller = new AbortController();
   const interrupt = () => controller.abort();
   process.on('SIGINT', interrupt);
@@ -53,7 +55,7 @@ export async function followRun(client: ApiClient, name: string, display: Status
   try {
     for (;;) {
       try {
-        for await (const item of client.stream(runPath(client, name, `/logs?follow=true&after=${after}`), controller.signal)) {
+        for await (const item of client.stream(runPath(client, name, `/logs?follow=true&after=${after}${replicaQuery}`), controller.signal)) {
           if (item.type === 'status') {
             // The end is shown from the run itself once the stream closes, after every line.
             if (!isFinished(item)) display?.update(item.status, item.statusMessage);

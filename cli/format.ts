@@ -32,11 +32,23 @@ export function formatGpuInfo(gpu: GpuInfo | null | undefined): string {
 
 /** `12s ago`, `5m ago`, `3h ago`, `2d ago`. */
 export function formatAge(timestamp: string, now = Date.now()): string {
-  const seconds = Math.max(0, Math.round((now - Date.parse(timestamp)) / 1000));
-  if (seconds < 60) return `${seconds}s ago`;
-  if (seconds < 3600) return `${Math.floor(seconds / 60)}m ago`;
-  if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ago`;
-  return `${Math.floor(seconds / 86400)}d ago`;
+  return `${roughSpan(now - Date.parse(timestamp))} ago`;
+}
+
+/** `12s`, `5m`, `1h 59m`, `2d 3h`: the time left until `timestamp`, to the minute above one minute. */
+export function formatTimeLeft(timestamp: string, now = Date.now()): string {
+  const minutes = Math.floor(Math.max(0, Date.parse(timestamp) - now) / 60_000);
+  if (minutes < 60) return roughSpan(Date.parse(timestamp) - now);
+  if (minutes < 1440) return `${Math.floor(minutes / 60)}h ${minutes % 60}m`;
+  return `${Math.floor(minutes / 1440)}d ${Math.floor(minutes / 60) % 24}h`;
+}
+
+function roughSpan(ms: number): string {
+  const seconds = Math.max(0, Math.round(ms / 1000));
+  if (seconds < 60) return `${seconds}s`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)}m`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)}h`;
+  return `${Math.floor(seconds / 86400)}d`;
 }
 
 /** `2026-01-31 14:05:09` in local time. */

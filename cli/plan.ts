@@ -65,7 +65,9 @@ export function renderFleetPlan(spec: FleetSpec, plan: FleetPlan, current: Recor
 
 export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.WriteStream = process.stderr): string {
   const name = plan.name ?? '(a name will be generated)';
-  const action = plan.action === 'replace' ? `replace (the finished run ${plan.name} is replaced)` : 'create';
+  const action = plan.action === 'replace' ? `replace (the finished run ${plan.name} is replaced)`
+    : plan.action === 'update' ? 'update (the live service takes the new spec: a changed spec rolls out one replica at a time; replicas and scaling change in place)'
+      : 'create';
   let text = `${spec.type} ${name}: ${action}\n`;
   text += field('resources', plan.requirement);
   text += field('fleets', plan.fleets.length > 0 ? plan.fleets.join(', ') : 'none match');

@@ -1,8 +1,10 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import type { JobRepo } from '../api/agent.js';
 import { formatSpecError, parseSpecText, specKind, type SpecError } from '../api/parse.js';
 import type { AnySpec } from '../api/spec.js';
 import { CliError } from './errors.js';
+import { collectRepos } from './repos.js';
 import { collectFiles, uploadBudget, type UploadBudget, type UploadFile } from './upload.js';
 
 export interface LoadedSpec {
@@ -11,6 +13,8 @@ export interface LoadedSpec {
   file: string;
   /** The contents of the run's `files`, read when the configuration was loaded; none for a fleet. */
   files: UploadFile[];
+  /** The run's `repos` as its instance checks them out (local ones read from this machine); none for a fleet. */
+  repos: JobRepo[];
 }
 
 /** The YAML files a -f argument names: the file itself, or a folder's *.yml and *.yaml files in name order. */
@@ -31,23 +35,27 @@ function filesOf(path: string): string[] {
   return files;
 }
 
-/** The run's `files`, or the problem with them, prefixed with the configuration file it came from. */
-function readFiles(spec: AnySpec, file: string, budget: UploadBudget): { files: UploadFile[]; error: string | null } {
-  if (spec.type === 'fleet' || spec.type === 'dev-environment' || !spec.files) return { files: [], error: null };
+/** The run's `files` and `repos`, or the problem with them, prefixed with the configuration file it came from. */
+function readFiles(spec: AnySpec, file: string, budget: UploadBudget): { files: UploadFile[]; repos: JobRepo[]; error: string | null } {
+  if (spec.type === 'fleet') return { files: [], repos: [], error: null };
   try {
-    return { files: collectFiles(spec.files, dirname(file), budget), error: null };
+    const files = spec.files ? collectFiles(spec.files, dirname(file), budget) : [];
+    return { files, repos: spec.repos ? collectRepos(spec.repos, dirname(file), budget) : [], error: null };
   } catch (error) {
-    if (error instanceof CliError) return { files: [], error: `${file}: ${error.message}` };
+    if (error instanceof CliError) return { files: [], repos: [], error: `${file}: ${error.message}` };
     throw error;
   }
 }
 
 /**
  * Reads and validates every configuration in `paths`, and reads every file its runs name, before
- * anything is sent, with bare `env` names resolved from `environment`. Returns fleets first, then
- * runs, each in file order, or every problem found, formatted as `file:line:column: field: message`.
+ * anything is sent, with bare `env` names and `${{ env.NAME }}` resolved from `environment` and
+ * `${{ run.args }}` from `runArgs`. Returns fleets first, then runs, each in file order, or every
+ * problem found, formatted as `file:line:column: field: message`.
  */
-export function loadSpecs(paths: readonly string[], environment: Record<string, string | undefined>): { specs: LoadedSpec[]; errors: string[] } {
+export function loadSpecs(
+  paths: readonly string[], environment: Record<string, string | undefined>, runArgs: readonly string[] = [],
+): { specs: LoadedSpec[]; errors: string[] } {
   const specs: LoadedSpec[] = [];
   const errors: SpecError[] = [];
   const seen = new Map<string, string>();
@@ -58,7 +66,7 @@ export function loadSpecs(paths: readonly string[], environment: Record<string, 
     } catch (error) {
       throw new CliError(`${file}: cannot read it: ${(error as Error).message}`);
     }
-    const parsed = parseSpecText(text, file, environment);
+    const parsed = parseSpecText(text, file, environment, runArgs);
     errors.push(...parsed.errors);
     for (const spec of parsed.specs) {
       if (spec.name !== undefined) {
@@ -70,14 +78,15 @@ export function loadSpecs(paths: readonly string[], environment: Record<string, 
         }
         seen.set(key, file);
       }
-      specs.push({ spec, file, files: [] });
+      specs.push({ spec, file, files: [], repos: [] });
     }
   }
   const budget = uploadBudget();
   const fileErrors: string[] = [];
   for (const loaded of specs) {
-    const { files, error } = readFiles(loaded.spec, loaded.file, budget);
+    const { files, repos, error } = readFiles(loaded.spec, loaded.file, budget);
     loaded.files = files;
+    loaded.repos = repos;
     if (error !== null) fileErrors.push(error);
   }
   if (errors.length > 0 || fileErrors.length > 0) return { specs: [], errors: [...errors.map(formatSpecError), ...fileErrors] };

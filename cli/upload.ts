@@ -19,7 +19,8 @@ export function uploadBudget(): UploadBudget {
   return { leftBytes: MAX_UPLOAD_BYTES };
 }
 
-function expandHome(path: string): string {
+/** `~` and `~/…` under the user's home ($HOME first, as the shell does). */
+export function expandHome(path: string): string {
   if (path === '~') return process.env.HOME || homedir();
   if (path.startsWith('~/')) return join(process.env.HOME || homedir(), path.slice(2));
   return path;

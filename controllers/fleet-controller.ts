@@ -1,12 +1,12 @@
 import type { Logger } from 'winston';
 import { offerSatisfies } from '../api/resources.js';
+import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
 import { setFleetStatus, toFleet, type FleetRecord } from '../store/fleets.js';
 import { insertInstance, listFleetInstances } from '../store/instances.js';
 import type { BackendPool } from './backend-pool.js';
 import { LeasedController } from './leased.js';
-import { CHANNELS } from './manager.js';
 
 const FLEET_RECHECK_MS = 5000;
 

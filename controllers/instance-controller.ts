@@ -1,7 +1,8 @@
 import type { Logger } from 'winston';
 import type { InstanceStatus, InstanceTerminationReason } from '../api/status.js';
 import { offerSatisfies } from '../api/resources.js';
-import { BackendAuthError, NoCapacityError, type Backend } from '../backends/backend.js';
+import { BackendAuthError, NoCapacityError, type Backend, type BackendInstance } from '../backends/backend.js';
+import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
 import { getFleetById, type FleetRecord } from '../store/fleets.js';
@@ -9,7 +10,6 @@ import { getInstance, toInstance, updateInstance, type InstanceRecord } from '..
 import { getRun } from '../store/runs.js';
 import type { BackendPool } from './backend-pool.js';
 import { LeasedController } from './leased.js';
-import { CHANNELS } from './manager.js';
 import { agentOf } from './run-controller.js';
 
 export interface InstanceTimings {
@@ -128,6 +128,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     const status: InstanceStatus = instance.runId ? 'busy' : 'idle';
     const written = await updateInstance(this.db, instance.id, this.owner, {
       status, agent_url: remote.agentUrl, idle_since: status === 'idle' ? new Date() : null, status_message: '',
+      ssh_host_key: health.sshHostKey ?? null,
     });
     if (written) {
       await this.event(instance, 'Ready', `agent healthy at ${remote.agentUrl}; ${status}`);
@@ -137,18 +138,21 @@ export class InstanceController extends LeasedController<InstanceRecord> {
   }
 
   private async watch(instance: InstanceRecord, fleet: FleetRecord): Promise<number> {
-    const healthy = await agentOf(instance).health().then((h) => h.ok, () => false);
-    if (!healthy) {
+    const health = await agentOf(instance).health().catch(() => null);
+    if (!health?.ok) {
       const since = instance.unreachableSince ?? new Date();
       if (!instance.unreachableSince) await updateInstance(this.db, instance.id, this.owner, { unreachable_since: since, status_message: 'agent not answering' });
-      const remote = await this.remoteStatus(instance);
-      if (remote === 'terminated' || remote === 'failed') return this.end(instance, 'terminated_by_backend', 'the backend reports the instance gone');
+      const remote = await this.remoteInstance(instance);
+      if (remote?.interrupted) return this.end(instance, 'interrupted', remote.reason ?? 'the backend took its spot capacity back');
+      if (remote?.status === 'terminated' || remote?.status === 'failed') return this.end(instance, 'terminated_by_backend', 'the backend reports the instance gone');
       if (Date.now() - since.getTime() > this.timings.unreachableGraceMs) {
         return this.stop(instance, 'unreachable', `agent unreachable for ${Math.round((Date.now() - since.getTime()) / 1000)}s`);
       }
       return Math.min(1000, this.timings.healthIntervalMs);
     }
     if (instance.unreachableSince) await updateInstance(this.db, instance.id, this.owner, { unreachable_since: null, status_message: '' });
+    // An agent restarted with a new work dir makes a new host key; the run views must show the one it has now.
+    if ((health.sshHostKey ?? null) !== instance.sshHostKey) await updateInstance(this.db, instance.id, this.owner, { ssh_host_key: health.sshHostKey ?? null });
     if (instance.status === 'busy') {
       const run = instance.runId ? await getRun(this.db, instance.runId) : null;
       if (!run || FINISHED_RUN.includes(run.status)) {
@@ -236,10 +240,10 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     return 60_000;
   }
 
-  private async remoteStatus(instance: InstanceRecord): Promise<string | null> {
+  private async remoteInstance(instance: InstanceRecord): Promise<BackendInstance | null> {
     if (!instance.backendInstanceId) return null;
     const backend = await this.pool.backend(instance.projectId, instance.backend);
-    return backend ? (await backend.get(instance.backendInstanceId).catch(() => null))?.status ?? null : null;
+    return backend ? await backend.get(instance.backendInstanceId).catch(() => null) : null;
   }
 
   /** Backend instances whose record is already terminated (a crash between the two) are terminated again. */

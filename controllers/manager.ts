@@ -14,12 +14,6 @@ export interface Controller {
   settle?(): Promise<void>;
 }
 
-export const CHANNELS = {
-  fleets: 'orchestrator_fleets',
-  instances: 'orchestrator_instances',
-  runs: 'orchestrator_runs',
-} as const;
-
 interface Loop {
   controller: Controller;
   wake: () => void;

@@ -1,18 +1,26 @@
 import type { Logger } from 'winston';
 import type { JobStatus, JobSubmission } from '../api/agent.js';
 import { parseDurationOrOff } from '../api/duration.js';
+import { parsePortMapping, parseVolumeMount } from '../api/mappings.js';
+import { fillJobSecrets, jobSecretNames } from '../api/interpolation.js';
 import type { RunStatus, RunTerminationReason } from '../api/status.js';
 import { AgentClient, AgentError, AgentUnreachableError } from '../agent/client.js';
+import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
-import { recordEvent } from '../store/events.js';
+import { recordEvent, runEvent } from '../store/events.js';
 import { getInstance, releaseInstanceFromRun, type InstanceRecord } from '../store/instances.js';
-import { toRun, updateRun, type RunRecord } from '../store/runs.js';
+import { insertRetryAttempt, toRun, updateRun, type RunRecord } from '../store/runs.js';
+import { requiredSecrets, type SecretBox } from '../store/secrets.js';
+import { SERVICE_PARENT } from '../store/services.js';
 import { LeasedController } from './leased.js';
 import { copyJobLogs } from './log-copy.js';
-import { CHANNELS } from './manager.js';
+import { retryDecision } from './retry-policy.js';
+import { UtilizationWatch } from './utilization-policy.js';
 
 const RUNNING_POLL_MS = 1000;
 const REQUEUE_BACKOFF_MS = 5000;
+/** The agent's upper bound on a stop's grace period (agent/requests.ts). */
+const MAX_STOP_GRACE_SECONDS = 3600;
 /** How often a quiet job's agent is asked for new lines; a job that printed since is asked at every look. */
 const QUIET_LOG_COPY_INTERVAL_MS = 2000;
 /** The longest one look at a run spends copying its lines; the rest waits for the next look, at once. */
@@ -27,11 +35,13 @@ export class RunController extends LeasedController<RunRecord> {
   readonly name: string;
   /** When each run's lines were last copied and whether that copy found any; hints kept in memory. */
   private readonly lastLogCopy = new Map<string, { at: number; printing: boolean }>();
+  private readonly utilization = new UtilizationWatch();
 
-  constructor(db: Db, owner: string, logger: Logger, phase: 'start' | 'watch', private readonly maxLogBytes: number) {
+  constructor(db: Db, owner: string, logger: Logger, phase: 'start' | 'watch', private readonly maxLogBytes: number,
+    private readonly secrets: SecretBox) {
     super(db, owner, logger, {
       table: 'runs', channel: CHANNELS.runs, leaseMs: 15_000,
-      where: phase === 'start' ? `status = 'provisioning'` : `status IN ('running', 'terminating')`,
+      where: `${phase === 'start' ? `status = 'provisioning'` : `status IN ('running', 'terminating')`} AND NOT ${SERVICE_PARENT}`,
     });
     this.name = `run-${phase}`;
   }
@@ -45,7 +55,9 @@ export class RunController extends LeasedController<RunRecord> {
     if (run.status === 'provisioning') return this.provisioning(run, instance);
     if (!instance || instance.status === 'terminated' || instance.status === 'terminating') {
       await this.copyAllLogs(run, instance);
-      await this.finish(run, instance, 'failed', 'instance_unreachable', `instance ${instance?.name ?? ''} is gone (${instance?.terminationReason ?? 'unknown'})`, null);
+      const interrupted = instance?.terminationReason === 'interrupted';
+      await this.finish(run, instance, 'failed', interrupted ? 'interrupted' : 'instance_unreachable',
+        interrupted ? `spot instance ${instance.name} was interrupted (${instance.statusMessage})` : `instance ${instance?.name ?? ''} is gone (${instance?.terminationReason ?? 'unknown'})`, null);
       return RUNNING_POLL_MS;
     }
     const agent = agentOf(instance);
@@ -58,15 +70,24 @@ export class RunController extends LeasedController<RunRecord> {
     }
     const finished = isFinished(job);
     if (!finished && run.status === 'running' && run.desired !== 'run') {
-      await agent.stop(run.jobId!, { abort: run.desired === 'abort' });
-      await this.transition(run, 'terminating', run.desired === 'abort' ? 'aborting' : 'stopping');
-      return 100;
+      return this.stopJob(run, agent, run.desired === 'abort' ? 'aborting' : 'stopping', { abort: run.desired === 'abort' });
     }
     const maxSeconds = maxDurationSeconds(run);
     if (!finished && run.status === 'running' && maxSeconds !== null && run.startedAt && Date.now() - run.startedAt.getTime() > maxSeconds * 1000) {
-      await agent.stop(run.jobId!, {});
-      await this.transition(run, 'terminating', `max_duration of ${maxSeconds}s exceeded`);
-      return 100;
+      return this.stopJob(run, agent, `max_duration of ${maxSeconds}s exceeded`);
+    }
+    const inactiveStopAt = inactivityDeadline(run, job);
+    if (inactiveStopAt?.getTime() !== run.inactivityStopAt?.getTime()) {
+      await updateRun(this.db, run.id, this.owner, { inactivity_stop_at: inactiveStopAt });
+      run.inactivityStopAt = inactiveStopAt;
+    }
+    if (!finished && run.status === 'running' && inactiveStopAt !== null && Date.now() >= inactiveStopAt.getTime()) {
+      return this.stopJob(run, agent, `no SSH connection for inactivity_duration (${run.spec.inactivity_duration})`, { reason: 'inactivity_duration_exceeded' });
+    }
+    if (!finished && run.status === 'running' && await this.utilization.underused(this.db, this.owner, run, agent)) {
+      return this.stopJob(run, agent,
+        `every GPU stayed below ${run.spec.utilization_policy.min_gpu_utilization}% for utilization_policy.time_window (${run.spec.utilization_policy.time_window})`,
+        { reason: 'gpu_underutilized' });
     }
     if (finished || this.logsDue(run.id)) {
       const { copied, caughtUp } = await copyJobLogs(this.db, agent, run, { maxBytes: this.maxLogBytes, budgetMs: LOG_COPY_BUDGET_MS });
@@ -91,7 +112,12 @@ export class RunController extends LeasedController<RunRecord> {
       return RUNNING_POLL_MS;
     }
     if (instance.status !== 'busy' || !instance.agentUrl) return RUNNING_POLL_MS;
-    const submission = jobFor(run, instance);
+    const submission = await this.withSecrets(run, jobFor(run, instance));
+    if (typeof submission === 'string') {
+      await releaseInstanceFromRun(this.db, instance.id, run.id);
+      await this.finish(run, null, 'failed', 'submit_failed', submission, null);
+      return RUNNING_POLL_MS;
+    }
     let job: JobStatus;
     try {
       job = await agentOf(instance).submit(submission);
@@ -115,8 +141,10 @@ export class RunController extends LeasedController<RunRecord> {
   }
 
   private async finishJob(run: RunRecord, instance: InstanceRecord, job: JobStatus): Promise<void> {
-    if (run.status === 'terminating' || job.state === 'stopped') {
-      const reason: RunTerminationReason = run.desired === 'abort' ? 'aborted_by_user' : run.desired === 'stop' ? 'stopped_by_user' : 'max_duration_exceeded';
+    if (job.state === 'stopped' && run.status !== 'terminating' && run.desired === 'run') {
+      await this.finish(run, instance, 'failed', 'instance_terminated', 'the instance stopped the job without being asked to (its agent shut down?)', job.exitCode);
+    } else if (run.status === 'terminating' || job.state === 'stopped') {
+      const reason: RunTerminationReason = run.desired === 'abort' ? 'aborted_by_user' : run.desired === 'stop' ? 'stopped_by_user' : run.terminationReason ?? 'max_duration_exceeded';
       await this.finish(run, instance, 'terminated', reason, `stopped (${reason.replaceAll('_', ' ')})`, job.exitCode);
     } else if (job.state === 'exited' && job.exitCode === 0) {
       await this.finish(run, instance, 'done', 'done_by_user_code', 'exited with code 0', 0);
@@ -128,12 +156,23 @@ export class RunController extends LeasedController<RunRecord> {
   }
 
   private async finish(run: RunRecord, instance: InstanceRecord | null, status: RunStatus, reason: RunTerminationReason, message: string, exitCode: number | null): Promise<void> {
-    const written = await updateRun(this.db, run.id, this.owner, {
-      status, termination_reason: reason, status_message: message, exit_code: exitCode, finished_at: new Date(),
+    const retry = status === 'failed' ? retryDecision(run, reason) : null;
+    const written = await this.db.transaction(async (tx) => {
+      const ended = await updateRun(tx, run.id, this.owner, {
+        status, termination_reason: reason, status_message: message, exit_code: exitCode, finished_at: new Date(),
+      });
+      if (!ended) return false;
+      await recordEvent(tx, runEvent(run, statusReason(status), `${reason}: ${message} (attempt ${run.attempt})`));
+      const next = retry && await insertRetryAttempt(tx, run, `attempt ${run.attempt + 1} after ${retry.event}; waiting to be scheduled`);
+      if (next) {
+        await recordEvent(tx, runEvent(run, 'Retrying',
+          `attempt ${run.attempt} failed (${reason}); attempt ${next.attempt} submitted, retry on ${retry!.event} until ${retry!.until.toISOString()}`));
+      }
+      return true;
     });
     if (!written) return;
     this.lastLogCopy.delete(run.id);
-    await recordEvent(this.db, { projectId: run.projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: statusReason(status), message: `${reason}: ${message}` });
+    this.utilization.forget(run.id);
     if (instance && run.jobId && instance.status !== 'terminated') {
       await agentOf(instance).remove(run.jobId).catch(() => {});
     }
@@ -147,14 +186,32 @@ export class RunController extends LeasedController<RunRecord> {
          next_reconcile_at = now() + $4 * interval '1 millisecond', updated_at = now()
        WHERE id = $1 AND lease_owner = $2 RETURNING id`, [run.id, this.owner, message, REQUEUE_BACKOFF_MS]);
     if (rows.length === 0) return;
-    await recordEvent(this.db, { projectId: run.projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'Requeued', message });
+    await recordEvent(this.db, runEvent(run, 'Requeued', message));
   }
 
   private async transition(run: RunRecord, status: RunStatus, message: string, extra: Record<string, unknown> = {}): Promise<void> {
     if (!(await updateRun(this.db, run.id, this.owner, { status, status_message: message, ...extra }))) return;
     run.status = status;
-    await recordEvent(this.db, { projectId: run.projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: statusReason(status), message });
+    await recordEvent(this.db, runEvent(run, statusReason(status), message));
     await this.db.notify(CHANNELS.runs);
+  }
+
+  /** Asks the agent to stop the job (within stop_duration, or at once) and marks the run terminating; the next look is soon. */
+  private async stopJob(run: RunRecord, agent: AgentClient, message: string, options: { abort?: boolean; reason?: RunTerminationReason } = {}): Promise<number> {
+    await agent.stop(run.jobId!, { abort: options.abort, graceSeconds: stopGraceSeconds(run) });
+    await this.transition(run, 'terminating', message, options.reason ? { termination_reason: options.reason } : {});
+    return 100;
+  }
+
+  /**
+   * The job with the secrets it names filled in, or why it cannot be made (a secret that does not exist, or that this
+   * server's key cannot open). Only the job sent to the agent holds the values: the run's spec keeps the references.
+   */
+  private async withSecrets(run: RunRecord, job: JobSubmission): Promise<JobSubmission | string> {
+    const names = jobSecretNames(job);
+    if (names.length === 0) return job;
+    const values = await requiredSecrets(this.db, this.secrets, run.projectId, names);
+    return typeof values === 'string' ? values : fillJobSecrets(job, values);
   }
 
   /** Whether a running job's lines are due to be copied again; a restarted server copies at once. */
@@ -188,8 +245,31 @@ function statusReason(status: RunStatus): string {
   return status.charAt(0).toUpperCase() + status.slice(1);
 }
 
+/** How long a stopped job gets to exit before it is killed: stop_duration, or the agent's default; `off` waits the longest the agent allows. */
+function stopGraceSeconds(run: RunRecord): number | undefined {
+  if (run.spec.stop_duration === undefined) return undefined;
+  return parseDurationOrOff(run.spec.stop_duration) ?? MAX_STOP_GRACE_SECONDS;
+}
+
 function maxDurationSeconds(run: RunRecord): number | null {
   return run.spec.max_duration === undefined ? null : parseDurationOrOff(run.spec.max_duration);
+}
+
+/**
+ * When a dev environment with no SSH connection open stops: inactivity_duration after the last SSH activity, or after
+ * its start when nobody connected yet; null while a connection is open, for other runs, and with `off`.
+ */
+export function inactivityDeadline(run: RunRecord, job: Pick<JobStatus, 'sshConnections' | 'lastSshActivityAt'>): Date | null {
+  if (run.kind !== 'dev-environment' || run.spec.inactivity_duration === undefined || !run.startedAt) return null;
+  const seconds = parseDurationOrOff(run.spec.inactivity_duration);
+  if (seconds === null || (job.sshConnections ?? 0) > 0) return null;
+  const lastActivity = job.lastSshActivityAt ? Math.max(Date.parse(job.lastSshActivityAt), run.startedAt.getTime()) : run.startedAt.getTime();
+  return new Date(lastActivity + seconds * 1000);
+}
+
+/** A dev environment's shell: its init once, then nothing until it is stopped (a loop, because busybox's sleep knows no infinity). */
+function devEnvironmentCommands(init: string[] | undefined): string[] {
+  return [...(init ?? []), 'while true; do sleep 3600; done'];
 }
 
 function jobFor(run: RunRecord, instance: InstanceRecord): JobSubmission {
@@ -198,11 +278,15 @@ function jobFor(run: RunRecord, instance: InstanceRecord): JobSubmission {
     jobId: run.id,
     runName: run.name,
     image: spec.image,
-    commands: spec.commands ?? [],
+    commands: run.kind === 'dev-environment' ? devEnvironmentCommands(spec.init) : spec.commands ?? [],
     env: spec.env ?? {},
     files: run.files,
     workingDir: spec.working_dir,
-    ports: (spec.ports ?? []).map((p: number | string) => typeof p === 'number' ? p : Number(String(p).split(':').pop())),
+    ports: run.kind === 'service' ? [spec.port] : (spec.ports ?? []).map((p: number | string) => parsePortMapping(p).container),
+    servicePort: run.kind === 'service' ? spec.port : undefined,
     gpus: instance.offer?.gpu.count ?? 0,
+    registryAuth: spec.registry_auth,
+    repos: run.repos,
+    volumes: (spec.volumes ?? []).map(parseVolumeMount),
   };
 }

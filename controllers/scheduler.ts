@@ -1,13 +1,17 @@
 import type { Logger } from 'winston';
 import type { Offer } from '../api/offer.js';
 import type { InstanceStatus } from '../api/status.js';
-import { describeRequirement, intersectRequirements, offerSatisfies, type ResourceRequirement } from '../api/resources.js';
+import { describeRequirement, intersectRequirements, offerSatisfies, unofferedModels, type ResourceRequirement } from '../api/resources.js';
+import { CHANNELS } from '../store/channels.js';
 import type { Db, Queryable } from '../store/db.js';
-import { recordEvent } from '../store/events.js';
+import { recordEvent, runEvent } from '../store/events.js';
 import { listActiveFleets, type FleetRecord } from '../store/fleets.js';
 import { insertInstance, toInstance, type InstanceRecord } from '../store/instances.js';
+import { SERVICE_PARENT } from '../store/services.js';
 import type { BackendPool, OfferListing } from './backend-pool.js';
-import { CHANNELS, type Controller } from './manager.js';
+import type { Controller } from './manager.js';
+import { retryDecision } from './retry-policy.js';
+
 
 const SCHEDULER_LOCK = 4_243_002;
 
@@ -15,9 +19,12 @@ interface QueuedRun {
   id: string;
   project_id: string;
   name: string;
+  replica: number | null;
   requirement: ResourceRequirement;
   desired: 'run' | 'stop' | 'abort';
   status_message: string;
+  spec: Record<string, any>;
+  first_submitted_at: Date;
 }
 
 type Placement =
@@ -39,10 +46,7 @@ export class Scheduler implements Controller {
   constructor(private readonly db: Db, private readonly pool: BackendPool, private readonly logger: Logger) {}
 
   async pass(): Promise<void> {
-    const queued = await this.db.query<QueuedRun>(
-      `SELECT id, project_id, name, requirement, desired, status_message FROM runs
-       WHERE status = 'submitted' AND NOT deleted AND next_reconcile_at <= now()
-       ORDER BY priority DESC, submitted_at, id`);
+    const queued = await queuedRuns(this.db);
     if (queued.length === 0) return;
     const projects = [...new Set(queued.map((r) => r.project_id))];
     const offers = new Map<string, OfferListing>();
@@ -55,9 +59,11 @@ export class Scheduler implements Controller {
     const changed = await this.db.transaction(async (tx) => {
       const [{ locked }] = await tx.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock($1) AS locked', [SCHEDULER_LOCK]);
       if (!locked) return false;
+      // Read again under the lock: another server may have placed some of these runs since, and one placed twice runs twice.
+      const stillQueued = await queuedRuns(tx);
       let any = false;
       for (const projectId of projects) {
-        const runs = queued.filter((r) => r.project_id === projectId);
+        const runs = stillQueued.filter((r) => r.project_id === projectId);
         any = (await this.scheduleProject(tx, projectId, runs, offers)) || any;
       }
       return any;
@@ -83,6 +89,16 @@ export class Scheduler implements Controller {
         if (placement.message !== run.status_message) {
           reasons.ids.push(run.id);
           reasons.messages.push(placement.message);
+        }
+        continue;
+      }
+      const retry = placement.kind === 'fail' && retryDecision({ ...run, firstSubmittedAt: run.first_submitted_at }, placement.reason);
+      if (placement.kind === 'fail' && retry) {
+        // Nothing ran, so no new attempt: the run keeps its place in the queue until retry.duration runs out.
+        const message = `waiting: ${placement.message}; retrying on ${retry.event} until ${retry.until.toISOString()}`;
+        if (message !== run.status_message) {
+          reasons.ids.push(run.id);
+          reasons.messages.push(message);
         }
         continue;
       }
@@ -134,16 +150,29 @@ export class Scheduler implements Controller {
     await tx.query(
       `UPDATE runs SET status = 'provisioning', status_message = $2, fleet_id = $3, instance_id = $4, next_reconcile_at = now(), updated_at = now()
        WHERE id = $1`, [run.id, message, fleet.id, instance.id]);
-    await recordEvent(tx, { projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'Provisioning', message: `fleet ${fleet.name}: ${message}` });
+    await recordEvent(tx, runEvent({ ...run, projectId }, 'Provisioning', `fleet ${fleet.name}: ${message}`));
   }
 
   private async finishUnplaced(tx: Queryable, projectId: string, run: QueuedRun, status: 'failed' | 'terminated', reason: string, message: string): Promise<void> {
     await tx.query(
       `UPDATE runs SET status = $2, termination_reason = $3, status_message = $4, finished_at = now(), updated_at = now() WHERE id = $1`,
       [run.id, status, reason, message]);
-    await recordEvent(tx, { projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: status === 'failed' ? 'Failed' : 'Terminated', message: `${reason}: ${message}` });
+    await recordEvent(tx, runEvent({ ...run, projectId }, status === 'failed' ? 'Failed' : 'Terminated', `${reason}: ${message}`));
     this.logger.info(`run ${run.name} ${status}: ${message}`);
   }
+}
+
+/** Runs waiting for a place, in the order they are placed; each one's requirement carries its spot_policy. */
+async function queuedRuns(db: Queryable): Promise<QueuedRun[]> {
+  const runs = await db.query<QueuedRun>(
+    `SELECT id, project_id, name, replica, requirement, desired, status_message, spec,
+       coalesce(first_submitted_at, submitted_at) AS first_submitted_at FROM runs
+     WHERE status = 'submitted' AND NOT deleted AND next_reconcile_at <= now() AND NOT ${SERVICE_PARENT}
+     ORDER BY priority DESC, submitted_at, id`);
+  for (const run of runs) {
+    if (run.spec.spot_policy) run.requirement = { ...run.requirement, spot: run.spec.spot_policy };
+  }
+  return runs;
 }
 
 /** Decides where one run goes, given what earlier runs of this pass already took. */
@@ -174,7 +203,8 @@ export function place(run: Pick<QueuedRun, 'requirement'>, fleets: FleetRecord[]
     const matching = listing.offers.filter((o: Offer) => offerSatisfies(o, requirement));
     const fleetInstances = instances.filter((i) => i.fleetId === fleet.id);
     if (matching.length === 0 && listing.errors.length === 0 && !fleetInstances.some((i) => i.offer && offerSatisfies(i.offer, run.requirement))) {
-      reasons.push(`no offers: no ${fleet.backends.join('/')} offer matches ${describeRequirement(requirement)} in fleet ${fleet.name}`);
+      const unoffered = unofferedModels(requirement, listing.offers);
+      reasons.push(`no offers: no ${fleet.backends.join('/')} offer matches ${describeRequirement(requirement)} in fleet ${fleet.name}${unoffered ? ` (${unoffered})` : ''}`);
       continue;
     }
     onlyNoOffers = false;

@@ -1,13 +1,23 @@
 #!/bin/sh
 # Everything the test suite talks to, installed and started when missing: PostgreSQL on 127.0.0.1:5432,
-# Podman's Docker API socket with a locally built test image, the image server's Python packages, and
-# tmux (the terminal the CLI's screen is read from).
+# Podman's Docker API socket with a locally built test image, the image server's Python packages, and the
+# command-line tools the tests call (tmux is the terminal the CLI's screen is read from; git and docker-registry
+# serve repos and private images).
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/postgres-setup.sh
 sh scripts/podman-setup.sh >/dev/null
 sh scripts/install-image-server-deps.sh
-if ! command -v tmux >/dev/null 2>&1; then
+# Command-line tools the tests run: the OpenSSH client (ssh, scp, ssh-keygen), curl, tmux, git (its daemon
+# serves the repos tests), and the reference image registry with htpasswd for the registry_auth tests.
+missing=""
+command -v scp >/dev/null 2>&1 || missing="$missing openssh-client"
+command -v curl >/dev/null 2>&1 || missing="$missing curl"
+command -v tmux >/dev/null 2>&1 || missing="$missing tmux"
+command -v git >/dev/null 2>&1 || missing="$missing git"
+command -v docker-registry >/dev/null 2>&1 || missing="$missing docker-registry"
+command -v htpasswd >/dev/null 2>&1 || missing="$missing apache2-utils"
+if [ -n "$missing" ]; then
   apt-get update >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y tmux >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y $missing >/dev/null
 fi

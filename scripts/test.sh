@@ -6,7 +6,7 @@ sh scripts/test-setup.sh || exit 1
 npx tsc -p tsconfig.json || exit 1
 
 mocha_out=$(mktemp)
-npx mocha --reporter spec 'test/**/*.test.ts' 2>&1 | tee "$mocha_out"
+npx mocha --parallel --jobs 2 --reporter spec 'test/**/*.test.ts' 2>&1 | tee "$mocha_out"
 mocha_status=${PIPESTATUS[0]}
 mocha_passed=$(grep -Eo '^ +[0-9]+ passing' "$mocha_out" | grep -Eo '[0-9]+' | tail -1)
 mocha_failed=$(grep -Eo '^ +[0-9]+ failing' "$mocha_out" | grep -Eo '[0-9]+' | tail -1)

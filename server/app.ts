@@ -5,8 +5,12 @@ import { errorMiddleware } from './http-errors.js';
 import { applyRoutes } from './routes/apply.js';
 import { fleetRoutes } from './routes/fleets.js';
 import { logRoutes } from './routes/logs.js';
+import { metricsRoutes } from './routes/metrics.js';
 import { projectRoutes } from './routes/project.js';
 import { runRoutes } from './routes/runs.js';
+import { secretRoutes } from './routes/secrets.js';
+import { serviceRoutes } from './routes/services.js';
+import { sshKeyRoutes } from './routes/ssh-keys.js';
 
 /** The management API: JSON under /api, one error shape, a bearer token on every route. */
 export function createApp(server: ServerContext): Koa {
@@ -16,10 +20,14 @@ export function createApp(server: ServerContext): Koa {
     server.logger.error(`http: ${error.stack ?? error.message}`);
   });
   app.use(errorMiddleware(server.logger));
-  for (const router of [projectRoutes(server), applyRoutes(server), fleetRoutes(server), runRoutes(server), logRoutes(server)]) {
+  for (const router of [projectRoutes(server), applyRoutes(server), fleetRoutes(server), runRoutes(server), logRoutes(server), serviceRoutes(server), sshKeyRoutes(server), secretRoutes(server)]) {
     authenticateEveryRoute(router, server.db);
     app.use(router.routes());
     app.use(router.allowedMethods());
   }
+  // Guarded by its own rule: a global admin, or no one when config.yml makes it public.
+  const metrics = metricsRoutes(server);
+  app.use(metrics.routes());
+  app.use(metrics.allowedMethods());
   return app;
 }

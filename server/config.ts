@@ -11,12 +11,24 @@ const LogsConfig = Type.Object({
   max_size_per_run: Type.Optional(Type.Union([Type.String(), Type.Number()], { description: 'e.g. 100MB or 1GB' })),
 }, { additionalProperties: false });
 
+const MetricsConfig = Type.Object({
+  /** Serve GET /metrics without a token (for a Prometheus inside a trusted network); otherwise it needs a global admin's. */
+  public: Type.Optional(Type.Boolean()),
+}, { additionalProperties: false });
+
+const SecretsConfig = Type.Object({
+  /** 32 bytes in base64 that encrypt the projects' secrets; without it the server keeps its own in its folder. */
+  key: Type.Optional(Type.String()),
+}, { additionalProperties: false });
+
 export const ServerConfig = Type.Object({
   projects: Type.Array(Type.Object({
     name: Type.String({ pattern: '^[a-z][-a-z0-9]{0,39}$' }),
     backends: Type.Array(BackendConfig),
   }, { additionalProperties: false }), { minItems: 1 }),
   logs: Type.Optional(LogsConfig),
+  metrics: Type.Optional(MetricsConfig),
+  secrets: Type.Optional(SecretsConfig),
 }, { additionalProperties: false });
 export type ServerConfig = Static<typeof ServerConfig>;
 
@@ -34,6 +46,13 @@ projects:
 # Past this much log text a run's oldest lines are dropped (\`orchestrator logs\` says how many).
 # logs:
 #   max_size_per_run: 100MB
+# GET /metrics (Prometheus) needs a global admin's token unless it is public.
+# metrics:
+#   public: true
+# Project secrets are encrypted with the key in this folder's secrets-key file; servers that share a
+# database need the same key: give it here (openssl rand -base64 32) on each of them.
+# secrets:
+#   key: <32 bytes in base64>
 `;
 
 /** More alias expansions than a hand-written config needs; beyond it a file is taken for an attack. */
@@ -97,6 +116,8 @@ const Outline = Type.Object({
   projects: Type.Array(Type.Object({ name: ServerConfig.properties.projects.items.properties.name, backends: Type.Array(Type.Unknown()) },
     { additionalProperties: false }), { minItems: 1 }),
   logs: Type.Optional(LogsConfig),
+  metrics: Type.Optional(MetricsConfig),
+  secrets: Type.Optional(SecretsConfig),
 }, { additionalProperties: false });
 
 interface Problem {

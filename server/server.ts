@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import winston from 'winston';
@@ -10,13 +10,24 @@ import { DEFAULT_INSTANCE_TIMINGS, InstanceController, type InstanceTimings } fr
 import { ControllerManager } from '../controllers/manager.js';
 import { RunController } from '../controllers/run-controller.js';
 import { Scheduler } from '../controllers/scheduler.js';
+import { ServiceController } from '../controllers/service-controller.js';
+import { Gateway } from '../gateway/gateway.js';
 import type { Db } from '../store/db.js';
 import { openDatabase } from '../store/open.js';
 import { newToken, upsertProject, upsertUser } from '../store/projects.js';
+import { SecretBox } from '../store/secrets.js';
 import { createApp } from './app.js';
+import { SshRelay } from './routes/ssh.js';
 import { loadServerConfig, maxLogBytesPerRun, StartupError } from './config.js';
 import { serverDir } from './paths.js';
+import { loadSecretsKey } from './secrets-key.js';
 import { VERSION } from './version.js';
+
+/**
+ * An idle keep-alive connection is held this long, as load balancers expect of what stands behind them (they
+ * hold theirs 60 s), so that clients reuse connections instead of reconnecting; the header timeout must exceed it.
+ */
+export const KEEP_ALIVE_TIMEOUT_MS = 65_000;
 
 export interface ServerOptions {
   host?: string;
@@ -45,6 +56,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   mkdirSync(dir, { recursive: true });
   const configPath = join(dir, 'config.yml');
   const config = loadServerConfig(configPath);
+  const secrets = new SecretBox(loadSecretsKey(dir, config.secrets?.key));
   const logger = winston.createLogger({
     level: options.logLevel ?? process.env.ORCHESTRATOR_LOG_LEVEL ?? 'info',
     format: winston.format.combine(winston.format.timestamp(), winston.format.printf((i) => `${i.timestamp} ${i.level} ${i.message}`)),
@@ -60,25 +72,35 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
 
   const pool = new BackendPool(db, join(dir, 'backends'));
   const logLimit = maxLogBytesPerRun(config);
-  const app = createApp({ db, pool, logger, version: VERSION, maxLogBytesPerRun: logLimit });
+  const context = { db, pool, logger, version: VERSION, maxLogBytesPerRun: logLimit, metricsPublic: config.metrics?.public === true, secrets };
+  const app = createApp(context);
+  const ssh = new SshRelay(context, app);
+  const owner = `server-${randomUUID().slice(0, 8)}`;
+  const gateway = new Gateway({ db, logger, source: owner });
+  await gateway.start();
+  const api = app.callback();
   const http: Server = await new Promise<Server>((resolve, reject) => {
-    const s = app.listen(options.port ?? 3000, options.host ?? '127.0.0.1', () => resolve(s));
+    const s = createServer({ keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS, headersTimeout: KEEP_ALIVE_TIMEOUT_MS + 1000 },
+      (req, res) => void (gateway.handles(req) ? gateway.web(req, res) : api(req, res)));
+    s.on('upgrade', (req, socket, head) => void (ssh.handles(req) ? ssh.upgrade(req, socket, head) : gateway.upgrade(req, socket, head)));
+    s.listen(options.port ?? 3000, options.host ?? '127.0.0.1', () => resolve(s));
     s.once('error', (error: NodeJS.ErrnoException) => reject(error.code === 'EADDRINUSE'
       ? new StartupError(`${options.host ?? '127.0.0.1'}:${options.port ?? 3000} is already in use; is another server running? (--port picks another)`)
       : error));
   }).catch(async (error) => {
+    await gateway.close();
     await db.close();
     throw error;
   });
 
-  const owner = `server-${randomUUID().slice(0, 8)}`;
   const timings = { ...DEFAULT_INSTANCE_TIMINGS, ...options.instanceTimings };
   const manager = new ControllerManager(db, owner, [
     new Scheduler(db, pool, logger),
-    new RunController(db, owner, logger, 'start', logLimit),
-    new RunController(db, owner, logger, 'watch', logLimit),
+    new RunController(db, owner, logger, 'start', logLimit, secrets),
+    new RunController(db, owner, logger, 'watch', logLimit, secrets),
     new InstanceController(db, owner, logger, pool, timings),
     new FleetController(db, owner, logger, pool),
+    new ServiceController(db, owner, logger, secrets),
   ], logger, options.controllerIntervalMs);
   await manager.start();
   const address = http.address() as AddressInfo;
@@ -91,6 +113,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     configPath,
     db,
     close: async () => {
+      ssh.close();
+      await gateway.close();
       http.closeAllConnections();
       await new Promise((r) => http.close(r));
       await manager.stop();

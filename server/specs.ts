@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
-import { JobFile } from '../api/agent.js';
+import { JobFile, JobRepo } from '../api/agent.js';
 import { parseDurationOrOff } from '../api/duration.js';
-import { remotePathProblem } from '../api/mappings.js';
+import { parseRepoEntry, remotePathProblem } from '../api/mappings.js';
 import type { BackendType } from '../api/offer.js';
 import { formatPath, validateSpec, type SpecError } from '../api/parse.js';
 import { parseCountRange } from '../api/quantity.js';
@@ -15,6 +15,7 @@ import { HttpError, invalidSpec } from './http-errors.js';
 const DEFAULT_IDLE_DURATION = '5m';
 
 const JobFiles = Type.Array(JobFile);
+const JobRepos = Type.Array(JobRepo);
 
 function unprocessable(what: string, errors: SpecError[]): HttpError {
   const lines = errors.map((e) => `${e.path || `(${what})`}: ${e.message}`);
@@ -48,6 +49,36 @@ function validateFiles(value: unknown): { files: JobFile[]; errors: SpecError[] 
     });
   }
   return { files, errors: context.issues.map((issue) => ({ file: null, line: null, column: null, path: formatPath(issue.path), message: issue.message })) };
+}
+
+/**
+ * The repos of a run as its agent will check them out: those the CLI read from the applier's machine
+ * (`value`, one per entry of the spec's `repos`), else each URL entry as written. A local entry without
+ * what the CLI read is a problem: only the applier's machine has that folder.
+ */
+function validateRepos(spec: RunSpec, value: unknown): { repos: JobRepo[]; errors: SpecError[] } {
+  const context: ValidationContext = { environment: null, issues: [] };
+  const entries = spec.repos ?? [];
+  const sent = value === undefined ? undefined : validateValue(JobRepos, value, context, ['repos']) as JobRepo[];
+  if (sent !== undefined && context.issues.length === 0 && sent.length !== entries.length) {
+    report(context, ['repos'], `expected ${entries.length} (one per entry of the spec's repos), got ${sent.length}`);
+  }
+  const repos: JobRepo[] = [];
+  if (context.issues.length === 0) {
+    entries.forEach((written, index) => {
+      const entry = parseRepoEntry(written);
+      if (sent !== undefined) repos.push(sent[index]!);
+      else if (entry.url !== null) repos.push({ path: entry.path, url: entry.url, branch: entry.branch, hash: entry.hash });
+      else report(context, ['spec', 'repos', index], `the local repo ${entry.localPath} is read from the applier's machine; apply it with orchestrator apply, or give its url`);
+    });
+  }
+  return { repos, errors: context.issues.map((issue) => ({ file: null, line: null, column: null, path: formatPath(issue.path), message: issue.message })) };
+}
+
+export function checkedRepos(spec: RunSpec, value: unknown): JobRepo[] {
+  const { repos, errors } = validateRepos(spec, value);
+  if (errors.length > 0) throw unprocessable('repos', errors);
+  return repos;
 }
 
 export function checkedRunSpec(value: unknown): RunSpec {
@@ -97,7 +128,7 @@ export function checkedFleetsApplied(value: unknown, project: ProjectRecord): Fl
 /** One valid object of a batch apply. */
 export type ApplyingItem =
   | { kind: 'fleet'; desired: FleetDesired }
-  | { kind: 'run'; spec: RunSpec; files: JobFile[] };
+  | { kind: 'run'; spec: RunSpec; files: JobFile[]; repos: JobRepo[] };
 
 /** A problem of one object of a batch apply: its index, and the field within it (`spec.resources.gpu`, `files[0].path`). */
 export interface ItemProblem {
@@ -106,7 +137,7 @@ export interface ItemProblem {
   message: string;
 }
 
-const ITEM_FIELDS = ['spec', 'files'];
+const ITEM_FIELDS = ['spec', 'files', 'repos'];
 
 function checkedItem(item: unknown, project: ProjectRecord, problem: (path: string, message: string) => void): ApplyingItem | null {
   if (typeof item !== 'object' || item === null || Array.isArray(item)) {
@@ -114,14 +145,19 @@ function checkedItem(item: unknown, project: ProjectRecord, problem: (path: stri
     return null;
   }
   const fields = item as Record<string, unknown>;
-  for (const key of Object.keys(fields).filter((k) => !ITEM_FIELDS.includes(k))) problem(key, 'unknown field; an item has spec and, for a run, files');
+  for (const key of Object.keys(fields).filter((k) => !ITEM_FIELDS.includes(k))) problem(key, 'unknown field; an item has spec and, for a run, files and repos');
   const { spec, errors } = validateSpec(fields.spec);
   for (const error of errors) problem(error.path === '' ? 'spec' : `spec.${error.path}`, error.message);
   const files = validateFiles(fields.files ?? []);
   for (const error of files.errors) problem(error.path, error.message);
   if (!spec) return null;
-  if (spec.type !== 'fleet') return { kind: 'run', spec, files: files.files };
+  if (spec.type !== 'fleet') {
+    const repos = validateRepos(spec, fields.repos);
+    for (const error of repos.errors) problem(error.path, error.message);
+    return { kind: 'run', spec, files: files.files, repos: repos.repos };
+  }
   if (fields.files !== undefined) problem('files', 'a fleet takes no files');
+  if (fields.repos !== undefined) problem('repos', 'a fleet takes no repos');
   const backends = backendsProblem(spec, project);
   if (backends) problem('spec.backends', backends);
   return backends ? null : { kind: 'fleet', desired: fleetDesired(spec, project) };

@@ -10,6 +10,18 @@ export interface EventInput {
   message: string;
 }
 
+/**
+ * An event of a run; a service's replica speaks under its service's name, and says which replica it is,
+ * so that a replica that stops never reads as the service itself ending.
+ */
+export function runEvent(run: { id: string; projectId: string; name: string; replica: number | null }, reason: string, message: string): EventInput {
+  const replica = run.replica !== null;
+  return {
+    projectId: run.projectId, objectKind: 'run', objectId: run.id, objectName: run.name,
+    reason: replica ? `Replica${reason}` : reason, message: replica ? `replica ${run.replica}: ${message}` : message,
+  };
+}
+
 export async function recordEvent(db: Queryable, e: EventInput): Promise<void> {
   await db.query(
     `INSERT INTO events (project_id, object_kind, object_id, object_name, reason, message) VALUES ($1, $2, $3, $4, $5, $6)`,

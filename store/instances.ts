@@ -24,6 +24,8 @@ export interface InstanceRecord {
   idleSince: Date | null;
   provisioningStartedAt: Date | null;
   unreachableSince: Date | null;
+  /** The agent's SSH host key as it reports it, in OpenSSH's one-line form; null until it does. */
+  sshHostKey: string | null;
   createdAt: Date;
   terminatedAt: Date | null;
 }
@@ -33,7 +35,7 @@ export const toInstance = (r: Row): InstanceRecord => ({
   offer: r.offer, backendInstanceId: r.backend_instance_id, agentUrl: r.agent_url, agentToken: r.agent_token,
   status: r.status, statusMessage: r.status_message, terminationReason: r.termination_reason, runId: r.run_id,
   idleSince: r.idle_since, provisioningStartedAt: r.provisioning_started_at, unreachableSince: r.unreachable_since,
-  createdAt: r.created_at, terminatedAt: r.terminated_at,
+  sshHostKey: r.ssh_host_key, createdAt: r.created_at, terminatedAt: r.terminated_at,
 });
 
 export function instanceView(i: InstanceRecord, fleetName: string, runName: string | null): Instance {
@@ -85,7 +87,7 @@ export async function listInstanceViews(db: Queryable, projectId: string, option
 }
 
 type InstanceColumn = 'status' | 'status_message' | 'termination_reason' | 'offer' | 'backend_instance_id' | 'agent_url'
-  | 'run_id' | 'idle_since' | 'provisioning_started_at' | 'unreachable_since' | 'terminated_at';
+  | 'run_id' | 'idle_since' | 'provisioning_started_at' | 'unreachable_since' | 'terminated_at' | 'ssh_host_key';
 
 /** Writes the changes only while `owner` still holds the instance's lease; false when it lost it. */
 export function updateInstance(db: Queryable, id: string, owner: string, patch: Partial<Record<InstanceColumn, unknown>>): Promise<boolean> {

@@ -166,6 +166,85 @@ ALTER TABLE users DROP CONSTRAINT users_name_key;
 CREATE UNIQUE INDEX users_live_name ON users (name) WHERE deleted_at IS NULL;
 `,
   },
+  {
+    version: 4,
+    name: 'services: replicas as runs of a service, and request statistics',
+    sql: `
+ALTER TABLE runs ADD COLUMN service_id text REFERENCES runs(id);
+ALTER TABLE runs ADD COLUMN replica integer;
+ALTER TABLE runs ADD COLUMN ready_at timestamptz;
+ALTER TABLE runs ADD COLUMN draining_since timestamptz;
+ALTER TABLE runs ADD COLUMN desired_replicas integer;
+ALTER TABLE runs ADD COLUMN scaled_at timestamptz;
+ALTER TABLE runs ADD COLUMN replica_failures integer NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN replaced_at timestamptz;
+DROP INDEX runs_live_name;
+CREATE UNIQUE INDEX runs_live_name ON runs (project_id, name) WHERE NOT deleted AND service_id IS NULL;
+CREATE INDEX runs_replicas ON runs (service_id, replica) WHERE service_id IS NOT NULL;
+CREATE TABLE service_stats (
+  run_id text NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  second timestamptz NOT NULL,
+  source text NOT NULL,
+  requests integer NOT NULL,
+  errors integer NOT NULL,
+  inflight integer NOT NULL,
+  latency jsonb NOT NULL,
+  PRIMARY KEY (run_id, second, source)
+);
+CREATE INDEX service_stats_second ON service_stats (second);
+`,
+  },
+  {
+    version: 5,
+    name: 'ssh: users\' public keys, and each instance\'s host key',
+    sql: `
+CREATE TABLE ssh_keys (
+  user_id text NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+  public_key text NOT NULL,
+  fingerprint text NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (user_id, fingerprint)
+);
+ALTER TABLE instances ADD COLUMN ssh_host_key text;
+`,
+  },
+  {
+    version: 6,
+    name: 'dev environments: when inactivity_duration stops one, as last seen on its agent',
+    sql: `
+ALTER TABLE runs ADD COLUMN inactivity_stop_at timestamptz;
+`,
+  },
+  {
+    version: 7,
+    name: 'secrets: values encrypted with the server key (AES-256-GCM), per project',
+    sql: `
+CREATE TABLE secrets (
+  project_id text NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+  name text NOT NULL,
+  sealed text NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  updated_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (project_id, name)
+);
+`,
+  },
+  {
+    version: 8,
+    name: 'policies: retry attempts of a run, and since when its GPUs stay below utilization_policy',
+    sql: `
+ALTER TABLE runs ADD COLUMN attempt integer NOT NULL DEFAULT 1;
+ALTER TABLE runs ADD COLUMN first_submitted_at timestamptz;
+ALTER TABLE runs ADD COLUMN gpu_underused_since timestamptz;
+`,
+  },
+  {
+    version: 9,
+    name: 'inputs: the repos of a run as its agent checks them out (commit, uncommitted changes or uploaded tree)',
+    sql: `
+ALTER TABLE runs ADD COLUMN repos jsonb NOT NULL DEFAULT '[]';
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;

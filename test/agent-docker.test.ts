@@ -131,7 +131,7 @@ describe('agent (docker runtime, against Podman)', function () {
     const job = submission({ image: 'localhost/orchestrator-test:missing', commands: ['true'] });
     await client.submit(job);
     const status = await waitForState(client, job.jobId, ['failed'], 20_000);
-    expect(status.reason).to.match(/^could not pull image localhost\/orchestrator-test:missing: /);
+    expect(status.reason).to.match(/^could not pull image localhost\/orchestrator-test:missing from registry localhost: /);
     expect(await containersOf(job.jobId)).to.have.length(0);
   });
 

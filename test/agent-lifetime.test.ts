@@ -10,6 +10,7 @@ import { dockerClient } from '../agent/docker-connection.js';
 import { LABELS } from '../agent/docker-runtime.js';
 import { removeInstanceContainers } from '../agent/instance-containers.js';
 import { orchestratorCommand, startAgentProcess, type AgentLaunch } from '../agent/launch.js';
+import { LocalInstanceState, type LocalInstanceRecord } from '../backends/local/state.js';
 import { randomToken, submission, waitForState } from './helpers/agent-jobs.js';
 import { CLI_MAIN } from './helpers/cli.js';
 import { ensurePodman, TEST_IMAGE } from './helpers/podman.js';
@@ -119,7 +120,7 @@ describe('agent lifetime without a server', function () {
     await api('/api/projects/main/fleets/apply', { spec: { type: 'fleet', name: 'local', backends: ['local'], nodes: '0..1' } });
     await api('/api/projects/main/runs/apply', { spec: { type: 'task', name: 'sleeper', commands: [`echo $$ > ${pidFile}`, 'sleep 600'] } });
     const taskGroup = await readPid(pidFile);
-    const record = JSON.parse(readFileSync(join(dir, 'backends', 'local', 'local-instance.json'), 'utf8')) as { pid: number };
+    const [record] = await new LocalInstanceState(join(dir, 'backends', 'local')).readAll() as [LocalInstanceRecord];
     leftovers.push(record.pid, taskGroup);
     expect(alive(record.pid)).to.equal(true);
     expect(groupMembers(taskGroup)).to.not.be.empty;

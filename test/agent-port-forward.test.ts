@@ -1,23 +1,42 @@
 import { expect } from 'chai';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer as createHttpServer, request, type Server } from 'node:http';
+import { createServer as createHttpServer, type Server } from 'node:http';
 import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import WebSocket from 'ws';
-import type { JobSubmission } from '../api/agent.js';
+import { AGENT_FORWARD_AUTH_HEADER, type JobSubmission } from '../api/agent.js';
 import { AgentClient } from '../agent/client.js';
 import { startAgent, type RunningAgent } from '../agent/server.js';
 import { base64, randomToken, submission, waitForLine, waitForState } from './helpers/agent-jobs.js';
 import { startPodmanAgent, TEST_IMAGE, type PodmanAgent } from './helpers/podman.js';
 import { freePort } from './helpers/ports.js';
+import { eventArrivals, rawGet, upgradeStatus } from './helpers/raw-http.js';
+import { eventually } from './helpers/server.js';
 
 /** The job's own server: CommonJS, so that it can load `ws` from the path the test hands it. */
 const JOB_SERVER = `
 const http = require('node:http');
 const { WebSocketServer } = require(process.env.WS_MODULE);
+const held = [];
 const server = http.createServer((req, res) => {
+  if (req.url === '/hold') {
+    res.writeHead(200).write('holding, ');
+    held.push(res);
+    return;
+  }
+  if (req.url === '/headers-first') {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.flushHeaders();
+    held.push(res);
+    return;
+  }
+  if (req.url === '/release') {
+    for (const waiting of held.splice(0)) waiting.end('released');
+    res.end('released');
+    return;
+  }
   if (req.url === '/events') {
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
     let sent = 0;
@@ -28,6 +47,10 @@ const server = http.createServer((req, res) => {
     return;
   }
   if (req.url === '/silent') return;
+  if (req.url === '/slow-start') {
+    setTimeout(() => res.end('late but fine'), 1500);
+    return;
+  }
   if (req.method === 'POST') {
     res.writeHead(200, { 'content-type': 'application/octet-stream' });
     req.pipe(res);
@@ -40,33 +63,12 @@ new WebSocketServer({ server }).on('connection', (socket) => socket.on('message'
 server.listen(Number(process.env.PORT), '127.0.0.1', () => console.log('ready'));
 `;
 
-/** A request sent with its path exactly as written: fetch would resolve `..` before sending. */
-function rawGet(base: string, path: string, headers: Record<string, string>): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
-  const { hostname, port } = new URL(base);
-  return new Promise((resolve, reject) => {
-    const req = request({ host: hostname, port, path, headers }, (res) => {
-      let body = '';
-      res.setEncoding('utf8').on('data', (chunk: string) => { body += chunk; }).on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body }));
-    });
-    req.on('error', reject).end();
-  });
-}
-
-/** The status a WebSocket upgrade was refused with, or 101 when it opened. */
-function upgradeStatus(url: string, headers: Record<string, string>): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const socket = new WebSocket(url, { headers });
-    socket.once('open', () => {
-      socket.close();
-      resolve(101);
-    });
-    socket.once('unexpected-response', (_req, res) => {
-      res.resume();
-      resolve(res.statusCode!);
-    });
-    socket.once('error', reject);
-  });
-}
+/** A service's replica: answers with its job id and the port it was told to listen on. */
+const REPLICA_SERVER = `
+require('node:http')
+  .createServer((req, res) => res.end(process.env.REPLICA + ' ' + process.env.PORT))
+  .listen(Number(process.env.PORT), '127.0.0.1', () => console.log('ready'));
+`;
 
 function errorCode(body: string): string | undefined {
   return (JSON.parse(body) as { error?: { code?: string } }).error?.code;
@@ -138,20 +140,7 @@ describe('agent port forward (process runtime)', function () {
     const { url, headers } = access('/events');
     const response = await fetch(url, { headers });
     expect(response.headers.get('content-type')).to.equal('text/event-stream');
-    const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
-    const events: { n: number; emittedAt: number; arrivedAt: number }[] = [];
-    let buffered = '';
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffered += value;
-      let end: number;
-      while ((end = buffered.indexOf('\n\n')) >= 0) {
-        const event = JSON.parse(buffered.slice('data: '.length, end)) as { n: number; emittedAt: number };
-        events.push({ ...event, arrivedAt: Date.now() });
-        buffered = buffered.slice(end + 2);
-      }
-    }
+    const events = await eventArrivals<{ n: number; emittedAt: number }>(response);
     expect(events.map((event) => event.n)).to.deep.equal([0, 1, 2, 3]);
     for (let i = 0; i + 1 < events.length; i++) {
       // Each event was here before the job wrote the next one: nothing held it back to be sent in a batch.
@@ -183,6 +172,92 @@ describe('agent port forward (process runtime)', function () {
     expect(await upgradeStatus(wsUrl, { authorization: 'Bearer wrong' })).to.equal(401);
   });
 
+  it('passes the caller\'s own Authorization to the job when the agent\'s token comes in x-agent-authorization, which never reaches the job', async () => {
+    const { url, headers } = access('/info');
+    expect(headers).to.have.property(AGENT_FORWARD_AUTH_HEADER);
+    const response = await fetch(url, { headers: { ...headers, authorization: 'Bearer callers-own' } });
+    expect(response.status).to.equal(203);
+    const seen = await response.json() as { headers: Record<string, string> };
+    expect(seen.headers.authorization).to.equal('Bearer callers-own');
+    expect(seen.headers).not.to.have.property(AGENT_FORWARD_AUTH_HEADER);
+  });
+
+  it('still takes the agent\'s token in Authorization, and removes it before forwarding', async () => {
+    const { url } = access('/info');
+    const response = await fetch(url, { headers: { authorization: `Bearer ${token}` } });
+    expect(response.status).to.equal(203);
+    const seen = await response.json() as { headers: Record<string, string> };
+    expect(seen.headers).not.to.have.property('authorization');
+    expect(await upgradeStatus(url.replace(/^http/, 'ws'), { authorization: `Bearer ${token}` })).to.equal(101);
+  });
+
+  it('refuses a wrong x-agent-authorization, even beside the right Authorization, and takes it on no other route', async () => {
+    const { url } = access('/info');
+    const wrong = { [AGENT_FORWARD_AUTH_HEADER]: 'Bearer wrong', authorization: `Bearer ${token}` };
+    const response = await fetch(url, { headers: wrong });
+    expect(response.status).to.equal(401);
+    expect(errorCode(await response.text())).to.equal('unauthorized');
+    expect(await upgradeStatus(url.replace(/^http/, 'ws'), wrong)).to.equal(401);
+    expect(await upgradeStatus(url.replace(/^http/, 'ws'), access('/socket').headers)).to.equal(101);
+    const status = await fetch(`${agent.url}/api/jobs/${job.jobId}`, { headers: { [AGENT_FORWARD_AUTH_HEADER]: `Bearer ${token}` } });
+    expect(status.status).to.equal(401);
+  });
+
+  it('passes the answer\'s headers on before its first byte, so that a stream that starts quiet is seen as started', async () => {
+    const quiet = access('/headers-first');
+    const response = await fetch(quiet.url, { headers: quiet.headers, signal: AbortSignal.timeout(3000) });
+    expect(response.status).to.equal(200);
+    expect(response.headers.get('content-type')).to.equal('text/event-stream');
+    const release = access('/release');
+    await (await fetch(release.url, { headers: release.headers })).text();
+    expect(await response.text()).to.equal('released');
+  });
+
+  it('counts the exchanges in flight in the job\'s status: an unfinished answer and an open WebSocket', async () => {
+    const forwarding = async () => (await client.job(job.jobId)).forwarding;
+    await eventually(async () => await forwarding() === 0, 5000, 'no exchange in flight');
+    const hold = access('/hold');
+    const held = await fetch(hold.url, { headers: hold.headers });
+    expect(held.status).to.equal(200);
+    expect(await forwarding()).to.equal(1);
+    const release = access('/release');
+    await (await fetch(release.url, { headers: release.headers })).text();
+    expect(await held.text()).to.equal('holding, released');
+    await eventually(async () => await forwarding() === 0, 5000, 'the held answer to be counted out');
+
+    const socketAccess = access('/socket');
+    const socket = new WebSocket(socketAccess.url.replace(/^http/, 'ws'), { headers: socketAccess.headers });
+    await new Promise((resolve, reject) => socket.once('open', resolve).once('error', reject));
+    expect(await forwarding()).to.equal(1);
+    socket.close();
+    await eventually(async () => await forwarding() === 0, 5000, 'the closed WebSocket to be counted out');
+  });
+
+  it('starts two jobs of one servicePort side by side, each told its own PORT and reached through ports/<servicePort>', async () => {
+    const servicePort = await freePort();
+    const replicas = [0, 1].map(() => submission({
+      commands: ['node replica.cjs'],
+      files: [{ path: 'replica.cjs', contentBase64: base64(REPLICA_SERVER) }],
+      servicePort,
+    }));
+    for (const replica of replicas) {
+      replica.env = { PORT: '1', REPLICA: replica.jobId };
+      await client.submit(replica);
+    }
+    const listening: number[] = [];
+    for (const replica of replicas) {
+      await waitForLine(client, replica.jobId, 'ready');
+      const { url, headers } = access('/', servicePort, replica.jobId);
+      const response = await fetch(url, { headers });
+      expect(response.status).to.equal(200);
+      const [answeredBy, port] = (await response.text()).split(' ');
+      expect(answeredBy).to.equal(replica.jobId);
+      listening.push(Number(port));
+    }
+    expect(listening, 'one replica on the service port, the other elsewhere').to.include(servicePort);
+    expect(new Set(listening).size).to.equal(2);
+  });
+
   it('answers 404 for a port the job did not declare and for an unknown job, on requests and upgrades', async () => {
     const undeclared = access('/info', jobPort + 1 === silentPort ? jobPort + 2 : jobPort + 1);
     const response = await fetch(undeclared.url, { headers: undeclared.headers });
@@ -204,6 +279,15 @@ describe('agent port forward (process runtime)', function () {
     const late = await fetch(silent.url, { headers: silent.headers });
     expect(late.status).to.equal(504);
     expect(errorCode(await late.text())).to.equal('upstream_timeout');
+  });
+
+  it('waits for the first byte as long as the caller asks in x-agent-first-byte-timeout-ms, not its own default', async () => {
+    const slow = access('/slow-start');
+    const response = await fetch(slow.url, { headers: { ...slow.headers, 'x-agent-first-byte-timeout-ms': '5000' } });
+    expect(response.status).to.equal(200);
+    expect(await response.text()).to.equal('late but fine');
+    const impatient = await fetch(slow.url, { headers: { ...slow.headers, 'x-agent-first-byte-timeout-ms': '200' } });
+    expect(impatient.status).to.equal(504);
   });
 
   it('answers 409 for a job that is not running', async () => {
@@ -291,5 +375,21 @@ describe('agent port forward (docker runtime, against Podman)', function () {
     }
     expect(response.status).to.equal(200);
     expect(await response.text()).to.equal('served\n');
+  });
+
+  it('publishes a job\'s servicePort and tells the container in PORT', async () => {
+    const servicePort = await freePort();
+    const job = submission({
+      image: TEST_IMAGE, servicePort, env: { PORT: '1' },
+      commands: ['mkdir -p /www', 'echo "port $PORT" > /www/index.html', 'echo ready', 'httpd -f -p "$PORT" -h /www'],
+    });
+    await client.submit(job);
+    await waitForLine(client, job.jobId, 'ready');
+    const { url, headers } = client.portAccess(job.jobId, servicePort, '/index.html');
+    const response = await eventually(async () => {
+      const answer = await fetch(url, { headers });
+      return answer.status === 200 && answer;
+    }, 10_000, 'httpd to answer');
+    expect(await response.text()).to.equal(`port ${servicePort}\n`);
   });
 });

@@ -247,7 +247,7 @@ describe('api: validating JSON specs', () => {
       'port: expected an integer from 1 to 65535, got "http"',
       'commands[1]: expected a string, got 1',
       'resources.gpu: unknown GPU model "H10"; did you mean "H100"?',
-      'extra: unknown field; expected one of type, name, priority, resources, env, files, repos, working_dir, image, commands, port, model, volumes, replicas, scaling, auth, probes',
+      'extra: unknown field; expected one of type, name, priority, resources, env, image, registry_auth, python, files, repos, working_dir, volumes, privileged, entrypoint, shell, max_duration, stop_duration, retry, utilization_policy, spot_policy, backends, fleets, commands, port, model, replicas, scaling, auth, strip_prefix, probes, max_body_size, first_byte_timeout, idle_timeout, cold_start_timeout, startup_timeout, drain_timeout',
     ]);
   });
 
@@ -262,6 +262,8 @@ describe('api: validating JSON specs', () => {
       .to.deep.equal(['scaling: scaling needs replicas as a range such as 1..4; replicas is fixed at 2']);
     expect(validateSpec({ type: 'service', image: 'x', port: 80, replicas: '0..3', scaling: { metric: 'rps', target: 0 } }).errors.map(formatSpecError))
       .to.deep.equal(['scaling.target: expected a number greater than 0, got 0']);
+    expect(validateSpec({ type: 'service', image: 'x', port: 80, replicas: '1..3', scaling: { metric: 'rps', target: 1, window: '2h' } }).errors.map(formatSpecError))
+      .to.deep.equal(['scaling.window: at most 1h: request statistics are kept for an hour']);
   });
 });
 

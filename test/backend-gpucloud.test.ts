@@ -76,8 +76,10 @@ describe('gpucloud backend against the emulator', function () {
       region: 'us-east-1',
       pricePerHour: 5,
       availability: 'available',
+      spot: false,
     });
     expect(offer('l4-x1-eu-west-1').pricePerHour).to.equal(0.8);
+    expect(offer('l4-x1-eu-west-1-spot')).to.include({ pricePerHour: 0.32, spot: true });
     expect(offer('h200-x8-us-east-1').pricePerHour).to.equal(28);
   });
 

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -18,13 +18,14 @@ const token = () => randomBytes(24).toString('hex');
 
 describe('local backend', function () {
   this.timeout(60_000);
+  let serverDir: string;
   let stateDir: string;
   let backend: LocalBackend;
   let offer: Offer;
-  const recordedPid = (): number => {
-    const file = join(stateDir, 'local-instance.json');
-    return (JSON.parse(readFileSync(file, 'utf8')) as { pid: number }).pid;
-  };
+  const recordFile = (id: string): string => join(stateDir, 'instances', `${id}.json`);
+  const recordedPid = (id: string): number => (JSON.parse(readFileSync(recordFile(id), 'utf8')) as { pid: number }).pid;
+  const create = (key: string, agentToken = token()) => backend.create({ offer, idempotencyKey: key, name: key, agentToken });
+  const availability = async (): Promise<string> => (await backend.offers())[0]!.availability;
   /** Agent processes whose command line names this test's state folder. */
   const agentProcesses = (): string[] => readdirSync('/proc').filter((entry) => /^\d+$/.test(entry)).filter((pid) => {
     try {
@@ -36,16 +37,17 @@ describe('local backend', function () {
   });
 
   beforeEach(async () => {
-    stateDir = mkdtempSync(join(tmpdir(), 'local-backend-'));
-    backend = new LocalBackend({ stateDir, runtime: 'process' });
+    serverDir = mkdtempSync(join(tmpdir(), 'local-backend-'));
+    stateDir = join(serverDir, 'local');
+    backend = createBackend({ type: 'local', runtime: 'process', instances: 2 }, { stateDir: serverDir }) as LocalBackend;
     [offer] = await backend.offers() as [Offer];
   });
   afterEach(async () => {
     for (const instance of await backend.list()) await backend.terminate(instance.id);
-    rmSync(stateDir, { recursive: true, force: true });
+    rmSync(serverDir, { recursive: true, force: true });
   });
 
-  it('offers this machine as one free instance', () => {
+  it('offers the whole machine, free while fewer than its instances run', () => {
     expect(offer).to.include({ backend: 'local', offerId: 'local', region: 'local', pricePerHour: 0, availability: 'available' });
     expect(offer.cpus).to.equal(cpus().length);
     expect(offer.memoryMib).to.equal(Math.floor(totalmem() / 1024 / 1024));
@@ -54,64 +56,106 @@ describe('local backend', function () {
     if (!hasNvidiaSmi) expect(offer.gpu).to.deep.equal({ name: '', memoryMib: 0, count: 0 });
   });
 
-  it('creates a running agent, returns it again for the same key, refuses a second one, and terminates it', async () => {
-    const agentToken = token();
-    const created = await backend.create({ offer, idempotencyKey: 'key-1', name: 'local-1', agentToken });
-    expect(created).to.include({ status: 'running', idempotencyKey: 'key-1', region: 'local' });
-    const health = await agentHealth(created.agentUrl!, agentToken);
-    expect(health.status).to.equal(200);
-    expect(health.body).to.include({ ok: true, instanceId: created.id });
-    expect((await backend.offers())[0]!.availability).to.equal('unavailable');
+  it('runs as many agents as its instances setting allows, each with its own token and folder, and refuses one more', async () => {
+    const [firstToken, secondToken] = [token(), token()];
+    const first = await create('key-1', firstToken);
+    expect(await availability()).to.equal('available');
+    const second = await create('key-2', secondToken);
+    expect(first).to.include({ status: 'running', idempotencyKey: 'key-1', region: 'local' });
+    expect(second).to.include({ status: 'running', idempotencyKey: 'key-2', region: 'local' });
+    expect(second.id).not.to.equal(first.id);
+    expect(second.agentUrl).not.to.equal(first.agentUrl);
+    expect((await agentHealth(first.agentUrl!, firstToken)).body).to.include({ ok: true, instanceId: first.id });
+    expect((await agentHealth(second.agentUrl!, secondToken)).body).to.include({ ok: true, instanceId: second.id });
+    expect((await agentHealth(second.agentUrl!, firstToken)).status).to.equal(401);
+    expect(existsSync(join(stateDir, 'instances', first.id))).to.equal(true);
+    expect(existsSync(join(stateDir, 'instances', second.id))).to.equal(true);
+    expect(await availability()).to.equal('unavailable');
 
-    expect((await backend.create({ offer, idempotencyKey: 'key-1', name: 'local-1', agentToken })).id).to.equal(created.id);
-    const second = await backend.create({ offer, idempotencyKey: 'key-2', name: 'local-2', agentToken: token() }).catch((error: Error) => error);
-    expect(second).to.be.instanceOf(NoCapacityError);
-    expect(await backend.get(created.id)).to.deep.equal(created);
-    expect(await backend.list()).to.deep.equal([created]);
+    expect((await create('key-1', firstToken)).id).to.equal(first.id);
+    const third = await create('key-3').catch((error: Error) => error);
+    expect(third).to.be.instanceOf(NoCapacityError);
+    expect((third as Error).message).to.equal(`no room for another local instance: ${first.id}, ${second.id} already run, `
+      + 'the most that the local backend\'s setting instances: 2 allows; raise it in the server\'s config.yml to run more at once');
+    expect(await backend.get(first.id)).to.deep.equal(first);
+    expect(await backend.list()).to.have.deep.members([first, second]);
 
-    const pid = recordedPid();
-    await backend.terminate(created.id);
+    const pid = recordedPid(first.id);
+    await backend.terminate(first.id);
     expect(isProcessAlive(pid)).to.equal(false);
-    expect(await backend.get(created.id)).to.include({ status: 'terminated', agentUrl: null });
-    expect(await backend.list()).to.deep.equal([]);
-    await backend.terminate(created.id);
-    expect((await backend.offers())[0]!.availability).to.equal('available');
+    expect(await backend.get(first.id)).to.include({ status: 'terminated', agentUrl: null });
+    expect(await backend.list()).to.deep.equal([second]);
+    await backend.terminate(first.id);
+    expect(await availability()).to.equal('available');
+    const replacement = await create('key-3');
+    expect(replacement.status).to.equal('running');
+    expect((await backend.list()).map((instance) => instance.id)).to.have.members([second.id, replacement.id]);
   });
 
-  it('keeps the instance when the server that created it exits, for a new backend on the same state folder', async () => {
+  it('keeps the instances when the server that created them exits, for a new backend on the same state folder', async () => {
     const agentToken = token();
-    const script = join(stateDir, 'create.mts');
+    const script = join(serverDir, 'create.mts');
     const localModule = fileURLToPath(new URL('../backends/local/local.ts', import.meta.url));
     writeFileSync(script, [
       `import { LocalBackend } from ${JSON.stringify(localModule)};`,
       `const backend = new LocalBackend({ stateDir: ${JSON.stringify(stateDir)}, runtime: 'process' });`,
       'const [offer] = await backend.offers();',
-      `const instance = await backend.create({ offer, idempotencyKey: 'restart', name: 'restart', agentToken: ${JSON.stringify(agentToken)} });`,
-      'console.log(JSON.stringify(instance));',
+      `const created = await Promise.all(['restart-1', 'restart-2'].map((key) => backend.create({ offer, idempotencyKey: key, name: key, agentToken: ${JSON.stringify(agentToken)} })));`,
+      'console.log(JSON.stringify(created));',
     ].join('\n'));
     const server = spawnSync(process.execPath, ['--import', 'tsx', script], { encoding: 'utf8', timeout: 30_000 });
     expect(server.status, server.stderr).to.equal(0);
-    const created = JSON.parse(server.stdout.trim().split('\n').at(-1)!) as { id: string; agentUrl: string };
+    const created = JSON.parse(server.stdout.trim().split('\n').at(-1)!) as { id: string; agentUrl: string; idempotencyKey: string }[];
+    expect(created).to.have.length(2);
 
     const restarted = new LocalBackend({ stateDir, runtime: 'process' });
-    expect(await restarted.get(created.id)).to.include({ status: 'running', agentUrl: created.agentUrl });
-    expect((await agentHealth(created.agentUrl, agentToken)).body).to.include({ ok: true, instanceId: created.id });
-    const again = await restarted.create({ offer, idempotencyKey: 'restart', name: 'restart', agentToken });
-    expect(again.id).to.equal(created.id);
-    await restarted.terminate(created.id);
+    expect((await restarted.list()).map((instance) => instance.id)).to.have.members(created.map((instance) => instance.id));
+    for (const instance of created) {
+      expect(await restarted.get(instance.id)).to.include({ status: 'running', agentUrl: instance.agentUrl });
+      expect((await agentHealth(instance.agentUrl, agentToken)).body).to.include({ ok: true, instanceId: instance.id });
+      const again = await restarted.create({ offer, idempotencyKey: instance.idempotencyKey, name: 'restart', agentToken });
+      expect(again.id).to.equal(instance.id);
+    }
+    for (const instance of created) await restarted.terminate(instance.id);
     expect(await restarted.list()).to.deep.equal([]);
   });
 
+  it('finds the agent an earlier version recorded in its single-record state file, and counts it', async () => {
+    const agentToken = token();
+    const earlier = await create('before-upgrade', agentToken);
+    const pid = recordedPid(earlier.id);
+    const singleRecordFile = join(stateDir, 'local-instance.json');
+    renameSync(recordFile(earlier.id), singleRecordFile);
+
+    const upgraded = new LocalBackend({ stateDir, runtime: 'process', instances: 1 });
+    expect(await upgraded.list()).to.deep.equal([earlier]);
+    expect(await upgraded.get(earlier.id)).to.deep.equal(earlier);
+    expect((await agentHealth(earlier.agentUrl!, agentToken)).body).to.include({ ok: true, instanceId: earlier.id });
+    expect((await upgraded.create({ offer, idempotencyKey: 'before-upgrade', name: 'again', agentToken })).id).to.equal(earlier.id);
+    expect((await upgraded.offers())[0]!.availability).to.equal('unavailable');
+    const another = await upgraded.create({ offer, idempotencyKey: 'after-upgrade', name: 'another', agentToken: token() }).catch((error: Error) => error);
+    expect(another).to.be.instanceOf(NoCapacityError);
+    expect((another as Error).message).to.contain(`${earlier.id} already run`);
+
+    await upgraded.terminate(earlier.id);
+    expect(isProcessAlive(pid)).to.equal(false);
+    expect(existsSync(singleRecordFile)).to.equal(false);
+    expect(await upgraded.list()).to.deep.equal([]);
+  });
+
   it('reports a dead agent as terminated and lets a new instance take its place', async () => {
-    const first = await backend.create({ offer, idempotencyKey: 'dies', name: 'dies', agentToken: token() });
-    const pid = recordedPid();
+    await create('stays');
+    const first = await create('dies');
+    const pid = recordedPid(first.id);
     signalProcessGroup(pid, 'SIGKILL');
     await waitForExit(pid);
     expect(await backend.get(first.id)).to.include({ status: 'terminated', agentUrl: null });
-    const second = await backend.create({ offer, idempotencyKey: 'after', name: 'after', agentToken: token() });
+    expect(await availability()).to.equal('available');
+    const second = await create('after');
     expect(second.id).not.to.equal(first.id);
     expect(second.status).to.equal('running');
     expect(existsSync(join(stateDir, 'instances', first.id))).to.equal(false);
+    expect(existsSync(recordFile(first.id))).to.equal(false);
   });
 
   it('starts one agent when two servers create with the same key at once', async () => {
@@ -122,20 +166,35 @@ describe('local backend', function () {
       other.create({ offer, idempotencyKey: 'race', name: 'race', agentToken }),
     ]);
     expect(a.id).to.equal(b.id);
-    expect(agentProcesses()).to.deep.equal([String(recordedPid())]);
+    expect(agentProcesses()).to.deep.equal([String(recordedPid(a.id))]);
   });
 
-  it('refuses offers of another backend and a corrupt state file with clear errors', async () => {
+  it('starts no more agents than its instances when servers create with different keys at once', async () => {
+    const other = new LocalBackend({ stateDir, runtime: 'process', instances: 2 });
+    const results = await Promise.allSettled(['a', 'b', 'c'].map((key, i) => (i % 2 ? other : backend)
+      .create({ offer, idempotencyKey: key, name: key, agentToken: token() })));
+    expect(results.filter((result) => result.status === 'fulfilled')).to.have.length(2);
+    const [refused] = results.filter((result): result is PromiseRejectedResult => result.status === 'rejected');
+    expect(refused?.reason).to.be.instanceOf(NoCapacityError);
+    expect(agentProcesses()).to.have.length(2);
+  });
+
+  it('refuses offers of another backend, a bad instances setting and a corrupt state file with clear errors', async () => {
     const cloudOffer: Offer = { ...offer, backend: 'gpucloud' };
     await backend.create({ offer: cloudOffer, idempotencyKey: 'k', name: 'n', agentToken: token() }).then(
       () => expect.fail('created from a gpucloud offer'),
       (error: Error) => expect(error.message).to.match(/belongs to backend gpucloud, not local/),
     );
-    writeFileSync(join(stateDir, 'local-instance.json'), '{"id": 1}');
-    const corrupt = await backend.list().catch((error: Error) => error);
-    expect(corrupt).to.be.instanceOf(BackendError);
-    expect((corrupt as Error).message).to.match(/local-instance\.json is not a local instance record/);
-    rmSync(join(stateDir, 'local-instance.json'));
+    expect(() => new LocalBackend({ stateDir, instances: 0 })).to.throw(BackendError, /instances must be a whole number of at least 1, not 0/);
+    for (const file of [join(stateDir, 'local-instance.json'), recordFile('local-corrupt')]) {
+      mkdirSync(join(stateDir, 'instances'), { recursive: true });
+      writeFileSync(file, '{"id": 1}');
+      const corrupt = await backend.list().catch((error: Error) => error);
+      expect(corrupt).to.be.instanceOf(BackendError);
+      expect((corrupt as Error).message).to.match(/is not a local instance record \(\/\w+: .+\); remove it once no local agent runs$/);
+      expect((corrupt as Error).message.startsWith(`${file} `)).to.equal(true);
+      rmSync(file);
+    }
   });
 });
 
@@ -173,5 +232,7 @@ describe('backend registry', () => {
     expect(build({ type: 'gpucloud', creds: { type: 'api_key', api_key: 'k' }, region: 'x' })).to.throw(BackendError, /invalid gpucloud backend config/);
     expect(build({ type: 'aws' })).to.throw(BackendError, /unknown backend type "aws": use gpucloud or local/);
     expect(build({ type: 'local', runtime: 'vm' })).to.throw(BackendError, /invalid local backend config: \/runtime/);
+    expect(build({ type: 'local', instances: 0 })).to.throw(BackendError, /invalid local backend config: \/instances: Expected integer to be greater or equal to 1/);
+    expect(build({ type: 'local', instances: 1.5 })).to.throw(BackendError, /invalid local backend config: \/instances: Expected integer/);
   });
 });

@@ -91,6 +91,20 @@ for (const kind of DATABASE_KINDS) {
       expect(result.stdout).to.match(/^exit-code\.yml$/m);
     });
 
+    it('leaves an unchanged fleet alone and shows what an update changes: down to one node, for the queue below', async () => {
+      const same = await cli(['apply', '-f', 'examples/fleets/local.yml', '-y'], REPO);
+      expect(same.code, show(same)).to.equal(0);
+      expect(same.stderr).to.contain('fleet local: unchanged (generation 1)');
+      expect(same.stderr).to.contain('fleet local is already up to date');
+      const file = join(work, 'local-fleet.yml');
+      writeFileSync(file, 'type: fleet\nname: local\nbackends: [local]\nnodes: 0..1\nidle_duration: 10m\n');
+      const updated = await cli(['apply', '-f', file, '-y']);
+      expect(updated.code, show(updated)).to.equal(0);
+      expect(updated.stderr).to.contain('fleet local: update (generation 1 → 2)');
+      expect(updated.stderr).to.match(/^  changes\s+nodes: 0\.\.4 → 0\.\.1\n\s+idle_duration: \(not set\) → 10m$/m);
+      expect(updated.stderr).to.contain('fleet local: updated to generation 2');
+    });
+
     it('queues a second task behind a full fleet and shows why and where it waits', async () => {
       const release = join(work, 'release-first');
       const first = startCli(['apply', '-f', task('first', `commands: ["echo first started", "until [ -f ${release} ]; do sleep 0.1; done"]\n`), '-y'], { home: home.home, cwd: work });
@@ -137,20 +151,6 @@ for (const kind of DATABASE_KINDS) {
       expect(result.code, show(result)).to.equal(1);
       expect(result.stderr).to.match(/problem\s+no offers: no local offer matches H100:1/);
       expect(result.stderr).to.match(/^error: needs-gpu failed: no offers: no local offer matches H100:1/m);
-    });
-
-    it('leaves an unchanged fleet alone and shows what an update changes', async () => {
-      const same = await cli(['apply', '-f', 'examples/fleets/local.yml', '-y'], REPO);
-      expect(same.code, show(same)).to.equal(0);
-      expect(same.stderr).to.contain('fleet local: unchanged (generation 1)');
-      expect(same.stderr).to.contain('fleet local is already up to date');
-      const file = join(work, 'local-fleet.yml');
-      writeFileSync(file, 'type: fleet\nname: local\nbackends: [local]\nnodes: 0..1\nidle_duration: 10m\n');
-      const updated = await cli(['apply', '-f', file, '-y']);
-      expect(updated.code, show(updated)).to.equal(0);
-      expect(updated.stderr).to.contain('fleet local: update (generation 1 → 2)');
-      expect(updated.stderr).to.match(/^  changes\s+idle_duration: \(not set\) → 10m$/m);
-      expect(updated.stderr).to.contain('fleet local: updated to generation 2');
     });
 
     it('says so when the token is wrong or the run does not exist', async () => {

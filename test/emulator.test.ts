@@ -124,7 +124,7 @@ describe('gpucloud emulator API', () => {
   it('injects faults through its control endpoint, which faults never touch', async () => {
     const set = await call('POST', '/_emulator/faults', { rate_limit: 1, api_errors: 1, no_capacity: ['L4'] });
     expect(set.status).to.equal(200);
-    expect(set.body).to.deep.equal({ no_capacity: ['L4'], api_errors: 1, slow_ms: 0, rate_limit: 1 });
+    expect(set.body).to.deep.equal({ no_capacity: ['L4'], api_errors: 1, slow_ms: 0, rate_limit: 1, spot_interruption_after_ms: null, gpu_utilization: null });
     expect((await call('GET', '/_emulator/state')).body.faults).to.deep.equal(set.body);
     const limited = await call('GET', '/offers');
     expect([limited.status, limited.body.error.code, limited.headers.get('retry-after')]).to.deep.equal([429, 'rate_limited', '1']);

@@ -342,6 +342,11 @@ describe('example service ws-echo (WebSocket echo)', function () {
   });
 });
 
+function defaultPort(service: string): number {
+  const source = readFileSync(join(SERVICES_DIR, service, 'server.mjs'), 'utf8');
+  return Number(/process\.env\.PORT \?\? (\d+)/.exec(source)?.[1]);
+}
+
 describe('example service YAMLs', function () {
   this.timeout(60_000);
 
@@ -350,14 +355,16 @@ describe('example service YAMLs', function () {
     expect(spec).to.include({ type: 'service', name: 'echo-llm', port: 8000, model: 'echo', replicas: '1..3' });
     expect(spec.scaling).to.deep.equal({ metric: 'rps', target: 5 });
     expect(spec.probes?.[0]).to.include({ type: 'http', url: '/health' });
-    expect(spec.env).to.include({ PORT: String(spec.port), MODEL: spec.model });
+    expect(spec.env).to.deep.equal({ MODEL: spec.model });
+    expect(defaultPort('echo-llm'), 'the port the server listens on without $PORT').to.equal(spec.port);
   });
 
   it('ws-echo.yml validates as a service with a health probe on the port the server listens on', () => {
     const spec = readService('ws-echo.yml');
     expect(spec).to.include({ type: 'service', name: 'ws-echo', port: 8080 });
     expect(spec.probes?.[0]).to.include({ type: 'http', url: '/health' });
-    expect(spec.env).to.include({ PORT: String(spec.port) });
+    expect(spec.env, 'the agent tells the replica its port in $PORT').to.equal(undefined);
+    expect(defaultPort('ws-echo'), 'the port the server listens on without $PORT').to.equal(spec.port);
   });
 
   it('echo-llm runs as its YAML says on the process runtime and answers the OpenAI client', async () => {

@@ -81,15 +81,18 @@ for (const kind of DATABASE_KINDS) {
       ].join('\n');
       const applied = await apply('train', yaml);
       expect(ignoredLines(applied.stderr)).to.deep.equal([
-        'retry: not acted on yet; the run will not be resubmitted',
-        'utilization_policy: not acted on yet; the run is not stopped when its GPUs stay idle',
         'python: not acted on yet; the commands get whatever Python the image (or, without a container, the machine) has',
-        'ports: not acted on yet; nothing forwards them to your machine; a container publishes them on its instance only',
         'resources.shm_size: not acted on yet; the container gets the runtime\'s default shared memory',
       ]);
-      const json = await plan({ type: 'task', commands: ['true'], retry: { duration: '2h' }, ports: [8080], max_duration: '1h', priority: 5 });
-      expect(json.notActedOn.map((n) => n.field)).to.deep.equal(['retry', 'ports']);
-      expect(json.notActedOn[0]).to.deep.equal({ field: 'retry', message: 'not acted on yet; the run will not be resubmitted' });
+      const json = await plan({ type: 'service', commands: ['true'], port: 80, retry: { duration: '2h' }, max_duration: '1h', priority: 5 });
+      expect(json.notActedOn).to.deep.equal([{ field: 'retry', message: 'not used by services: a service replaces a failed replica itself' }]);
+    });
+
+    it('says utilization_policy does nothing for a run that asks for no GPU', async () => {
+      const policy = { min_gpu_utilization: 10, time_window: '30m' };
+      const json = await plan({ type: 'task', commands: ['true'], resources: { gpu: 0 }, utilization_policy: policy });
+      expect(json.notActedOn).to.deep.equal([{ field: 'utilization_policy', message: 'not acted on: it watches the run\'s GPUs, and this run asks for none (resources.gpu: 0)' }]);
+      expect((await plan({ type: 'task', commands: ['true'], resources: { gpu: 'L4' }, utilization_policy: policy })).notActedOn).to.deep.equal([]);
     });
 
     it('names image, and says the runtime, when the run would land on the process runtime', async () => {
@@ -107,7 +110,7 @@ for (const kind of DATABASE_KINDS) {
       const asksForNothingMore = await plan({ type: 'task', commands: ['true'], retry: false, ports: [] });
       expect(asksForNothingMore.notActedOn).to.deep.equal([]);
       const oneReplica = await plan({ type: 'service', commands: ['true'], port: 80, replicas: 1, probes: [] });
-      expect(oneReplica.notActedOn.map((n) => n.field)).to.deep.equal(['port']);
+      expect(oneReplica.notActedOn).to.deep.equal([]);
       const applied = await apply('plain', 'type: task\nname: plain\ncommands:\n  - echo hi\n');
       expect(applied.stderr).not.to.match(/ignored/);
     });
@@ -117,9 +120,9 @@ for (const kind of DATABASE_KINDS) {
         type: 'service', commands: ['python -m http.server 8000'], port: 8000, replicas: 2, auth: true,
         probes: [{ type: 'http', url: '/health' }], image: 'python:3.12',
       });
-      expect(service.notActedOn.map((n) => n.field)).to.deep.equal(['port', 'replicas', 'auth', 'probes', 'image']);
-      const dev = await plan({ type: 'dev-environment', ide: 'vscode', inactivity_duration: '2h' });
-      expect(dev.notActedOn.map((n) => n.field)).to.deep.equal(['ide', 'inactivity_duration']);
+      expect(service.notActedOn.map((n) => n.field)).to.deep.equal(['image']);
+      const dev = await plan({ type: 'dev-environment', ide: 'vscode', inactivity_duration: '2h', python: '3.12' });
+      expect(dev.notActedOn.map((n) => n.field)).to.deep.equal(['python']);
     });
 
     it('names the idle instance that the run then takes', async () => {

@@ -45,9 +45,15 @@ const ALLOWED: Record<string, Caller[]> = {
   'POST /api/users': ADMINS,
   'DELETE /api/users/:name': ADMINS,
   'POST /api/users/:name/rotate-token': ADMINS,
+  'GET /api/users/me/ssh-keys': ANY_USER,
+  'PUT /api/users/me/ssh-keys': ANY_USER,
+  'GET /metrics': ADMINS,
   'GET /api/projects/:project/members': MEMBERS,
   'POST /api/projects/:project/members': PROJECT_ADMINS,
   'DELETE /api/projects/:project/members/:user': PROJECT_ADMINS,
+  'GET /api/projects/:project/secrets/:name': PROJECT_ADMINS,
+  'PUT /api/projects/:project/secrets/:name': PROJECT_ADMINS,
+  'DELETE /api/projects/:project/secrets/:name': PROJECT_ADMINS,
 };
 
 function allowedCallers(method: string, path: string): Caller[] {

@@ -19,6 +19,7 @@ export const GpucloudOffer = Type.Object({
   region: Type.String(),
   price_per_hour: Type.Number({ minimum: 0 }),
   availability: Type.Union([Type.Literal('available'), Type.Literal('unavailable')]),
+  spot: Type.Optional(Type.Boolean({ description: 'Spot capacity: cheaper, and interrupted when the cloud needs it back' })),
 });
 export type GpucloudOffer = Static<typeof GpucloudOffer>;
 
@@ -40,6 +41,9 @@ export const GpucloudInstance = Type.Object({
   region: Type.String(),
   gpu: GpucloudOffer.properties.gpu,
   price_per_hour: Type.Number({ minimum: 0 }),
+  spot: Type.Optional(Type.Boolean()),
+  /** True once the cloud has taken a spot instance back; it is then terminating or terminated. */
+  interrupted: Type.Optional(Type.Boolean()),
   created_at: Type.String(),
   updated_at: Type.String(),
 });
@@ -59,7 +63,7 @@ export type CreateInstanceBody = Static<typeof CreateInstanceBody>;
 export const ERROR_CODES = [
   'invalid_api_key', 'invalid_json', 'invalid_request', 'payload_too_large', 'not_found',
   'method_not_allowed', 'offer_not_found', 'instance_not_found', 'no_capacity',
-  'idempotency_mismatch', 'instance_not_running', 'rate_limited', 'internal_error',
+  'idempotency_mismatch', 'instance_not_running', 'instance_not_spot', 'rate_limited', 'internal_error',
 ] as const;
 export type ErrorCode = typeof ERROR_CODES[number];
 
@@ -75,6 +79,12 @@ export const FaultsPatch = Type.Object({
   slow_ms: Type.Optional(Type.Integer({ minimum: 0, maximum: 600_000 })),
   rate_limit: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000 })),
   kill_instances: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
+  /** Spot instances to interrupt now. */
+  interrupt_instances: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
+  /** Interrupt every spot instance this long after it starts running (counted from now for those already running); null: never. */
+  spot_interruption_after_ms: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: 86_400_000 }), Type.Null()])),
+  /** The utilisation, in percent, that every instance's GPUs report; null: idle (0). */
+  gpu_utilization: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: 100 }), Type.Null()])),
 }, { additionalProperties: false });
 export type FaultsPatch = Static<typeof FaultsPatch>;
 
@@ -83,5 +93,7 @@ export const FaultsState = Type.Object({
   api_errors: Type.Integer(),
   slow_ms: Type.Integer(),
   rate_limit: Type.Integer(),
+  spot_interruption_after_ms: Type.Union([Type.Integer(), Type.Null()]),
+  gpu_utilization: Type.Union([Type.Integer(), Type.Null()]),
 });
 export type FaultsState = Static<typeof FaultsState>;

@@ -20,17 +20,19 @@ export const GPU_COUNTS = [1, 2, 4, 8] as const;
 /** Instances per GPU model the emulator lets exist at once unless told otherwise. */
 export const DEFAULT_CAPACITY_PER_MODEL = 8;
 export const REGIONS = ['us-east-1', 'eu-west-1'] as const;
+/** A spot machine's price as a share of the same machine on demand. */
+export const SPOT_PRICE_FACTOR = 0.4;
 
 export type CatalogOffer = Omit<GpucloudOffer, 'availability'> & { gpu: { model: GpuModel } };
 
-/** Every machine shape the emulated cloud sells, in a stable order. */
+/** Every machine shape the emulated cloud sells, on demand and, right after it, as spot, in a stable order. */
 export function buildCatalog(): CatalogOffer[] {
   const offers: CatalogOffer[] = [];
   for (const region of REGIONS) {
     for (const model of Object.keys(GPU_SHAPES) as GpuModel[]) {
       const shape = GPU_SHAPES[model];
       for (const count of GPU_COUNTS) {
-        offers.push({
+        const onDemand: CatalogOffer = {
           id: `${model.toLowerCase()}-x${count}-${region}`,
           gpu: { model, memory_gb: shape.memoryGb, count },
           vcpus: shape.vcpus * count,
@@ -38,6 +40,14 @@ export function buildCatalog(): CatalogOffer[] {
           disk_gb: shape.diskGb * count,
           region,
           price_per_hour: Math.round(shape.pricePerHour * count * 100) / 100,
+          spot: false,
+        };
+        offers.push(onDemand, {
+          ...onDemand,
+          gpu: { ...onDemand.gpu },
+          id: `${onDemand.id}-spot`,
+          price_per_hour: Math.round(shape.pricePerHour * count * SPOT_PRICE_FACTOR * 100) / 100,
+          spot: true,
         });
       }
     }

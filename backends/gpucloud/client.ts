@@ -169,6 +169,7 @@ function toOffer(offer: GpucloudOffer): Offer {
     region: offer.region,
     pricePerHour: offer.price_per_hour,
     availability: offer.availability,
+    spot: offer.spot === true,
   };
 }
 
@@ -182,6 +183,7 @@ function toInstance(instance: GpucloudInstance): BackendInstance {
     agentUrl: status === 'running' ? instance.agent_url : null,
     region: instance.region,
     ...(instance.status_reason ? { reason: instance.status_reason } : {}),
+    ...(instance.interrupted ? { interrupted: true } : {}),
   };
 }
 

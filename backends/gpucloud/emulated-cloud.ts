@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { startAgentProcess } from '../../agent/launch.js';
+import { DECLARED_GPU_UTILIZATION_FILE } from '../../api/agent.js';
 import { stopProcessGroup, signalProcessGroup } from '../processes.js';
 import { adoptAgent, spawnedAgent, type AgentProcess } from './agent-process.js';
 import type { CreateInstanceBody, ErrorCode, GpuModel, GpucloudInstance, GpucloudOffer } from './api.js';
@@ -41,6 +42,8 @@ interface Machine {
   agent: AgentProcess | null;
   agentExited: Promise<void> | null;
   lostReason: string | null;
+  /** A running spot machine's interruption under the schedule (faults.spotInterruptionAfterMs). */
+  interruption: NodeJS.Timeout | null;
 }
 
 const STOP_GRACE_MS = 5_000;
@@ -49,7 +52,11 @@ const HOLDS_CAPACITY: ReadonlySet<string> = new Set(['provisioning', 'running', 
 
 /** The emulated cloud's instances: capacity, boot of a real agent process per instance, termination and failures. */
 export class EmulatedCloud {
-  readonly faults = new FaultControl((id) => this.kill(id));
+  readonly faults = new FaultControl({
+    kill: (id) => this.kill(id),
+    interrupt: (id) => this.interrupt(id),
+    changed: () => this.faultsChanged(),
+  });
   private readonly catalog = buildCatalog();
   private readonly machines = new Map<string, Machine>();
   private readonly byClientToken = new Map<string, Machine>();
@@ -84,6 +91,7 @@ export class EmulatedCloud {
         if (agent) {
           this.attach(machine, agent);
           if (record.status === 'terminating') void this.stopAgent(machine);
+          else this.armInterruption(machine);
         } else {
           record.agent_url = null;
           if (record.status === 'running') this.setStatus(machine, 'failed', 'the machine stopped while the emulator was down');
@@ -130,6 +138,7 @@ export class EmulatedCloud {
         region: offer.region,
         gpu: { ...offer.gpu },
         price_per_hour: offer.price_per_hour,
+        spot: offer.spot === true,
         created_at: now,
         updated_at: now,
       },
@@ -175,9 +184,33 @@ export class EmulatedCloud {
     await machine.agentExited;
   }
 
+  /** Takes a spot instance back, as a cloud does when it needs the capacity: its agent is killed and it ends terminated, `interrupted`. */
+  async interrupt(id: string): Promise<void> {
+    const machine = this.machine(id);
+    if (!machine.record.spot) throw new ApiError(409, 'instance_not_spot', `instance ${id} runs on demand; only spot instances are interrupted`);
+    if (machine.record.status !== 'provisioning' && machine.record.status !== 'running') {
+      throw new ApiError(409, 'instance_not_running', `instance ${id} is ${machine.record.status}: nothing to interrupt`);
+    }
+    this.disarmInterruption(machine);
+    machine.record.interrupted = true;
+    const reason = 'interrupted: the cloud took its spot capacity back';
+    if (this.cancelPendingBoot(machine)) {
+      this.setStatus(machine, 'terminated', reason);
+      return;
+    }
+    this.setStatus(machine, 'terminating', reason);
+    if (machine.booting) await machine.booting;
+    // The machine is powered off, not shut down: its jobs get no chance to report that they were stopped.
+    if (machine.agent && machine.agentExited) {
+      signalProcessGroup(machine.agent.pid, 'SIGKILL');
+      await machine.agentExited;
+    }
+  }
+
   /** Stops every agent and cancels pending boots; with `save`, lets the agents run on and leaves pending boots to the next start. */
   async close(): Promise<void> {
     this.closed = true;
+    for (const machine of this.machines.values()) this.disarmInterruption(machine);
     if (this.options.save) {
       for (const machine of this.machines.values()) this.cancelPendingBoot(machine);
       await Promise.all([...this.machines.values()].map((machine) => machine.booting));
@@ -210,7 +243,7 @@ export class EmulatedCloud {
   }
 
   private register(parts: Pick<Machine, 'record' | 'offer' | 'agentToken' | 'workDir'>): Machine {
-    const machine: Machine = { ...parts, pendingBoot: null, booting: null, agent: null, agentExited: null, lostReason: null };
+    const machine: Machine = { ...parts, pendingBoot: null, booting: null, agent: null, agentExited: null, lostReason: null, interruption: null };
     this.machines.set(machine.record.id, machine);
     this.byClientToken.set(machine.record.client_token, machine);
     return machine;
@@ -274,6 +307,7 @@ export class EmulatedCloud {
     this.activeBoots += 1;
     try {
       await mkdir(machine.workDir, { recursive: true });
+      await this.writeGpuUtilization(machine);
       const { child, url } = await startAgentProcess({
         token: machine.agentToken,
         instanceId: id,
@@ -286,6 +320,7 @@ export class EmulatedCloud {
       if (machine.record.status === 'provisioning' && (!this.closed || this.options.save)) {
         machine.record.agent_url = url;
         this.setStatus(machine, 'running', null);
+        this.armInterruption(machine);
         this.options.log(`instance ${id} running, agent at ${url}`);
       } else {
         await this.stopAgent(machine);
@@ -315,6 +350,39 @@ export class EmulatedCloud {
     });
   }
 
+  /** Under the spot interruption schedule, a running spot machine is interrupted that long after it started, or after the schedule changed. */
+  private armInterruption(machine: Machine): void {
+    this.disarmInterruption(machine);
+    const after = this.faults.spotInterruptionAfterMs;
+    if (!machine.record.spot || machine.record.status !== 'running' || after === null || this.closed) return;
+    machine.interruption = setTimeout(() => {
+      machine.interruption = null;
+      this.interrupt(machine.record.id).catch((error: Error) => this.options.log(`cannot interrupt ${machine.record.id}: ${error.message}`));
+    }, after);
+  }
+
+  private disarmInterruption(machine: Machine): void {
+    if (machine.interruption) clearTimeout(machine.interruption);
+    machine.interruption = null;
+  }
+
+  private faultsChanged(): void {
+    for (const machine of this.machines.values()) {
+      this.armInterruption(machine);
+      if (machine.record.status === 'running') {
+        this.writeGpuUtilization(machine).catch((error: Error) => this.options.log(`cannot set the GPU utilisation of ${machine.record.id}: ${error.message}`));
+      }
+    }
+  }
+
+  /** What the machine's agent reports as its GPUs' utilisation (agent/metrics.ts reads this file). */
+  private async writeGpuUtilization(machine: Machine): Promise<void> {
+    const file = join(machine.workDir, DECLARED_GPU_UTILIZATION_FILE);
+    const percent = this.faults.gpuUtilization;
+    if (percent === null) await rm(file, { force: true });
+    else await writeFile(file, `${percent}\n`);
+  }
+
   private async stopAgent(machine: Machine): Promise<void> {
     if (!machine.agent || !machine.agentExited) return;
     await stopProcessGroup(machine.agent.pid, STOP_GRACE_MS, machine.agentExited);
@@ -322,6 +390,7 @@ export class EmulatedCloud {
 
   private onAgentExit(machine: Machine, how: string): void {
     machine.record.agent_url = null;
+    this.disarmInterruption(machine);
     if (machine.record.status === 'terminating' || this.closed) {
       this.setStatus(machine, 'terminated', machine.record.status_reason);
       return;

@@ -103,7 +103,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
           const mismatch = firstMismatch(FaultsPatch, body);
           if (mismatch) throw new ApiError(400, 'invalid_request', `invalid faults: ${mismatch}`);
           const patch = body as FaultsPatch;
-          for (const id of patch.kill_instances ?? []) cloud.get(id);
+          for (const id of [...(patch.kill_instances ?? []), ...(patch.interrupt_instances ?? [])]) cloud.get(id);
           await faults.apply(patch);
           return { status: 200, body: faults.state() };
         },

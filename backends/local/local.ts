@@ -17,23 +17,27 @@ export type LocalRuntime = 'auto' | 'docker' | 'process';
 export interface LocalBackendOptions {
   stateDir: string;
   runtime?: LocalRuntime;
+  /** How many instances (agents) may run on this machine at once; each may use the whole machine. */
+  instances?: number;
 }
 
 export const LOCAL_OFFER_ID = 'local';
 export const LOCAL_REGION = 'local';
+export const DEFAULT_LOCAL_INSTANCES = 4;
 const RUNTIMES: readonly LocalRuntime[] = ['auto', 'docker', 'process'];
 /** Long enough for a concurrent create, which starts an agent, to finish. */
 const LOCK_TIMEOUT_MS = 60_000;
 const STOP_GRACE_MS = 5_000;
 
 /**
- * This machine as a backend with one instance: an `orchestrator agent` started detached, recorded under
- * stateDir so that a restarted server finds it again.
+ * This machine as a backend of up to `instances` instances, each an `orchestrator agent` started detached with its
+ * own work folder and token, recorded under stateDir so that a restarted server finds them again.
  */
 export class LocalBackend implements Backend {
   readonly type = 'local' as const;
   private readonly stateDir: string;
   private readonly runtime: LocalRuntime;
+  private readonly maxInstances: number;
   private readonly state: LocalInstanceState;
   private readonly lockFile: string;
 
@@ -41,22 +45,27 @@ export class LocalBackend implements Backend {
     if (!options.stateDir) throw new BackendError('the local backend needs a state folder');
     const runtime = options.runtime ?? 'auto';
     if (!RUNTIMES.includes(runtime)) throw new BackendError(`unknown agent runtime ${runtime}: use ${RUNTIMES.join(', ')}`);
+    const maxInstances = options.instances ?? DEFAULT_LOCAL_INSTANCES;
+    if (!Number.isInteger(maxInstances) || maxInstances < 1) {
+      throw new BackendError(`the local backend's instances must be a whole number of at least 1, not ${maxInstances}`);
+    }
     this.stateDir = options.stateDir;
     this.runtime = runtime;
+    this.maxInstances = maxInstances;
     this.state = new LocalInstanceState(options.stateDir);
     this.lockFile = join(options.stateDir, 'local-instance.lock');
   }
 
   async offers(): Promise<Offer[]> {
     await mkdir(this.stateDir, { recursive: true });
-    const [machine, record] = await Promise.all([describeMachine(this.stateDir), this.state.read()]);
+    const [machine, records] = await Promise.all([describeMachine(this.stateDir), this.state.readAll()]);
     return [{
       backend: 'local',
       offerId: LOCAL_OFFER_ID,
       ...machine,
       region: LOCAL_REGION,
       pricePerHour: 0,
-      availability: record && isAgentAlive(record) ? 'unavailable' : 'available',
+      availability: records.filter(isAgentAlive).length < this.maxInstances ? 'available' : 'unavailable',
     }];
   }
 
@@ -66,32 +75,34 @@ export class LocalBackend implements Backend {
     }
     await mkdir(this.stateDir, { recursive: true });
     return withFileLock(this.lockFile, LOCK_TIMEOUT_MS, async () => {
-      const existing = await this.state.read();
-      if (existing && isAgentAlive(existing)) {
-        if (existing.idempotencyKey === request.idempotencyKey) return toInstance(existing);
-        throw new NoCapacityError(`this machine already runs local instance ${existing.id}; only one local instance may exist at a time`);
+      const records = await this.state.readAll();
+      const live = records.filter(isAgentAlive);
+      const same = live.find((record) => record.idempotencyKey === request.idempotencyKey);
+      if (same) return toInstance(same);
+      for (const dead of records.filter((record) => !live.includes(record))) await this.forget(dead);
+      if (live.length >= this.maxInstances) {
+        throw new NoCapacityError(`no room for another local instance: ${live.map((record) => record.id).join(', ')} already run, `
+          + `the most that the local backend's setting instances: ${this.maxInstances} allows; raise it in the server's config.yml to run more at once`);
       }
-      if (existing) await this.forget(existing);
       return toInstance(await this.startAgent(request));
     });
   }
 
   async get(id: string): Promise<BackendInstance> {
-    const record = await this.state.read();
-    if (record?.id === id) return toInstance(record);
+    const record = await this.state.find(id);
+    if (record) return toInstance(record);
     return { id, idempotencyKey: '', status: 'terminated', agentUrl: null, region: LOCAL_REGION, reason: 'no such local instance' };
   }
 
   async list(): Promise<BackendInstance[]> {
-    const record = await this.state.read();
-    return record ? [toInstance(record)] : [];
+    return (await this.state.readAll()).map(toInstance);
   }
 
   async terminate(id: string): Promise<void> {
     await mkdir(this.stateDir, { recursive: true });
     await withFileLock(this.lockFile, LOCK_TIMEOUT_MS, async () => {
-      const record = await this.state.read();
-      if (record?.id !== id) return;
+      const record = await this.state.find(id);
+      if (!record) return;
       if (isAgentAlive(record)) await stopProcessGroup(record.pid, STOP_GRACE_MS, waitForExit(record.pid));
       await this.forget(record);
     });
@@ -99,7 +110,7 @@ export class LocalBackend implements Backend {
 
   private async startAgent(request: CreateInstanceRequest): Promise<LocalInstanceRecord> {
     const id = `local-${randomBytes(6).toString('hex')}`;
-    const workDir = join(this.stateDir, 'instances', id);
+    const workDir = join(this.state.instancesDir, id);
     await mkdir(workDir, { recursive: true });
     const { child, url } = await startAgentProcess({
       token: request.agentToken,
@@ -134,7 +145,7 @@ export class LocalBackend implements Backend {
   }
 
   private async forget(record: LocalInstanceRecord): Promise<void> {
-    await this.state.forget();
+    await this.state.forget(record.id);
     await rm(record.workDir, { recursive: true, force: true });
   }
 }

@@ -1,6 +1,6 @@
 import type { CAC } from 'cac';
 import type { ApplyItem, ApplyResult, Fleet, FleetPlan, Run, RunPlan } from '../../api/objects.js';
-import type { FleetSpec, RunSpec } from '../../api/spec.js';
+import type { AnySpec, FleetSpec, RunSpec } from '../../api/spec.js';
 import { optionTexts } from '../args.js';
 import { ApiRequestError, type ApiClient } from '../client.js';
 import { connect, projectFlag } from '../connect.js';
@@ -10,11 +10,17 @@ import { exitCodeOf, followRun } from '../follow.js';
 import { renderFleetPlan, renderRunPlan } from '../plan.js';
 import { StatusDisplay } from '../progress.js';
 import { confirm, ensureCanConfirm } from '../prompt.js';
+import { followService, serviceAddresses } from '../service-progress.js';
 import { loadSpecs, type LoadedSpec } from '../spec-files.js';
+import { choosePorts, portRequests, type PortForwarder } from '../port-forwarding.js';
+import { accessLines, startForwarding } from '../run-access.js';
+import { addInclude, includeDeclined, includeLine, isIncluded, refreshFromServer, rememberIncludeDeclined, sshConfigWarning, userSshConfigPath } from '../ssh-config.js';
+import { ensureKeyRegistered } from '../ssh-keys.js';
 
 interface ApplyFlags {
   yes?: boolean;
   detach?: boolean;
+  sshConfig?: boolean;
 }
 
 export function registerApply(cli: CAC): void {
@@ -22,15 +28,17 @@ export function registerApply(cli: CAC): void {
     .option('-f, --file <path>', 'A YAML file, or a folder of them (may be repeated)')
     .option('-y, --yes', 'Apply without asking for confirmation')
     .option('-d, --detach', 'Return right after submitting, printing the run name')
+    .option('--no-ssh-config', 'Leave ~/.ssh/config alone (so does ORCHESTRATOR_NO_SSH_CONFIG=1); by default apply adds one Include line at its top, once')
     .option('--project <name>', 'Project to use (default: the default project)')
     .example('orchestrator apply -f examples/tasks/hello.yml -y')
+    .example('orchestrator apply -f train.yml -y -- --epochs 3   # the words after -- fill ${{ run.args }} in commands')
     .action(action(async (flags: ApplyFlags) => apply(flags)));
 }
 
 async function apply(flags: ApplyFlags): Promise<number> {
   const paths = optionTexts(['f', 'file']);
   if (paths.length === 0) throw new CliError('give the configuration with -f FILE (or -f FOLDER)');
-  const { specs, errors } = loadSpecs(paths, process.env);
+  const { specs, errors } = loadSpecs(paths, process.env, argsAfterDashes(process.argv.slice(2)));
   if (errors.length > 0) {
     for (const line of errors) process.stderr.write(`${line}\n`);
     throw new CliError(`the configuration has ${errors.length} ${errors.length === 1 ? 'error' : 'errors'}; nothing was applied`);
@@ -45,6 +53,10 @@ async function apply(flags: ApplyFlags): Promise<number> {
     if (wanted) confirmed.push(loaded);
   }
   if (confirmed.length === 0) return 0;
+  const confirmedRuns = confirmed.map((c) => c.spec).filter((spec) => spec.type !== 'fleet');
+  // A busy explicit local port is said before anything is submitted.
+  if (flags.detach !== true && confirmedRuns.length === 1) await choosePorts(portRequests(forwardedPorts(confirmedRuns[0]!)));
+  if (confirmedRuns.length > 0) await prepareSsh(client, yes, flags.sshConfig === false || process.env.ORCHESTRATOR_NO_SSH_CONFIG === '1');
   const runs = reportApplied(await applyTogether(client, confirmed));
   if (runs.length === 0) return 0;
   if (flags.detach === true || runs.length > 1) {
@@ -52,7 +64,48 @@ async function apply(flags: ApplyFlags): Promise<number> {
     if (runs.length > 1) process.stderr.write(`follow one with: orchestrator logs -f NAME${projectFlag()}\n`);
     return 0;
   }
-  return followSubmitted(client, runs[0]!);
+  return runs[0]!.kind === 'service' ? followSubmittedService(client, runs[0]!) : followSubmitted(client, runs[0]!);
+}
+
+/** The words after the first `--`, exactly as typed, for `${{ run.args }}`. */
+function argsAfterDashes(argv: readonly string[]): string[] {
+  const dashes = argv.indexOf('--');
+  return dashes < 0 ? [] : argv.slice(dashes + 1);
+}
+
+/**
+ * Before runs are submitted: the user's key is registered, so that the run lets them in, and ~/.ssh/config includes
+ * our entries once (asked on a terminal, said in one line otherwise). A server that refuses the key costs SSH, not the apply.
+ */
+async function prepareSsh(client: ApiClient, yes: boolean, leaveSshConfig: boolean): Promise<void> {
+  try {
+    await ensureKeyRegistered(client);
+  } catch (error) {
+    if (!(error instanceof ApiRequestError)) throw error;
+    process.stderr.write(`warning: ssh into runs will not work: the server did not take your SSH key: ${error.message}\n`);
+    return;
+  }
+  if (leaveSshConfig || isIncluded() || includeDeclined()) return;
+  const where = userSshConfigPath();
+  if (process.stdin.isTTY && !yes) {
+    if (await confirm(`Add "${includeLine()}" at the top of ${where}, so that "ssh <run>" reaches your runs?`, false)) {
+      addInclude();
+    } else {
+      rememberIncludeDeclined();
+      process.stderr.write(`${where} left alone; orchestrator ssh-config --include adds the line later\n`);
+    }
+    return;
+  }
+  addInclude();
+  process.stderr.write(`added "${includeLine()}" at the top of ${where}, so that "ssh <run>" works (--no-ssh-config leaves it alone)\n`);
+}
+
+/** Once the run runs: its entry in ~/.orchestrator/ssh/config, and how to use it (a dev environment's IDE link too). */
+async function announceSsh(client: ApiClient, run: Run, display: StatusDisplay | null): Promise<void> {
+  const text = (await accessLines(client, run)).map((line) => `${line}\n`).join('');
+  const write = () => process.stderr.write(text);
+  if (display) display.around(write);
+  else write();
 }
 
 /** Shows the fleet's plan; whether the user wants it applied. */
@@ -85,7 +138,7 @@ async function planRun(client: ApiClient, spec: RunSpec, fleets: FleetSpec[], ye
 
 /** Sends everything confirmed in one request: the server writes all of it, or none. */
 async function applyTogether(client: ApiClient, confirmed: LoadedSpec[]): Promise<ApplyResult> {
-  const items: ApplyItem[] = confirmed.map(({ spec, files }) => (spec.type === 'fleet' ? { spec } : { spec, files }));
+  const items: ApplyItem[] = confirmed.map(({ spec, files, repos }) => (spec.type === 'fleet' ? { spec } : { spec, files, repos }));
   try {
     return await client.post<ApplyResult>(client.projectPath('/apply'), { items });
   } catch (error) {
@@ -113,14 +166,77 @@ function reportApplied(result: ApplyResult): Run[] {
   return runs;
 }
 
+/** The ports that following the run forwards: a service's are published by the proxy instead. */
+function forwardedPorts(spec: AnySpec): (number | string)[] {
+  return spec.type === 'task' || spec.type === 'dev-environment' ? spec.ports ?? [] : [];
+}
+
+function unfinishedRunError(run: Run): string {
+  return `error: ${run.name} ${run.status}: ${run.statusMessage || run.terminationReason || 'no reason given'}\n`;
+}
+
+/** Follows a service until it serves: prints where it is reached (stdout) and exits 0; 1 when it ends before. */
+async function followSubmittedService(client: ApiClient, submitted: Run): Promise<number> {
+  const outcome = await followService(client, submitted.name, new StatusDisplay());
+  if (outcome.kind === 'interrupted') {
+    process.stderr.write([
+      `detached from ${submitted.name}; the service keeps starting`,
+      `  see its replicas: orchestrator ps${projectFlag()}`,
+      `  stop it:          orchestrator stop ${submitted.name}${projectFlag()}`,
+      '',
+    ].join('\n'));
+    return 130;
+  }
+  const { run } = outcome;
+  if (outcome.kind === 'ended') {
+    process.stderr.write(unfinishedRunError(run));
+    return 1;
+  }
+  if (outcome.kind === 'at-zero') process.stderr.write(`${run.name} has no replica running; ${run.spec.scaling ? 'the first request starts one' : 'replicas: 0 starts none'}\n`);
+  process.stdout.write(serviceAddresses(client.url, run.service!));
+  await announceSsh(client, run, null).catch(sshConfigWarning);
+  return 0;
+}
+
+/** A run's status display that, the first time the run is seen running, says how to ssh into it. */
+class RunDisplay extends StatusDisplay {
+  announced: Promise<void> | null = null;
+
+  constructor(private readonly onRunning: (display: StatusDisplay) => Promise<void>) {
+    super();
+  }
+
+  override update(status: string, message: string): void {
+    super.update(status, message);
+    if (status === 'running' && !this.announced) this.announced = this.onRunning(this).catch(sshConfigWarning);
+  }
+}
+
+/**
+ * Follows a task or dev environment: its logs, and once it runs, how to reach it and its ports forwarded to
+ * localhost (a dev environment always holds a connection, so that it counts as in use) until it ends or Ctrl-C.
+ */
 async function followSubmitted(client: ApiClient, submitted: Run): Promise<number> {
-  const display = new StatusDisplay();
+  const requests = portRequests(forwardedPorts(submitted.spec as RunSpec));
+  const holdsConnection = requests.length > 0 || submitted.kind === 'dev-environment';
+  let forwarder: PortForwarder | null = null;
+  const display = new RunDisplay(async (shown) => {
+    await announceSsh(client, submitted, shown);
+    if (holdsConnection) forwarder = await startForwarding(client, submitted.name, requests, (text) => shown.around(() => process.stderr.write(text)));
+  });
   display.update(submitted.status, submitted.statusMessage);
   const outcome = await followRun(client, submitted.name, display);
+  if (display.announced) {
+    await display.announced;
+    await (forwarder as PortForwarder | null)?.stop();
+    // The run's entry goes once it ended; a detached run keeps it.
+    if (outcome.kind === 'finished') await refreshFromServer(client).catch(sshConfigWarning);
+  }
   if (outcome.kind === 'interrupted') {
     process.stderr.write([
       `detached from ${submitted.name}; it keeps running`,
       `  follow it again: orchestrator logs -f ${submitted.name}${projectFlag()}`,
+      `  attach again:    orchestrator attach ${submitted.name}${projectFlag()}`,
       `  stop it:         orchestrator stop ${submitted.name}${projectFlag()}`,
       '',
     ].join('\n'));
@@ -128,8 +244,6 @@ async function followSubmitted(client: ApiClient, submitted: Run): Promise<numbe
   }
   const { run } = outcome;
   const failedByItsCode = run.status === 'failed' && run.exitCode !== null && run.exitCode > 0;
-  if (run.status !== 'done' && !failedByItsCode) {
-    process.stderr.write(`error: ${run.name} ${run.status}: ${run.statusMessage || run.terminationReason || 'no reason given'}\n`);
-  }
+  if (run.status !== 'done' && !failedByItsCode) process.stderr.write(unfinishedRunError(run));
   return exitCodeOf(run);
 }

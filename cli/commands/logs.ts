@@ -1,24 +1,28 @@
 import type { CAC } from 'cac';
 import type { LogLine } from '../../api/objects.js';
 import { connect, projectFlag } from '../connect.js';
-import { action } from '../errors.js';
+import { action, CliError } from '../errors.js';
 import { droppedLinesNote, followRun, runPath } from '../follow.js';
 import { LogOutput } from '../log-output.js';
 
 interface LogsFlags {
   follow?: boolean;
+  replica?: string | number;
 }
 
 export function registerLogs(cli: CAC): void {
   cli.command('logs <run>', 'Print a run\'s logs as they are now: stdout lines to stdout, stderr lines to stderr')
     .option('-f, --follow', 'Keep printing new lines until the run finishes')
+    .option('--replica <n>', 'For a service: which replica (default: the lowest-numbered running one)')
     .option('--project <name>', 'Project to use (default: the default project)')
     .example('orchestrator logs -f hello')
+    .example('orchestrator logs echo-llm --replica 1')
     .action(action(async (name: string, flags: LogsFlags) => {
       const client = connect();
       const run = String(name);
+      const replica = replicaFlag(flags.replica);
       if (flags.follow === true) {
-        const outcome = await followRun(client, run, null);
+        const outcome = await followRun(client, run, null, replica);
         if (outcome.kind === 'interrupted') {
           process.stderr.write(`stopped following ${run}; it keeps running (orchestrator stop ${run}${projectFlag()} stops it)\n`);
           return 130;
@@ -27,7 +31,7 @@ export function registerLogs(cli: CAC): void {
       }
       const output = new LogOutput();
       let expected = 1;
-      for await (const line of client.stream<LogLine>(runPath(client, run, '/logs?format=jsonl'), new AbortController().signal)) {
+      for await (const line of client.stream<LogLine>(runPath(client, run, `/logs?format=jsonl${replica === undefined ? '' : `&replica=${replica}`}`), new AbortController().signal)) {
         if (line.seq > expected) output.note(droppedLinesNote(line.seq - expected));
         output.write(line);
         expected = line.seq + 1;
@@ -35,4 +39,10 @@ export function registerLogs(cli: CAC): void {
       output.flush();
       return 0;
     }));
+}
+
+export function replicaFlag(value: string | number | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  if (!/^\d{1,6}$/.test(String(value))) throw new CliError(`--replica: expected a replica number such as 0, got ${value}`);
+  return Number(value);
 }

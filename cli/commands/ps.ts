@@ -1,24 +1,73 @@
 import type { CAC } from 'cac';
 import type { Run } from '../../api/objects.js';
+import type { Replica, ServiceStats } from '../../api/services.js';
+import { ApiRequestError, type ApiClient } from '../client.js';
 import { connect } from '../connect.js';
 import { action } from '../errors.js';
-import { formatAge, formatGpuInfo, formatPrice, printJson } from '../format.js';
+import { isFinished } from '../follow.js';
+import { formatAge, formatGpuInfo, formatPrice, formatTimeLeft, printJson } from '../format.js';
+import { refreshSshConfig, sshConfigWarning } from '../ssh-config.js';
 import { renderTable } from '../table.js';
+import { formatRate, serviceStatsPath } from './service.js';
 
 interface PsFlags {
   all?: boolean;
   json?: boolean;
 }
 
-/** `submitted (#2)` while queued, so the user sees where the run stands. */
-export function runStatusText(run: Run): string {
+/** `ps` shows the rate of the last minute: what a service does now. */
+const PS_STATS_WINDOW_SECONDS = 60;
+
+/**
+ * `submitted (#2)` while queued, so the user sees where the run stands; a service says how many replicas serve of how many
+ * wanted; a dev environment nobody is connected to, when inactivity_duration stops it.
+ */
+export function runStatusText(run: Run, stats?: ServiceStats | null): string {
+  if (run.service && !isFinished(run)) {
+    const ready = run.service.replicas.filter((replica) => replica.state === 'ready').length;
+    const rate = stats ? `, ${formatRate(stats.requestsPerSecond)} req/s` : '';
+    return `${run.status} (${ready}/${run.service.desiredReplicas} ready${rate})`;
+  }
   if (run.status === 'submitted' && run.queuePosition !== null) return `${run.status} (#${run.queuePosition})`;
-  if (run.status === 'failed' && run.exitCode !== null && run.exitCode !== 0) return `${run.status} (${run.exitCode})`;
-  return run.status;
+  if (run.status === 'running' && run.inactivityStopAt) return `${run.status} (idle, stops in ${formatTimeLeft(run.inactivityStopAt)})`;
+  if (run.status === 'failed' && run.exitCode !== null && run.exitCode !== 0) return `${run.status} (${run.exitCode})${attemptText(run)}`;
+  return `${run.status}${attemptText(run)}`;
+}
+
+/** ` (attempt 2)` once the run has been resubmitted under its retry policy; nothing for a first attempt. */
+function attemptText(run: Run): string {
+  return run.attempt > 1 ? ` (attempt ${run.attempt})` : '';
+}
+
+/** A replica's row, under its service: its state (and generation while an update replaces it), and the instance it runs on. */
+function replicaRow(run: Run, replica: Replica, now: number): string[] {
+  const state = replica.generation === run.generation ? replica.state : `${replica.state} (gen ${replica.generation})`;
+  const message = replica.instance && !replica.statusMessage.includes(replica.instance)
+    ? [`on ${replica.instance}`, replica.statusMessage].filter(Boolean).join(': ') : replica.statusMessage;
+  return [`  replica ${replica.replica}`, '', state, '-', '-', replica.startedAt ? formatAge(replica.startedAt, now) : '-', message];
+}
+
+/** The rows of `ps`: one per run, and below a service one per replica. `stats` holds the services' recent requests where known. */
+export function psRows(runs: readonly Run[], stats: ReadonlyMap<string, ServiceStats>, now = Date.now()): string[][] {
+  return runs.flatMap((run) => [
+    [run.name, run.kind, runStatusText(run, stats.get(run.name)), formatGpuInfo(run.gpu), formatPrice(run.pricePerHour), formatAge(run.submittedAt, now), run.statusMessage],
+    ...(run.service?.replicas ?? []).map((replica) => replicaRow(run, replica, now)),
+  ]);
+}
+
+/** Each live service's requests over the last minute, one call each; a server without the stats route leaves them out. */
+async function liveServiceStats(client: ApiClient, runs: readonly Run[]): Promise<Map<string, ServiceStats>> {
+  const services = runs.filter((run) => run.service && !isFinished(run));
+  const answers = await Promise.all(services.map((run) => client.get<ServiceStats>(serviceStatsPath(client, run.name, PS_STATS_WINDOW_SECONDS))
+    .catch((error: unknown) => {
+      if (error instanceof ApiRequestError) return null;
+      throw error;
+    })));
+  return new Map(answers.filter((stats): stats is ServiceStats => stats !== null).map((stats) => [stats.run, stats]));
 }
 
 export function registerPs(cli: CAC): void {
-  cli.command('ps', 'List runs: active ones, or all with -a')
+  cli.command('ps', 'List runs: active ones, or all with -a; a service with its replicas')
     .option('-a, --all', 'Include finished runs')
     .option('--json', 'Print JSON')
     .option('--project <name>', 'Project to use (default: the default project)')
@@ -26,6 +75,11 @@ export function registerPs(cli: CAC): void {
     .action(action(async (flags: PsFlags) => {
       const client = connect();
       const runs = await client.get<Run[]>(client.projectPath(`/runs${flags.all ? '?all=true' : ''}`));
+      try {
+        refreshSshConfig(client.project, runs);
+      } catch (error) {
+        sshConfigWarning(error);
+      }
       if (flags.json === true) {
         printJson(runs);
         return;
@@ -34,10 +88,6 @@ export function registerPs(cli: CAC): void {
         process.stdout.write(flags.all ? 'no runs\n' : 'no active runs; orchestrator ps -a shows finished ones too\n');
         return;
       }
-      const now = Date.now();
-      process.stdout.write(renderTable(
-        ['name', 'kind', 'status', 'gpu', '$/h', 'submitted', 'message'],
-        runs.map((run) => [run.name, run.kind, runStatusText(run), formatGpuInfo(run.gpu), formatPrice(run.pricePerHour), formatAge(run.submittedAt, now), run.statusMessage]),
-      ));
+      process.stdout.write(renderTable(['name', 'kind', 'status', 'gpu', '$/h', 'submitted', 'message'], psRows(runs, await liveServiceStats(client, runs))));
     }));
 }

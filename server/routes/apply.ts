@@ -1,13 +1,14 @@
 import Router from '@koa/router';
 import type { ApplyResult, FleetPlan } from '../../api/objects.js';
 import { describeRequirement } from '../../api/resources.js';
-import { CHANNELS } from '../../controllers/manager.js';
+import { CHANNELS } from '../../store/channels.js';
 import type { Queryable } from '../../store/db.js';
 import { recordEvent } from '../../store/events.js';
 import { applyFleet, fleetView, type FleetDesired, type FleetRecord } from '../../store/fleets.js';
 import { listInstanceViews } from '../../store/instances.js';
 import type { ProjectRecord } from '../../store/projects.js';
-import { getRunView, type RunRecord } from '../../store/runs.js';
+import { getRunView } from '../../store/run-views.js';
+import type { RunRecord } from '../../store/runs.js';
 import { projectFor, type AuthState } from '../auth.js';
 import type { ServerContext } from '../context.js';
 import { HttpError, readJsonObject } from '../http-errors.js';
@@ -44,7 +45,7 @@ export function applyRoutes(server: ServerContext): Router {
       const done: Written[] = [];
       for (const [index, item] of items.entries()) {
         try {
-          done.push(item.kind === 'fleet' ? await writeFleet(tx, project, item.desired) : { kind: 'run', run: await submitRun(tx, project, userId, item.spec, item.files) });
+          done.push(item.kind === 'fleet' ? await writeFleet(tx, project, item.desired) : { kind: 'run', run: await submitRun(tx, project, userId, item.spec, item.files, item.repos) });
         } catch (error) {
           if (error instanceof HttpError) throw new HttpError(error.status, error.code, `nothing was applied: items[${index}]: ${error.message}`, { index });
           throw error;

@@ -2,8 +2,8 @@ import { isDeepStrictEqual } from 'node:util';
 import Router from '@koa/router';
 import { isDnsLabel } from '../../api/names.js';
 import type { FleetPlan } from '../../api/objects.js';
-import { describeRequirement, offerSatisfies } from '../../api/resources.js';
-import { CHANNELS } from '../../controllers/manager.js';
+import { describeRequirement, offerSatisfies, unofferedModels } from '../../api/resources.js';
+import { CHANNELS } from '../../store/channels.js';
 import { recordEvent } from '../../store/events.js';
 import { applyFleet, fleetView, getLiveFleet, listFleets, requestFleetDeletion, type FleetRecord } from '../../store/fleets.js';
 import { listInstanceViews } from '../../store/instances.js';
@@ -44,7 +44,8 @@ export function fleetRoutes(server: ServerContext): Router {
       offers,
       offersTotal: matching.length,
       offerErrors: listing.errors,
-      problem: offers.length > 0 || listing.errors.length > 0 ? null : `no offer matches ${describeRequirement(desired.requirement)}`,
+      problem: offers.length > 0 || listing.errors.length > 0 ? null
+        : [`no offer matches ${describeRequirement(desired.requirement)}`, unofferedModels(desired.requirement, listing.offers)].filter(Boolean).join(': '),
     };
     ctx.body = plan;
   });

@@ -1,4 +1,5 @@
 import Router from '@koa/router';
+import type { Context } from 'koa';
 import { PassThrough, Readable } from 'node:stream';
 import type { LogStreamItem, RunLogsPage } from '../../api/objects.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
@@ -7,7 +8,9 @@ import { agentOf } from '../../controllers/run-controller.js';
 import { getInstance } from '../../store/instances.js';
 import { lastLogSeq, logLinesAfter, readLogPage, readLogs } from '../../store/logs.js';
 import { getRun, type RunRecord } from '../../store/runs.js';
+import { replicaForLogs } from '../../store/services.js';
 import type { ServerContext } from '../context.js';
+import { badRequest, notFound } from '../http-errors.js';
 import { cursorQuery } from '../query.js';
 import { runFor } from './runs.js';
 
@@ -27,7 +30,7 @@ export function logRoutes(server: ServerContext): Router {
   const router = new Router({ prefix: '/api/projects/:project/runs' });
 
   router.get('/:name/logs', async (ctx) => {
-    const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
+    const run = await logsOf(server, ctx);
     const after = cursorQuery(ctx, 'after');
     if (ctx.query.follow !== 'true') {
       await pullFromAgent(server, run, 0);
@@ -53,6 +56,20 @@ export function logRoutes(server: ServerContext): Router {
     });
   });
   return router;
+}
+
+/** The run whose lines are read: the run itself, or for a service one of its replicas (`replica=N`). */
+async function logsOf(server: ServerContext, ctx: Context): Promise<RunRecord> {
+  const { run } = await runFor(server, ctx, ctx.params.project!, ctx.params.name!);
+  const raw = ctx.query.replica;
+  if (raw !== undefined && (typeof raw !== 'string' || !/^\d{1,6}$/.test(raw))) throw badRequest('replica: expected a replica number such as 0');
+  if (run.kind !== 'service' || run.jobId) {
+    if (raw !== undefined) throw badRequest(`replica: run ${run.name} is a ${run.kind}, not a service with replicas`);
+    return run;
+  }
+  const replica = await replicaForLogs(server.db, run.id, raw === undefined ? null : Number(raw));
+  if (!replica) throw notFound(raw === undefined ? `service ${run.name} has no replica yet` : `service ${run.name} has no replica ${raw}`);
+  return replica;
 }
 
 async function follow(server: ServerContext, runId: string, after: number, stream: PassThrough, closed: () => boolean): Promise<void> {

@@ -5,6 +5,7 @@ import { Role, type Member, type ServerInfo, type User, type UserWithToken } fro
 import type { OfferListing } from '../../api/offer.js';
 import { normalizeResources } from '../../api/resources.js';
 import { offerSatisfies } from '../../api/resources.js';
+import { accessChanged } from '../../gateway/access-cache.js';
 import { listEvents } from '../../store/events.js';
 import { listInstanceViews } from '../../store/instances.js';
 import {
@@ -20,7 +21,7 @@ const USER_NAME_RULE = 'expected a lowercase letter, then at most 62 lowercase l
 const isUserName = (value: unknown): value is string => typeof value === 'string' && /^[a-z][-a-z0-9_.]{0,62}$/.test(value);
 
 export function projectRoutes(server: ServerContext): Router {
-  const { db, pool } = server;
+  const { db, pool, logger } = server;
   const router = new Router({ prefix: '/api' });
 
   router.get('/server/info', (ctx) => {
@@ -60,6 +61,7 @@ export function projectRoutes(server: ServerContext): Router {
     if (user.name === SERVER_ADMIN) throw conflict(`${SERVER_ADMIN} is the server's own admin, made again at every start; it cannot be deleted`);
     if (user.id === currentUser(ctx).id) throw conflict('you cannot delete yourself; another admin can');
     await deleteUser(db, user);
+    await accessChanged(db, logger);
     ctx.status = 204;
   });
 
@@ -70,6 +72,7 @@ export function projectRoutes(server: ServerContext): Router {
       throw conflict(`the token of ${SERVER_ADMIN} is set where the server runs: change ORCHESTRATOR_SERVER_ADMIN_TOKEN or the admin-token file in the server's folder, then restart the server`);
     }
     const answer: UserWithToken = { ...userView(user), token: await rotateToken(db, user) };
+    await accessChanged(db, logger);
     ctx.body = answer;
   });
 
@@ -91,6 +94,7 @@ export function projectRoutes(server: ServerContext): Router {
     }
     const member: Member = { user: user.name, role: body.role ?? 'user' };
     await addMember(db, project.id, user.id, member.role);
+    await accessChanged(db, logger);
     ctx.status = current ? 200 : 201;
     ctx.body = member;
   });
@@ -99,6 +103,7 @@ export function projectRoutes(server: ServerContext): Router {
     const project = await projectAdminFor(db, ctx, ctx.params.project);
     const user = await existingUser(ctx.params.user);
     if (!(await removeMember(db, project.id, user.id))) throw notFound(`${user.name} is not a member of project ${project.name}`);
+    await accessChanged(db, logger);
     ctx.status = 204;
   });
 
@@ -108,7 +113,8 @@ export function projectRoutes(server: ServerContext): Router {
     let requirement = null;
     if (typeof ctx.query.gpu === 'string') {
       try {
-        requirement = normalizeResources({ gpu: ctx.query.gpu }, 'fleet');
+        // Spot and on-demand offers alike: the list is of what can be rented, whatever a run's spot_policy.
+        requirement = { ...normalizeResources({ gpu: ctx.query.gpu }, 'fleet'), spot: 'auto' as const };
       } catch (error) {
         throw badRequest(`gpu: ${(error as Error).message}`);
       }

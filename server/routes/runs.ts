@@ -1,5 +1,5 @@
 import Router from '@koa/router';
-import type { JobFile } from '../../api/agent.js';
+import type { JobFile, JobRepo } from '../../api/agent.js';
 import { isDnsLabel, randomRunName } from '../../api/names.js';
 import { fieldsNotActedOn, type JobRuntime } from '../../api/not-acted-on.js';
 import type { RunPlan } from '../../api/objects.js';
@@ -7,7 +7,7 @@ import { describeRequirement, intersectRequirements, normalizeResources, offerSa
 import type { RunSpec } from '../../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
 import { AgentClient } from '../../agent/client.js';
-import { CHANNELS } from '../../controllers/manager.js';
+import { CHANNELS } from '../../store/channels.js';
 import { agentOf } from '../../controllers/run-controller.js';
 import { place } from '../../controllers/scheduler.js';
 import type { OfferListing } from '../../controllers/backend-pool.js';
@@ -16,11 +16,13 @@ import { recordEvent } from '../../store/events.js';
 import { listActiveFleets, type FleetDesired, type FleetRecord } from '../../store/fleets.js';
 import { getInstance, toInstance } from '../../store/instances.js';
 import type { ProjectRecord } from '../../store/projects.js';
-import { deleteRun, getRunByName, getRunView, insertRun, listRunViews, requestRunStop, type RunRecord } from '../../store/runs.js';
+import { getRunView, listRunViews } from '../../store/run-views.js';
+import { deleteRun, getRunByName, insertRun, requestRunStop, type RunRecord } from '../../store/runs.js';
+import { updateService } from '../../store/services.js';
 import { projectFor, type AuthState } from '../auth.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, conflict, HttpError, notFound, readJsonObject } from '../http-errors.js';
-import { checkedFiles, checkedFleetsApplied, checkedRunSpec } from '../specs.js';
+import { checkedFiles, checkedFleetsApplied, checkedRepos, checkedRunSpec } from '../specs.js';
 
 /** Offers a plan shows; it says how many more there are. */
 const PLANNED_OFFERS = 5;
@@ -46,7 +48,7 @@ export function runRoutes(server: ServerContext): Router {
     const body = await readJsonObject(ctx);
     const spec = checkedRunSpec(body.spec);
     const files = checkedFiles(body.files ?? []);
-    const run = await submitRun(db, project, (ctx.state as AuthState).user.id, spec, files);
+    const run = await submitRun(db, project, (ctx.state as AuthState).user.id, spec, files, checkedRepos(spec, body.repos));
     await db.notify(CHANNELS.runs);
     ctx.status = 201;
     ctx.body = await getRunView(db, run.id);
@@ -97,15 +99,30 @@ export async function runFor(server: ServerContext, ctx: Parameters<typeof proje
 
 const stillActive = (name: string) => `run ${name} is still active; stop it first (orchestrator stop ${name}) or choose another name`;
 
-/** Writes a submitted run and its event; a live run of the same name is a conflict. The caller sends the NOTIFY. */
-export async function submitRun(q: Queryable, project: ProjectRecord, userId: string, spec: RunSpec, files: JobFile[]): Promise<RunRecord> {
+/**
+ * Writes a submitted run and its event; a live run of the same name is a conflict, except a service, which
+ * takes the new spec (a rolling update, or a new replica count in place). The caller sends the NOTIFY.
+ */
+export async function submitRun(q: Queryable, project: ProjectRecord, userId: string, spec: RunSpec, files: JobFile[], repos: JobRepo[]): Promise<RunRecord> {
   const requirement = normalizeResources(spec.resources, 'run');
+  const priority = spec.priority ?? 0;
+  if (spec.type === 'service' && spec.name) {
+    const live = await getRunByName(q, project.id, spec.name);
+    if (live && live.kind === 'service' && !FINISHED_RUN_STATUSES.includes(live.status) && live.desired === 'run') {
+      const update = await updateService(q, live, { spec: spec as Record<string, unknown>, files, repos, requirement, priority });
+      if (update !== 'unchanged') {
+        const message = update === 'rolling' ? `generation ${live.generation + 1}: replicas are replaced one at a time` : 'replicas and scaling changed in place';
+        await recordEvent(q, { projectId: project.id, objectKind: 'run', objectId: live.id, objectName: live.name, reason: 'Updated', message });
+      }
+      return live;
+    }
+  }
   let run: RunRecord | null = null;
   for (let attempt = 0; !run && attempt < (spec.name ? 1 : MAX_GENERATED_NAME_TRIES); attempt++) {
     const name = spec.name ?? randomRunName();
     run = await insertRun(q, {
       projectId: project.id, userId, name, kind: spec.type,
-      spec: { ...spec, name } as Record<string, unknown>, files, requirement, priority: spec.priority ?? 0,
+      spec: { ...spec, name } as Record<string, unknown>, files, repos, requirement, priority,
     });
     if (!run && spec.name) throw conflict(stillActive(name));
   }
@@ -173,10 +190,11 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
   }).sort((a, b) => a.pricePerHour - b.pricePerHour);
   const offers = matching.slice(0, PLANNED_OFFERS);
   const existing = spec.name ? await getRunByName(db, project.id, spec.name) : null;
+  const existingService = spec.type === 'service' && existing?.kind === 'service' && !FINISHED_RUN_STATUSES.includes(existing.status) && existing.desired === 'run';
   const before = await queuedBefore(db, project.id, spec.priority ?? 0);
   const runtime = await landingRuntime(project, placement, candidates);
   return {
-    action: existing ? 'replace' : 'create',
+    action: existingService ? 'update' : existing ? 'replace' : 'create',
     name: spec.name ?? null,
     requirement: describeRequirement(requirement),
     fleets: candidates.map((f) => f.name),
@@ -193,7 +211,7 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
     offers,
     offersTotal: matching.length,
     offerErrors: [...new Set([...listings.values()].flatMap((listing) => listing.errors))],
-    problem: existing && !FINISHED_RUN_STATUSES.includes(existing.status) ? stillActive(existing.name)
+    problem: existing && !existingService && !FINISHED_RUN_STATUSES.includes(existing.status) ? stillActive(existing.name)
       : placement.kind === 'fail' || placement.kind === 'wait' ? placement.message : null,
   };
 }

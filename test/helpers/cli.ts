@@ -3,7 +3,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { eventually, type TestServer } from './server.js';
+import type { DatabaseKind } from './databases.js';
+import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './server.js';
 
 /** The built command; run `npx tsc -p .` before the suites that use it. */
 export const CLI_MAIN = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'cli', 'main.js');
@@ -129,4 +130,22 @@ export async function endCliSuite(server: TestServer | undefined, home: { remove
   }
   home?.remove();
   if (work) rmSync(work, { recursive: true, force: true });
+}
+
+/** What a CLI suite on this machine works with: a server with the local backend, a HOME whose project main points at it, a work folder. */
+export interface LocalCliSuite {
+  server: TestServer;
+  home: ReturnType<typeof makeHome>;
+  work: string;
+}
+
+/** Starts a LocalCliSuite with the local fleet (examples/fleets/local.yml) applied through the CLI; end it with endCliSuite. */
+export async function startLocalCliSuite(kind: DatabaseKind): Promise<LocalCliSuite> {
+  const server = await startTestServer(kind, LOCAL_CONFIG);
+  const home = makeHome();
+  const work = mkdtempSync(join(tmpdir(), 'orch-cli-work-'));
+  await addProject(home.home, server.url);
+  const fleet = await runCli(['apply', '-f', 'examples/fleets/local.yml', '-y'], { home: home.home, cwd: resolve(dirname(fileURLToPath(import.meta.url)), '..', '..') });
+  if (fleet.code !== 0) throw new Error(`the local fleet was not applied: ${show(fleet)}`);
+  return { server, home, work };
 }

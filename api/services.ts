@@ -1,0 +1,90 @@
+import { Type, type Static } from '@sinclair/typebox';
+
+/** What services look like to the gateway and to users: replicas, routes and request statistics. */
+
+/** A replica's place in its life: placed like a task, then probed, then in rotation until it drains. */
+export const ReplicaState = Type.Union([
+  Type.Literal('provisioning'), Type.Literal('starting'), Type.Literal('ready'),
+  Type.Literal('draining'), Type.Literal('terminated'),
+]);
+export type ReplicaState = Static<typeof ReplicaState>;
+
+export const Replica = Type.Object({
+  replica: Type.Integer({ minimum: 0, description: 'The replica number: `ssh <run>-<n>` and `logs --replica n`' }),
+  generation: Type.Integer({ description: 'The service generation whose spec it runs' }),
+  state: ReplicaState,
+  statusMessage: Type.String(),
+  instance: Type.Union([Type.String(), Type.Null()]),
+  startedAt: Type.Union([Type.String(), Type.Null()]),
+  readyAt: Type.Union([Type.String(), Type.Null()]),
+});
+export type Replica = Static<typeof Replica>;
+
+/** A service's published form, on its run. */
+export const ServiceInfo = Type.Object({
+  /** How many replicas the service aims for now (the autoscaler moves it within the range). */
+  desiredReplicas: Type.Integer({ minimum: 0 }),
+  replicas: Type.Array(Replica),
+  /** Path of the service under the server's URL: `/proxy/services/<project>/<run>/`. */
+  path: Type.String(),
+  /** The model's name on `/proxy/models/<project>/`, when the service declares one. */
+  model: Type.Union([Type.String(), Type.Null()]),
+  modelPath: Type.Union([Type.String(), Type.Null()]),
+});
+export type ServiceInfo = Static<typeof ServiceInfo>;
+
+/** One ready replica as the gateway reaches it: through its instance's agent, never an address from a client. */
+export const ReplicaRoute = Type.Object({
+  /** The replica's run id, which is also its job id on the agent. */
+  id: Type.String(),
+  replica: Type.Integer(),
+  agentUrl: Type.String(),
+  agentToken: Type.String(),
+});
+export type ReplicaRoute = Static<typeof ReplicaRoute>;
+
+export const ModelRoute = Type.Object({
+  name: Type.String(),
+  format: Type.Literal('openai'),
+  /** Path prefix of the OpenAI routes in the service, `/v1` unless the spec says otherwise. */
+  prefix: Type.String(),
+});
+export type ModelRoute = Static<typeof ModelRoute>;
+
+/** A service the gateway publishes, with what it needs to forward a request and to hold one. */
+export const ServiceRoute = Type.Object({
+  runId: Type.String(),
+  projectId: Type.String(),
+  project: Type.String(),
+  run: Type.String(),
+  port: Type.Integer(),
+  auth: Type.Boolean(),
+  stripPrefix: Type.Boolean(),
+  model: Type.Union([ModelRoute, Type.Null()]),
+  maxBodyBytes: Type.Integer(),
+  firstByteTimeoutMs: Type.Integer(),
+  idleTimeoutMs: Type.Integer(),
+  /** How long a request waits for a replica when none is ready (scale from zero, or one starting). */
+  holdMs: Type.Integer(),
+  replicas: Type.Array(ReplicaRoute),
+});
+export type ServiceRoute = Static<typeof ServiceRoute>;
+
+/** Upper bounds (ms) of the latency histogram the gateway keeps per service and second; the last bucket is everything slower. */
+export const LATENCY_BUCKETS_MS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 30_000, 60_000] as const;
+
+/** Requests of one service over recent minutes, as `orchestrator service stats` shows them. */
+export const ServiceStats = Type.Object({
+  run: Type.String(),
+  windowSeconds: Type.Integer(),
+  requests: Type.Integer(),
+  requestsPerSecond: Type.Number(),
+  errors: Type.Integer(),
+  errorRate: Type.Number(),
+  p50Ms: Type.Union([Type.Number(), Type.Null()]),
+  p99Ms: Type.Union([Type.Number(), Type.Null()]),
+  inflight: Type.Integer(),
+  readyReplicas: Type.Integer(),
+  desiredReplicas: Type.Integer(),
+});
+export type ServiceStats = Static<typeof ServiceStats>;

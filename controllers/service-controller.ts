@@ -1,0 +1,360 @@
+import type { Logger } from 'winston';
+import { serviceSettings, type ServiceSettings } from '../api/service-settings.js';
+import type { ServiceSpec } from '../api/spec.js';
+import { FINISHED_RUN_STATUSES, type RunStatus, type RunTerminationReason } from '../api/status.js';
+import { AgentClient } from '../agent/client.js';
+import { CHANNELS } from '../store/channels.js';
+import type { Db, Row } from '../store/db.js';
+import { recordEvent } from '../store/events.js';
+import { getInstance } from '../store/instances.js';
+import { requestRunStop, toRun, updateRun, type RunRecord } from '../store/runs.js';
+import { pruneServiceStats, serviceWindows } from '../store/service-stats.js';
+import { insertReplica, listReplicas, replicaState, SERVICE_PARENT, type ReplicaRecord } from '../store/services.js';
+import { desiredReplicas } from './autoscaler.js';
+import { LeasedController } from './leased.js';
+import { probeReplica } from './service-probes.js';
+import type { SecretBox } from '../store/secrets.js';
+
+/** How often a service is looked at when nothing else is due: autoscaling and draining move at this pace. */
+const LOOK_MS = 1000;
+/** A replica taken out of rotation still gets requests from gateways that have not refreshed their table yet. */
+const ROUTING_REFRESH_GRACE_MS = 1500;
+/** Replicas failing in a row before becoming ready, after which the service fails instead of trying again. */
+const MAX_FAILURES_BEFORE_READY = 3;
+const MAX_REPLACE_BACKOFF_MS = 60_000;
+/** Placement failures that another replica would meet as well. */
+const UNPLACEABLE: readonly string[] = ['no_fleet_matches', 'no_offers'];
+const PRUNE_EVERY_MS = 60_000;
+
+interface ServiceRecord extends RunRecord {
+  desiredReplicas: number | null;
+  scaledAt: Date | null;
+  replicaFailures: number;
+}
+
+interface ProbeMemory {
+  nextAt: number;
+  successes: number;
+}
+
+/**
+ * Owns each service run: how many replicas it aims for (replicas, scaling, the autoscaler), which replicas
+ * exist (added as submitted runs the scheduler places like tasks), which are ready (probes through the agent),
+ * rolling replacement when the spec's generation changes, draining before any replica stops, and stop.
+ */
+export class ServiceController extends LeasedController<ServiceRecord> {
+  readonly name = 'service';
+  /** Probe streaks per replica and probe; in memory because a restarted server simply probes again. */
+  private readonly probes = new Map<string, ProbeMemory[]>();
+  /** When a replica that had been ready left rotation; it gets startup_timeout from then to come back. */
+  private readonly outOfRotationSince = new Map<string, number>();
+  /** A replica this controller never saw start is given its startup time from here, not from its start. */
+  private readonly knownFrom = Date.now();
+  private lastPrune = 0;
+
+  constructor(db: Db, owner: string, logger: Logger, private readonly secrets: SecretBox) {
+    super(db, owner, logger, {
+      table: 'runs', channel: CHANNELS.runs, leaseMs: 30_000,
+      where: `${SERVICE_PARENT} AND status NOT IN ('terminated', 'failed', 'done')`,
+    });
+  }
+
+  protected toRecord(row: Row): ServiceRecord {
+    return { ...toRun(row), desiredReplicas: row.desired_replicas, scaledAt: row.scaled_at, replicaFailures: row.replica_failures };
+  }
+
+  protected async reconcile(service: ServiceRecord): Promise<number> {
+    await this.pruneNow();
+    const settings = serviceSettings(service.spec as ServiceSpec);
+    const replicas = await listReplicas(this.db, service.id);
+    const live = replicas.filter((r) => !isFinished(r.status));
+    if (service.desired !== 'run') return this.stopping(service, live, settings);
+    if (service.status === 'submitted') {
+      const initial = settings.replicas.min;
+      if (!(await updateRun(this.db, service.id, this.owner, { status: 'provisioning', status_message: 'starting replicas' }))) return LOOK_MS;
+      await this.db.query('UPDATE runs SET desired_replicas = $2, scaled_at = now() WHERE id = $1', [service.id, initial]);
+      service.status = 'provisioning';
+      service.desiredReplicas = initial;
+      service.scaledAt = new Date();
+    }
+    if (await this.noteEndedReplicas(service, replicas)) return LOOK_MS;
+    await this.autoscale(service, settings);
+    let wait = await this.probe(service, live, settings);
+    await this.drain(service, live, settings);
+    wait = Math.min(wait, await this.reshape(service, live, lastEnd(replicas)));
+    await this.updateStatus(service, live);
+    return Math.min(wait, LOOK_MS);
+  }
+
+  /** Counts replicas that ended on their own since the last look; fails the service when trying again is pointless. */
+  private async noteEndedReplicas(service: ServiceRecord, replicas: ReplicaRecord[]): Promise<boolean> {
+    const ended = replicas.filter((r) => isFinished(r.status) && !r.replacedAt);
+    if (ended.length === 0) return false;
+    await this.db.query('UPDATE runs SET replaced_at = now() WHERE id = ANY($1::text[])', [ended.map((r) => r.id)]);
+    const failed = ended.filter((r) => r.status === 'failed' && !r.drainingSince && r.desired === 'run');
+    for (const replica of failed) {
+      this.probes.delete(replica.id);
+      await this.event(service, 'ReplicaFailed', `replica ${replica.replica} ${replica.terminationReason?.replaceAll('_', ' ') ?? 'failed'}: ${replica.statusMessage}`);
+    }
+    const unplaceable = failed.find((r) => UNPLACEABLE.includes(r.terminationReason ?? ''));
+    if (unplaceable) {
+      await this.finish(service, 'failed', unplaceable.terminationReason as RunTerminationReason, `replica ${unplaceable.replica} cannot be placed: ${unplaceable.statusMessage}`);
+      return true;
+    }
+    if (failed.length === 0) return false;
+    service.replicaFailures += failed.length;
+    await this.db.query('UPDATE runs SET replica_failures = $2 WHERE id = $1', [service.id, service.replicaFailures]);
+    const everReady = replicas.some((r) => r.generation === service.generation && r.readyAt);
+    if (!everReady && service.replicaFailures >= MAX_FAILURES_BEFORE_READY) {
+      const last = failed[failed.length - 1]!;
+      await this.finish(service, 'failed', 'failed_by_user_code',
+        `${service.replicaFailures} replicas in a row ended before becoming ready; the last, replica ${last.replica}: ${last.statusMessage}`);
+      return true;
+    }
+    return false;
+  }
+
+  private async autoscale(service: ServiceRecord, settings: ServiceSettings): Promise<void> {
+    const current = service.desiredReplicas ?? settings.replicas.min;
+    const windowSeconds = settings.scaling?.windowSeconds ?? 60;
+    const window = settings.scaling ? (await serviceWindows(this.db, [service.id], windowSeconds)).get(service.id) ?? null : null;
+    const next = desiredReplicas({ settings, current, scaledAt: service.scaledAt ?? service.submittedAt, window, now: Date.now() });
+    if (next === current && service.desiredReplicas !== null) return;
+    await this.db.query('UPDATE runs SET desired_replicas = $2, scaled_at = now() WHERE id = $1', [service.id, next]);
+    service.desiredReplicas = next;
+    service.scaledAt = new Date();
+    if (next !== current) await this.event(service, 'Scaled', `${current} → ${next} replica${next === 1 ? '' : 's'}${settings.scaling ? ` (${settings.scaling.metric}, target ${settings.scaling.target} per replica)` : ''}`);
+  }
+
+  /** Probes the running replicas that are due; returns how soon the next probe falls due. */
+  private async probe(service: ServiceRecord, live: ReplicaRecord[], settings: ServiceSettings): Promise<number> {
+    const now = Date.now();
+    let next = Number.POSITIVE_INFINITY;
+    const running = live.filter((r) => r.status === 'running' && !r.drainingSince && r.instanceId && r.jobId);
+    await Promise.all(running.map(async (replica) => {
+      const memory = this.probes.get(replica.id) ?? settings.probes.map(() => ({ nextAt: 0, successes: 0 }));
+      this.probes.set(replica.id, memory);
+      const due = settings.probes.map((probe, i) => ({ probe, memory: memory[i]! })).filter(({ memory: m }) => m.nextAt <= now);
+      if (due.length > 0) {
+        const instance = await getInstance(this.db, replica.instanceId!);
+        if (!instance?.agentUrl) return;
+        const results = await Promise.all(due.map(async ({ probe, memory: m }) => {
+          const result = await probeReplica(instance, replica.jobId!, settings.port, probe, { db: this.db, box: this.secrets, projectId: service.projectId });
+          m.nextAt = Date.now() + probe.intervalMs;
+          m.successes = result.ok ? m.successes + 1 : 0;
+          return result;
+        }));
+        const failure = results.find((r) => !r.ok);
+        const passing = settings.probes.every((probe, i) => memory[i]!.successes >= probe.readyAfter);
+        await this.readiness(service, replica, settings, passing, failure && !failure.ok ? failure.reason : null);
+      }
+      for (const m of memory) next = Math.min(next, m.nextAt - Date.now());
+    }));
+    return Math.max(0, next);
+  }
+
+  private async readiness(service: ServiceRecord, replica: ReplicaRecord, settings: ServiceSettings, passing: boolean, failure: string | null): Promise<void> {
+    if (passing && !replica.readyAt) {
+      await this.db.query(`UPDATE runs SET ready_at = now(), status_message = $2 WHERE id = $1 AND status = 'running'`, [replica.id, 'ready']);
+      await this.db.query('UPDATE runs SET replica_failures = 0 WHERE id = $1', [service.id]);
+      replica.readyAt = new Date();
+      this.outOfRotationSince.delete(replica.id);
+      service.replicaFailures = 0;
+      await this.event(service, 'ReplicaReady', `replica ${replica.replica} is ready on its port ${settings.port}`);
+      await this.db.notify(CHANNELS.serviceRoutes);
+    } else if (!passing && replica.readyAt && failure) {
+      await this.db.query(`UPDATE runs SET ready_at = NULL, status_message = $2 WHERE id = $1`, [replica.id, `out of rotation: ${failure}`]);
+      replica.readyAt = null;
+      this.outOfRotationSince.set(replica.id, Date.now());
+      await this.event(service, 'ReplicaUnready', `replica ${replica.replica} is out of rotation: ${failure}`);
+      await this.db.notify(CHANNELS.serviceRoutes);
+    } else if (!replica.readyAt && failure) {
+      const since = this.outOfRotationSince.get(replica.id) ?? Math.max(replica.startedAt?.getTime() ?? Date.now(), this.knownFrom);
+      if (Date.now() - since > settings.startupTimeoutMs) {
+        const seconds = settings.startupTimeoutMs / 1000;
+        const why = this.outOfRotationSince.has(replica.id) ? `not back in rotation within ${seconds}s` : `not ready within ${seconds}s of starting`;
+        await this.replaceNotReady(service, replica, `${why}: ${failure}`);
+      } else if (replica.statusMessage !== `starting: ${failure}`) {
+        await this.db.query(`UPDATE runs SET status_message = $2 WHERE id = $1 AND status = 'running'`, [replica.id, `starting: ${failure}`]);
+      }
+    }
+  }
+
+  /** A replica that never became ready in time is stopped and counts as a failure, like one that crashed. */
+  private async replaceNotReady(service: ServiceRecord, replica: ReplicaRecord, reason: string): Promise<void> {
+    await this.db.query(`UPDATE runs SET status_message = $2, replaced_at = now() WHERE id = $1`, [replica.id, reason]);
+    await requestRunStop(this.db, replica.id, false);
+    this.probes.delete(replica.id);
+    this.outOfRotationSince.delete(replica.id);
+    service.replicaFailures += 1;
+    await this.db.query('UPDATE runs SET replica_failures = $2 WHERE id = $1', [service.id, service.replicaFailures]);
+    await this.event(service, 'ReplicaFailed', `replica ${replica.replica} ${reason}`);
+    if (service.replicaFailures >= MAX_FAILURES_BEFORE_READY && service.status !== 'running') {
+      await this.finish(service, 'failed', 'failed_by_user_code', `${service.replicaFailures} replicas in a row did not become ready; the last, replica ${replica.replica}: ${reason}`);
+    }
+    await this.db.notify(CHANNELS.runs);
+  }
+
+  /** Stops draining replicas once nothing is in flight through their agent, or the drain timeout passed. */
+  private async drain(service: ServiceRecord, live: ReplicaRecord[], settings: ServiceSettings): Promise<void> {
+    for (const replica of live.filter((r) => r.drainingSince && r.desired === 'run')) {
+      const drainingFor = Date.now() - replica.drainingSince!.getTime();
+      if (replica.status === 'running' && drainingFor < settings.drainTimeoutMs) {
+        if (drainingFor < ROUTING_REFRESH_GRACE_MS) continue;
+        if (await this.exchangesInFlight(replica) > 0) continue;
+      }
+      await requestRunStop(this.db, replica.id, false);
+      this.probes.delete(replica.id);
+      await this.db.notify(CHANNELS.runs);
+    }
+  }
+
+  private async exchangesInFlight(replica: ReplicaRecord): Promise<number> {
+    const instance = replica.instanceId ? await getInstance(this.db, replica.instanceId) : null;
+    if (!instance?.agentUrl || !replica.jobId) return 0;
+    const job = await new AgentClient(instance.agentUrl, instance.agentToken, { timeoutMs: 2000 }).job(replica.jobId).catch(() => null);
+    return job?.forwarding ?? 0;
+  }
+
+  /**
+   * Moves the replica set one step toward the desired count of the current generation: adds replicas, and
+   * drains extra or outdated ones. An update replaces one replica at a time and only once a new one is ready,
+   * so serving capacity never drops below the desired count.
+   */
+  private async reshape(service: ServiceRecord, live: ReplicaRecord[], lastEndedAt: number): Promise<number> {
+    const target = service.desiredReplicas ?? 0;
+    const serving = live.filter((r) => !r.drainingSince && r.desired === 'run');
+    const current = serving.filter((r) => r.generation === service.generation);
+    const outdated = serving.filter((r) => r.generation !== service.generation);
+    const ready = (rs: ReplicaRecord[]) => rs.filter((r) => r.readyAt).length;
+    if (outdated.length === 0) {
+      if (current.length > target) {
+        const extra = [...current].sort((a, b) => Number(!!a.readyAt) - Number(!!b.readyAt) || b.replica - a.replica).slice(0, current.length - target);
+        for (const replica of extra) await this.startDraining(service, replica, 'scaled down');
+        return LOOK_MS;
+      }
+      return current.length < target ? this.add(service, live, target - current.length, lastEndedAt) : LOOK_MS;
+    }
+    for (const replica of outdated.filter((r) => !r.readyAt || target === 0)) await this.startDraining(service, replica, 'replaced by the new generation');
+    const outdatedReady = outdated.filter((r) => r.readyAt && target > 0);
+    const anyOutdatedDraining = live.some((r) => r.drainingSince && r.generation !== service.generation && !isFinished(r.status));
+    if (outdatedReady.length > 0 && !anyOutdatedDraining && ready(current) > 0 && ready(current) + outdatedReady.length > target) {
+      await this.startDraining(service, outdatedReady[0]!, `replaced by generation ${service.generation}`);
+    }
+    const surging = current.length + outdatedReady.length;
+    if (current.length < target && surging < target + 1) return this.add(service, live, 1, lastEndedAt);
+    return LOOK_MS;
+  }
+
+  /** Adds replicas (to `live` as well), after a pause that doubles with each failure in a row since `lastEndedAt`. */
+  private async add(service: ServiceRecord, live: ReplicaRecord[], count: number, lastEndedAt: number): Promise<number> {
+    if (service.replicaFailures > 0) {
+      const backoff = Math.min(MAX_REPLACE_BACKOFF_MS, 1000 * 2 ** (service.replicaFailures - 1));
+      const wait = lastEndedAt + backoff - Date.now();
+      if (wait > 0) return wait;
+    }
+    const used = new Set(live.map((r) => r.replica));
+    for (let added = 0, n = 0; added < count; n++) {
+      if (used.has(n)) continue;
+      used.add(n);
+      const replica = await insertReplica(this.db, service, n);
+      live.push(replica);
+      added += 1;
+      await this.event(service, 'ReplicaAdded', `replica ${replica.replica} (generation ${replica.generation}) submitted`);
+    }
+    await this.db.notify(CHANNELS.runs);
+    return LOOK_MS;
+  }
+
+  private async startDraining(service: ServiceRecord, replica: ReplicaRecord, why: string): Promise<void> {
+    if (replica.status === 'submitted' || replica.status === 'provisioning' || !replica.readyAt) {
+      await this.db.query('UPDATE runs SET draining_since = now() WHERE id = $1', [replica.id]);
+      await requestRunStop(this.db, replica.id, false);
+      await this.event(service, 'ReplicaStopping', `replica ${replica.replica}: ${why}`);
+    } else {
+      await this.db.query(`UPDATE runs SET draining_since = now(), status_message = $2 WHERE id = $1`, [replica.id, `draining: ${why}`]);
+      await this.event(service, 'ReplicaDraining', `replica ${replica.replica}: ${why}; requests in flight finish first`);
+    }
+    replica.drainingSince = new Date();
+    await this.db.notify(CHANNELS.serviceRoutes);
+    await this.db.notify(CHANNELS.runs);
+  }
+
+  /** `orchestrator stop`: every replica drains and stops, then the service ends; abort skips the draining. */
+  private async stopping(service: ServiceRecord, live: ReplicaRecord[], settings: ServiceSettings): Promise<number> {
+    const abort = service.desired === 'abort';
+    for (const replica of live.filter((r) => !r.drainingSince)) {
+      if (abort) {
+        await this.db.query('UPDATE runs SET draining_since = now() WHERE id = $1', [replica.id]);
+        await requestRunStop(this.db, replica.id, true);
+        replica.drainingSince = new Date();
+      } else {
+        await this.startDraining(service, replica, 'the service is stopping');
+      }
+    }
+    if (!abort) await this.drain(service, live, settings);
+    if (service.status !== 'terminating') await this.transition(service, 'terminating', abort ? 'aborting' : 'draining and stopping replicas');
+    if (live.length === 0) {
+      await this.finish(service, 'terminated', abort ? 'aborted_by_user' : 'stopped_by_user', 'every replica stopped');
+    }
+    await this.db.notify(CHANNELS.runs);
+    return 250;
+  }
+
+  /** The service is running while a replica is ready (or it is scaled to zero and wakes on a request). */
+  private async updateStatus(service: ServiceRecord, replicas: ReplicaRecord[]): Promise<void> {
+    if (service.status !== 'provisioning' && service.status !== 'running') return;
+    const live = replicas.filter((r) => !isFinished(r.status));
+    const ready = live.filter((r) => replicaState(r) === 'ready').length;
+    const target = service.desiredReplicas ?? 0;
+    const status: RunStatus = ready > 0 || (target === 0 && live.length === 0) ? 'running' : 'provisioning';
+    const message = target === 0 && live.length === 0 ? 'scaled to zero; a request starts a replica'
+      : `${ready}/${target} replica${target === 1 ? '' : 's'} ready`;
+    if (status === service.status && message === service.statusMessage) return;
+    if (status !== service.status) {
+      await this.transition(service, status, message, status === 'running' && !service.startedAt ? { started_at: new Date() } : {});
+    } else {
+      await updateRun(this.db, service.id, this.owner, { status_message: message });
+    }
+  }
+
+  private async transition(service: ServiceRecord, status: RunStatus, message: string, extra: Record<string, unknown> = {}): Promise<void> {
+    if (!(await updateRun(this.db, service.id, this.owner, { status, status_message: message, ...extra }))) return;
+    service.status = status;
+    service.statusMessage = message;
+    await this.event(service, status.charAt(0).toUpperCase() + status.slice(1), message);
+    await this.db.notify(CHANNELS.serviceRoutes);
+  }
+
+  private async finish(service: ServiceRecord, status: RunStatus, reason: RunTerminationReason, message: string): Promise<void> {
+    const written = await updateRun(this.db, service.id, this.owner, { status, termination_reason: reason, status_message: message, finished_at: new Date() });
+    if (!written) return;
+    service.status = status;
+    for (const replica of await listReplicas(this.db, service.id)) {
+      this.probes.delete(replica.id);
+      if (!isFinished(replica.status)) await requestRunStop(this.db, replica.id, false);
+    }
+    await this.event(service, status === 'failed' ? 'Failed' : 'Terminated', `${reason}: ${message}`);
+    await this.db.notify(CHANNELS.serviceRoutes);
+    await this.db.notify(CHANNELS.runs);
+  }
+
+  private async event(service: ServiceRecord, reason: string, message: string): Promise<void> {
+    await recordEvent(this.db, { projectId: service.projectId, objectKind: 'run', objectId: service.id, objectName: service.name, reason, message });
+  }
+
+  private async pruneNow(): Promise<void> {
+    if (Date.now() - this.lastPrune < PRUNE_EVERY_MS) return;
+    this.lastPrune = Date.now();
+    await pruneServiceStats(this.db);
+  }
+}
+
+/** When the latest replica to end ended (0 when none has). */
+function lastEnd(replicas: ReplicaRecord[]): number {
+  return Math.max(0, ...replicas.map((r) => r.finishedAt?.getTime() ?? 0));
+}
+
+function isFinished(status: RunStatus): boolean {
+  return FINISHED_RUN_STATUSES.includes(status);
+}

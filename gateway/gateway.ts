@@ -1,0 +1,83 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { Logger } from 'winston';
+import type { Db } from '../store/db.js';
+import { AccessCache } from './access-cache.js';
+import { GatewayError, refuseUpgrade, sendError, type ErrorShape } from './errors.js';
+import { modelRequest, MODELS_PREFIX, sendModelList } from './model-endpoint.js';
+import { ProxyCore } from './proxy-core.js';
+import { RoutingTable } from './routing-table.js';
+import { serviceExchange, SERVICES_PREFIX } from './service-proxy.js';
+import { ServiceStatsRecorder } from './stats.js';
+
+export interface GatewayOptions {
+  db: Db;
+  logger: Logger;
+  /** Names this process in the request statistics, which every server writes under its own name. */
+  source: string;
+}
+
+/** The in-server gateway: `/proxy/services/...` and `/proxy/models/...`, with their own authentication and errors. */
+export class Gateway {
+  private readonly table: RoutingTable;
+  private readonly stats: ServiceStatsRecorder;
+  private readonly core: ProxyCore;
+  private readonly access: AccessCache;
+
+  constructor(private readonly options: GatewayOptions) {
+    const { db, logger, source } = options;
+    this.table = new RoutingTable(db, logger);
+    this.stats = new ServiceStatsRecorder(db, source, logger);
+    this.core = new ProxyCore(db, this.table, this.stats, logger);
+    this.access = new AccessCache(db);
+  }
+
+  async start(): Promise<void> {
+    await this.access.start();
+    await this.table.start();
+    this.stats.start();
+  }
+
+  /** Ends open tunnels and upstream connections, and writes the last statistics. */
+  async close(): Promise<void> {
+    this.core.close();
+    await this.table.stop();
+    await this.stats.stop();
+    await this.access.stop();
+  }
+
+  handles(req: IncomingMessage): boolean {
+    const url = req.url ?? '';
+    return url.startsWith(SERVICES_PREFIX) || url.startsWith(MODELS_PREFIX);
+  }
+
+  async web(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const shape: ErrorShape = req.url?.startsWith(MODELS_PREFIX) ? 'openai' : 'api';
+    try {
+      if (shape === 'api') return await this.core.web(req, res, await serviceExchange(this.access, this.table, req));
+      const request = await modelRequest(this.options.db, this.access, this.table, req);
+      if (request.kind === 'list') return sendModelList(res, request.body);
+      return await this.core.web(req, res, request.exchange);
+    } catch (error) {
+      sendError(res, this.known(req, error), shape);
+    }
+  }
+
+  /** For the HTTP server's `upgrade` event: WebSockets to services; anything else is refused here. */
+  async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    this.core.track(socket);
+    socket.on('error', () => socket.destroy());
+    try {
+      if (!req.url?.startsWith(SERVICES_PREFIX)) throw new GatewayError(404, 'not_found', `no WebSocket endpoint at ${req.url}`);
+      await this.core.upgrade(req, socket, head, await serviceExchange(this.access, this.table, req));
+    } catch (error) {
+      refuseUpgrade(socket, this.known(req, error));
+    }
+  }
+
+  private known(req: IncomingMessage, error: unknown): GatewayError {
+    if (error instanceof GatewayError) return error;
+    this.options.logger.error(`gateway: ${req.method} ${req.url}: ${(error as Error).stack ?? error}`);
+    return new GatewayError(500, 'internal', 'internal server error');
+  }
+}

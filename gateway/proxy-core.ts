@@ -1,0 +1,416 @@
+import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { createProxyMiddleware, type Plugin, type RequestHandler } from 'http-proxy-middleware';
+import type { Logger } from 'winston';
+import { AGENT_FIRST_BYTE_TIMEOUT_HEADER } from '../api/agent.js';
+import type { ReplicaRoute, ServiceRoute } from '../api/services.js';
+import { AgentClient } from '../agent/client.js';
+import { awaitFirstByte, flushHeadIfQuiet, forwardingPool, hasNoBody, requestHeaders, responseHeaders, sendOn, staleConnection } from '../agent/http-forward.js';
+import { CHANNELS } from '../store/channels.js';
+import type { Db } from '../store/db.js';
+import { Balancer } from './balancer.js';
+import { coalesced } from './coalesce.js';
+import { GatewayError, refuseUpgrade, sendError, type ErrorShape } from './errors.js';
+import type { RoutingTable } from './routing-table.js';
+import type { CountedRequest, ServiceStatsRecorder } from './stats.js';
+
+/** What the service proxy or the model endpoint decided about a request, for the core to carry out. */
+export interface Exchange {
+  route: ServiceRoute;
+  /** Path and query the service receives. */
+  path: string;
+  /** The body when the gateway has read it (the model endpoint); otherwise the request's body streams through. */
+  body?: Buffer;
+  /** X-Forwarded-Prefix: the path the service is published under, when the service does not see it. */
+  prefix?: string;
+  errorShape: ErrorShape;
+}
+
+/** How long a client is told to wait after a 503 for a service with no replica: about a fast cold start. */
+export const RETRY_AFTER_SECONDS = 5;
+
+/**
+ * The agent's answers that say the request never reached the replica: it stopped or is stopping (its port no
+ * longer accepts connections), or the agent no longer has it.
+ */
+const REPLICA_GONE = new Map([[404, ['job_not_found', 'port_not_declared']], [409, ['job_not_running']], [502, ['upstream_refused']]]);
+/** Methods HTTP lets a proxy send again when the replica failed mid-exchange (a replica killed while answering). */
+const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/** Whether the agent's refusal means the request may go to another replica. */
+function mayGoElsewhere(req: IncomingMessage, status: number, code: string): boolean {
+  if (REPLICA_GONE.get(status)?.includes(code)) return true;
+  return status === 502 && code === 'upstream_failed' && IDEMPOTENT.has(req.method ?? '') && hasNoBody(req);
+}
+/** The agent's refusals are small JSON; a larger answer is the service's own and is never held back to be read. */
+const AGENT_REFUSAL_MAX_BYTES = 4096;
+
+class FirstByteTimeout extends Error {
+  constructor(ms: number) {
+    super(`the service did not start its answer within ${ms} ms`);
+  }
+}
+
+/** Where a replica's port forward is, worked out once per replica and routing table read. */
+interface ReplicaAccess {
+  /** For the WebSocket proxy: the forward's URL without a trailing slash. */
+  target: string;
+  host: string;
+  port: number;
+  /** The forward's path, to which the service's path is appended. */
+  basePath: string;
+  headers: Record<string, string>;
+}
+
+/** One request on its way through the core, across its attempts. */
+interface Flight {
+  exchange: Exchange;
+  counted: CountedRequest;
+  /** Replicas tried so far: a retry goes to one not tried yet. */
+  tried: Set<string>;
+  /** Sent again once already because a pooled connection had just been closed by the agent. */
+  resent?: boolean;
+  replica?: ReplicaRoute;
+  access?: ReplicaAccess;
+  proxyReq?: ClientRequest;
+  /** Bytes of the request's body read so far (streamed requests only). */
+  bodyBytes: number;
+  /** The gateway has answered or given up, or the client left: late events of the exchange change nothing. */
+  settled: boolean;
+  clientLeft: boolean;
+  res?: ServerResponse;
+}
+
+/**
+ * Carries requests and WebSocket upgrades to a service's replicas through their agents' port forwards:
+ * holds a request while the service has no ready replica, balances, streams both ways, enforces the
+ * service's limits and timeouts, sends a request that never reached a replica to another, and counts it all.
+ * Requests go out with `http.request` (agent/http-forward.ts); WebSocket upgrades through http-proxy-middleware.
+ */
+export class ProxyCore {
+  /** WebSocket upgrades on their way, for the proxy library's events. */
+  private readonly flights = new WeakMap<IncomingMessage, Flight>();
+  private readonly accesses = new WeakMap<ReplicaRoute, ReplicaAccess>();
+  private readonly balancer = new Balancer();
+  /** Node keeps a pool of idle connections per agent address in one keep-alive agent. */
+  private readonly upstreamAgent = forwardingPool();
+  private readonly proxy: RequestHandler;
+  private readonly tunnels = new Set<Duplex>();
+  private closing = false;
+  /** Tells the service controller at once that a service without replicas has a request waiting. */
+  private readonly wakeScaler = coalesced(async () => {
+    await this.stats.flush();
+    await this.db.notify(CHANNELS.runs).catch((error: Error) => this.logger.warn(`gateway: NOTIFY failed: ${error.message}`));
+  });
+
+  constructor(
+    private readonly db: Db,
+    private readonly table: RoutingTable,
+    private readonly stats: ServiceStatsRecorder,
+    private readonly logger: Logger,
+  ) {
+    const events: Plugin = (server) => {
+      server.on('proxyReqWs', (proxyReq: ClientRequest, req: IncomingMessage) => this.onProxyReqWs(proxyReq, req));
+      server.on('error', (error: Error, req: IncomingMessage, socket: ServerResponse | Duplex) => this.onUpgradeError(error, req, socket as Duplex));
+    };
+    this.proxy = createProxyMiddleware({
+      pathFilter: () => true,
+      router: (req) => this.flights.get(req)?.access?.target,
+      agent: this.upstreamAgent,
+      selfHandleResponse: true,
+      ejectPlugins: true,
+      plugins: [events],
+    });
+  }
+
+  async web(req: IncomingMessage, res: ServerResponse, exchange: Exchange): Promise<void> {
+    const flight = this.begin(exchange);
+    flight.res = res;
+    res.once('close', () => {
+      if (!res.writableFinished) {
+        flight.clientLeft = true;
+        flight.settled = true;
+        flight.proxyReq?.destroy();
+      }
+      this.end(flight);
+    });
+    const size = exchange.body?.length ?? Number(req.headers['content-length'] ?? 0);
+    if (size > exchange.route.maxBodyBytes) return this.fail(flight, res, tooLarge(exchange.route));
+    const route = await this.readyRoute(exchange.route, () => res.destroyed);
+    if (res.destroyed) return;
+    if (!route) return this.fail(flight, res, noReplica(exchange.route));
+    exchange.route = route;
+    prepareHeaders(req, exchange);
+    if (!exchange.body) this.limitBody(req, flight);
+    this.launch(req, res, flight);
+  }
+
+  async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, exchange: Exchange): Promise<void> {
+    const flight = this.begin(exchange);
+    this.flights.set(req, flight);
+    socket.once('close', () => this.end(flight));
+    const route = await this.readyRoute(exchange.route, () => socket.destroyed);
+    if (socket.destroyed) return;
+    if (!route) {
+      flight.counted.answered(503);
+      return refuseUpgrade(socket, noReplica(exchange.route));
+    }
+    exchange.route = route;
+    prepareHeaders(req, exchange);
+    if (!this.aim(req, flight)) {
+      flight.counted.answered(503);
+      return refuseUpgrade(socket, noReplica(route));
+    }
+    this.proxy.upgrade(req, socket as Socket, head);
+  }
+
+  /** An upgrade's connection is the gateway's to end: the HTTP server no longer tracks it once it is handed over. */
+  track(socket: Duplex): void {
+    this.tunnels.add(socket);
+    socket.once('close', () => this.tunnels.delete(socket));
+  }
+
+  private begin(exchange: Exchange): Flight {
+    return { exchange, counted: this.stats.begin(exchange.route.runId), tried: new Set(), bodyBytes: 0, settled: false, clientLeft: false };
+  }
+
+  private end(flight: Flight): void {
+    flight.counted.end();
+    if (flight.replica) this.balancer.release(flight.replica);
+    flight.replica = undefined;
+  }
+
+  close(): void {
+    this.closing = true;
+    for (const socket of this.tunnels) socket.destroy();
+    this.upstreamAgent.destroy();
+  }
+
+  /**
+   * The route once it has a ready replica not in `tried`: at once, or after holding the request up to the service's
+   * hold time while the routing table is read again.
+   */
+  private async readyRoute(route: ServiceRoute, gone: () => boolean, tried: ReadonlySet<string> = new Set()): Promise<ServiceRoute | undefined> {
+    const usable = (candidate: ServiceRoute) => candidate.replicas.some((replica) => !tried.has(replica.id));
+    let current: ServiceRoute | undefined = this.table.serviceById(route.runId) ?? route;
+    if (usable(current)) return current;
+    void this.wakeScaler();
+    const deadline = Date.now() + route.holdMs;
+    while (Date.now() < deadline && !gone() && !this.closing) {
+      await this.table.nextRead(deadline - Date.now());
+      current = this.table.serviceById(route.runId);
+      if (!current) return undefined;
+      if (usable(current)) return current;
+    }
+    return undefined;
+  }
+
+  /** Picks the next replica for the flight and points the request at it; false when none is left to try. */
+  private aim(req: IncomingMessage, flight: Flight): boolean {
+    const { route } = flight.exchange;
+    if (flight.replica) this.balancer.release(flight.replica);
+    const replica = this.balancer.acquire(route.runId, route.replicas, flight.tried);
+    flight.replica = replica;
+    if (!replica) return false;
+    flight.tried.add(replica.id);
+    flight.access = this.accessOf(replica, route);
+    Object.assign(req.headers, flight.access.headers);
+    return true;
+  }
+
+  private accessOf(replica: ReplicaRoute, route: ServiceRoute): ReplicaAccess {
+    let access = this.accesses.get(replica);
+    if (!access) {
+      const { url, headers } = new AgentClient(replica.agentUrl, replica.agentToken).portAccess(replica.id, route.port, '');
+      const parsed = new URL(url);
+      access = {
+        target: url.replace(/\/$/, ''),
+        host: parsed.hostname.replace(/^\[(.*)\]$/, '$1'),
+        port: Number(parsed.port || 80),
+        basePath: parsed.pathname.replace(/\/$/, ''),
+        headers: { ...headers, [AGENT_FIRST_BYTE_TIMEOUT_HEADER]: String(route.firstByteTimeoutMs) },
+      };
+      this.accesses.set(replica, access);
+    }
+    return access;
+  }
+
+  private launch(req: IncomingMessage, res: ServerResponse, flight: Flight): void {
+    if (!this.aim(req, flight)) return void this.awaitAnotherReplica(req, res, flight);
+    const { host, port, basePath } = flight.access!;
+    const { exchange } = flight;
+    const timeoutMs = exchange.route.firstByteTimeoutMs;
+    const proxyReq = sendOn(req, {
+      host, port, path: `${basePath}${req.url}`, headers: requestHeaders(req.headers), agent: this.upstreamAgent,
+      firstByteTimeoutMs: timeoutMs, timeoutError: () => new FirstByteTimeout(timeoutMs), body: exchange.body,
+    });
+    flight.proxyReq = proxyReq;
+    proxyReq.on('error', (error) => this.onError(error, req, res, flight, proxyReq));
+    proxyReq.once('response', (proxyRes) => void this.onProxyRes(proxyRes, req, res, flight));
+  }
+
+  /**
+   * Every replica the request was sent to had gone before it got there, and the gateway's copy of the table
+   * may be older than what the controllers know (a replica just became ready, a dead one is not yet out):
+   * like a request to a service with no replica, it waits for the table to show one it has not tried.
+   */
+  private async awaitAnotherReplica(req: IncomingMessage, res: ServerResponse, flight: Flight): Promise<void> {
+    const route = await this.readyRoute(flight.exchange.route, () => res.destroyed, flight.tried);
+    if (res.destroyed) return;
+    if (!route) return this.fail(flight, res, new GatewayError(502, 'replica_gone', 'the service\'s replicas went away before answering; try again'));
+    flight.exchange.route = route;
+    this.launch(req, res, flight);
+  }
+
+  /** Counts a streamed body as it passes, over all attempts, and stops one that grows past the service's limit. */
+  private limitBody(req: IncomingMessage, flight: Flight): void {
+    req.on('data', (chunk: Buffer) => {
+      flight.bodyBytes += chunk.length;
+      if (flight.bodyBytes > flight.exchange.route.maxBodyBytes && !flight.settled) {
+        req.unpipe();
+        flight.proxyReq?.destroy();
+        if (flight.res) this.fail(flight, flight.res, tooLarge(flight.exchange.route));
+      }
+    });
+  }
+
+  private onProxyReqWs(proxyReq: ClientRequest, req: IncomingMessage): void {
+    const flight = this.flights.get(req);
+    if (!flight) return;
+    flight.proxyReq = proxyReq;
+    proxyReq.once('upgrade', () => flight.counted.answered(101));
+    proxyReq.once('response', (answer: IncomingMessage) => flight.counted.answered(answer.statusCode ?? 502));
+    const timeoutMs = flight.exchange.route.firstByteTimeoutMs;
+    awaitFirstByte(proxyReq, timeoutMs, () => new FirstByteTimeout(timeoutMs));
+  }
+
+  private async onProxyRes(proxyRes: IncomingMessage, req: IncomingMessage, res: ServerResponse, flight: Flight): Promise<void> {
+    if (flight.settled || res.destroyed) {
+      proxyRes.destroy();
+      return;
+    }
+    const refusal = await agentRefusal(proxyRes);
+    if (refusal?.code !== undefined && mayGoElsewhere(req, proxyRes.statusCode ?? 0, refusal.code)) {
+      if (this.mayRetry(flight)) {
+        req.unpipe(flight.proxyReq);
+        if (!flight.proxyReq?.writableFinished) flight.proxyReq?.destroy();
+        return this.launch(req, res, flight);
+      }
+      return this.fail(flight, res, new GatewayError(502, 'replica_gone', 'the replica went away while the request was on its way; try again'));
+    }
+    flight.settled = true;
+    flight.counted.answered(proxyRes.statusCode ?? 502);
+    res.writeHead(proxyRes.statusCode ?? 502, proxyRes.statusMessage, responseHeaders(proxyRes.rawHeaders));
+    if (refusal) {
+      res.end(refusal.body);
+      return;
+    }
+    flushHeadIfQuiet(proxyRes, res);
+    this.stream(proxyRes, res, flight);
+  }
+
+  /**
+   * Passes the answer on as it comes; an answer silent for longer than the service's idle timeout is cut.
+   * (Piped by hand: `stream.pipeline` costs an AbortController and a DOMException per answer.)
+   */
+  private stream(proxyRes: IncomingMessage, res: ServerResponse, flight: Flight): void {
+    const idle = setTimeout(() => {
+      flight.counted.failed();
+      proxyRes.destroy();
+      res.destroy();
+    }, flight.exchange.route.idleTimeoutMs);
+    proxyRes.on('data', () => idle.refresh());
+    proxyRes.pipe(res);
+    // A client that left was noted when its response closed, before the service's answer was cut: not the service's failure.
+    proxyRes.once('error', () => {
+      if (!flight.clientLeft) flight.counted.failed();
+      res.destroy();
+    });
+    proxyRes.once('end', () => clearTimeout(idle));
+    res.once('close', () => {
+      clearTimeout(idle);
+      if (!proxyRes.complete) proxyRes.destroy();
+    });
+  }
+
+  /**
+   * A request that never reached a replica goes to another one, each at most once (so it ends), while its body
+   * can still be sent whole.
+   */
+  private mayRetry(flight: Flight): boolean {
+    return !this.closing && (flight.exchange.body !== undefined || flight.bodyBytes === 0);
+  }
+
+  private onError(error: Error & { code?: string }, req: IncomingMessage, res: ServerResponse, flight: Flight, proxyReq: ClientRequest): void {
+    if (flight.settled || flight.proxyReq !== proxyReq) return;
+    req.unpipe(proxyReq);
+    if (error.code === 'ECONNREFUSED' && this.mayRetry(flight)) return this.launch(req, res, flight);
+    if (staleConnection(proxyReq, error, flight.exchange.body !== undefined || hasNoBody(req)) && !flight.resent && flight.replica) {
+      flight.resent = true;
+      flight.tried.delete(flight.replica.id);
+      return this.launch(req, res, flight);
+    }
+    this.fail(flight, res, upstreamFailure(error));
+  }
+
+  private onUpgradeError(error: Error, req: IncomingMessage, socket: Duplex): void {
+    const flight = this.flights.get(req);
+    if (!flight || flight.settled) return;
+    const failure = upstreamFailure(error);
+    flight.settled = true;
+    flight.counted.answered(failure.status);
+    refuseUpgrade(socket, failure);
+  }
+
+  private fail(flight: Flight, res: ServerResponse, error: GatewayError): void {
+    if (flight.settled) return;
+    flight.settled = true;
+    if (res.headersSent) flight.counted.failed();
+    else flight.counted.answered(error.status);
+    if (res.destroyed) return;
+    sendError(res, error, flight.exchange.errorShape);
+  }
+}
+
+function tooLarge(route: ServiceRoute): GatewayError {
+  return new GatewayError(413, 'payload_too_large', `the body is larger than the service's limit of ${route.maxBodyBytes} bytes`);
+}
+
+function noReplica(route: ServiceRoute): GatewayError {
+  return new GatewayError(503, 'no_replica',
+    `service ${route.run} has no ready replica and none became ready within ${route.holdMs / 1000} s`, { 'Retry-After': String(RETRY_AFTER_SECONDS) });
+}
+
+function upstreamFailure(error: Error & { code?: string }): GatewayError {
+  if (error instanceof FirstByteTimeout) return new GatewayError(504, 'upstream_timeout', error.message);
+  return new GatewayError(502, 'upstream_failed', `the connection to the service's replica failed: ${error.code ?? error.message}`);
+}
+
+/** The request as the replica's agent gets it: its path under the service, and where it came from. */
+function prepareHeaders(req: IncomingMessage, exchange: Exchange): void {
+  const client = req.socket.remoteAddress ?? '';
+  const before = req.headers['x-forwarded-for'];
+  req.headers['x-forwarded-for'] = before ? `${before}, ${client}` : client;
+  req.headers['x-forwarded-proto'] = (req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http';
+  req.headers['x-forwarded-host'] = req.headers.host ?? '';
+  if (exchange.prefix) req.headers['x-forwarded-prefix'] = exchange.prefix;
+  else delete req.headers['x-forwarded-prefix'];
+  req.url = exchange.path;
+}
+
+/** Reads a small JSON 404, 409 or 502, which may be the agent saying the replica is gone; anything else is left unread. */
+async function agentRefusal(proxyRes: IncomingMessage): Promise<{ code: string | undefined; body: Buffer } | undefined> {
+  const length = Number(proxyRes.headers['content-length']);
+  const json = (proxyRes.headers['content-type'] ?? '').startsWith('application/json');
+  if (!REPLICA_GONE.has(proxyRes.statusCode ?? 0) || !json || !(length <= AGENT_REFUSAL_MAX_BYTES)) return undefined;
+  const chunks: Buffer[] = [];
+  for await (const chunk of proxyRes) chunks.push(chunk as Buffer);
+  const body = Buffer.concat(chunks);
+  try {
+    const code = (JSON.parse(body.toString('utf8')) as { error?: { code?: unknown } }).error?.code;
+    return { code: typeof code === 'string' ? code : undefined, body };
+  } catch {
+    return { code: undefined, body };
+  }
+}

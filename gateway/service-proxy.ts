@@ -1,0 +1,30 @@
+import type { IncomingMessage } from 'node:http';
+import { isDnsLabel } from '../api/names.js';
+import { admit } from './access.js';
+import type { AccessCache } from './access-cache.js';
+import { GatewayError } from './errors.js';
+import type { Exchange } from './proxy-core.js';
+import type { RoutingTable } from './routing-table.js';
+
+export const SERVICES_PREFIX = '/proxy/services/';
+
+/**
+ * `/proxy/services/<project>/<run><path>?<query>`, read from the raw request line: the names must be
+ * DNS labels as written, so no encoding (`%2e`, `%2f`, `%00`) can make them name anything else.
+ */
+const SERVICE_URL = /^\/proxy\/services\/([^/?]*)\/([^/?]*)([^?]*)(\?.*)?$/;
+
+/** Where a request to `/proxy/services/...` goes: its service, after the service's own authentication. */
+export async function serviceExchange(access: AccessCache, table: RoutingTable, req: IncomingMessage): Promise<Exchange> {
+  const url = req.url ?? '';
+  const match = SERVICE_URL.exec(url);
+  const [, project = '', run = '', rest = '', query = ''] = match ?? [];
+  if (!match || !isDnsLabel(project) || !isDnsLabel(run)) throw new GatewayError(404, 'not_found', `no service at ${url}`);
+  const route = table.service(project, run);
+  if (!route) throw new GatewayError(404, 'not_found', `service ${run} not found in project ${project}`);
+  await admit(access, route, req.headers);
+  const prefix = `/proxy/services/${project}/${run}`;
+  return route.stripPrefix
+    ? { route, path: `${rest || '/'}${query}`, prefix, errorShape: 'api' }
+    : { route, path: `${prefix}${rest}${query}`, errorShape: 'api' };
+}

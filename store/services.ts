@@ -1,0 +1,128 @@
+import { randomUUID } from 'node:crypto';
+import { serviceSettings } from '../api/service-settings.js';
+import type { Replica, ReplicaState, ServiceRoute } from '../api/services.js';
+import type { ServiceSpec } from '../api/spec.js';
+import { FINISHED_RUN_STATUSES } from '../api/status.js';
+import type { Queryable } from './db.js';
+import { FINISHED, toRun, type RunRecord } from './runs.js';
+
+/** A service run is a parent row; its replicas are runs with `service_id` set, each one job placed like a task. */
+export const SERVICE_PARENT = `(kind = 'service' AND service_id IS NULL)`;
+
+export interface ReplicaRecord extends RunRecord {
+  serviceId: string;
+  replica: number;
+  readyAt: Date | null;
+  drainingSince: Date | null;
+  /** When the service controller took note of the replica's end (and replaced it where needed). */
+  replacedAt: Date | null;
+}
+
+export function toReplica(row: Record<string, any>): ReplicaRecord {
+  return { ...toRun(row), serviceId: row.service_id, replica: row.replica, readyAt: row.ready_at, drainingSince: row.draining_since, replacedAt: row.replaced_at };
+}
+
+export function replicaState(r: Pick<ReplicaRecord, 'status' | 'readyAt' | 'drainingSince'>): ReplicaState {
+  if (FINISHED_RUN_STATUSES.includes(r.status)) return 'terminated';
+  if (r.drainingSince || r.status === 'terminating') return 'draining';
+  if (r.status === 'running') return r.readyAt ? 'ready' : 'starting';
+  return 'provisioning';
+}
+
+/** Every replica of a service that has not been deleted, oldest first. */
+export async function listReplicas(db: Queryable, serviceId: string): Promise<ReplicaRecord[]> {
+  const rows = await db.query(`SELECT * FROM runs WHERE service_id = $1 AND NOT deleted ORDER BY replica, submitted_at`, [serviceId]);
+  return rows.map(toReplica);
+}
+
+export async function replicaViews(db: Queryable, serviceId: string, includeFinished = false): Promise<Replica[]> {
+  const rows = await db.query(
+    `SELECT r.*, i.name AS instance_name FROM runs r LEFT JOIN instances i ON i.id = r.instance_id
+     WHERE r.service_id = $1 AND NOT r.deleted AND ($2 OR r.status NOT IN ${FINISHED})
+     ORDER BY r.replica, r.submitted_at`, [serviceId, includeFinished]);
+  return rows.map((row) => {
+    const replica = toReplica(row);
+    return {
+      replica: replica.replica, generation: replica.generation, state: replicaState(replica), statusMessage: replica.statusMessage,
+      instance: row.instance_name ?? null, startedAt: replica.startedAt?.toISOString() ?? null, readyAt: replica.readyAt?.toISOString() ?? null,
+    };
+  });
+}
+
+/** Adds a replica: a submitted run of the service's current spec, which the scheduler places like a task. */
+export async function insertReplica(db: Queryable, service: RunRecord, replica: number): Promise<ReplicaRecord> {
+  const rows = await db.query(
+    `INSERT INTO runs (id, project_id, user_id, name, kind, spec, files, repos, requirement, priority, generation, status, status_message, service_id, replica)
+     VALUES ($1, $2, $3, $4, 'service', $5, $6, $12, $7, $8, $9, 'submitted', 'waiting to be scheduled', $10, $11) RETURNING *`,
+    [randomUUID(), service.projectId, service.userId, service.name, service.spec, service.files, service.requirement, service.priority,
+      service.generation, service.id, replica, service.repos]);
+  return toReplica(rows[0]);
+}
+
+/** The services the gateway publishes and their ready replicas, as one snapshot. */
+export async function loadRoutingTable(db: Queryable): Promise<ServiceRoute[]> {
+  const services = await db.query(
+    `SELECT r.id, r.project_id, r.name, r.spec, p.name AS project_name FROM runs r JOIN projects p ON p.id = r.project_id
+     WHERE r.kind = 'service' AND r.service_id IS NULL AND NOT r.deleted AND r.status IN ('submitted', 'provisioning', 'running')`);
+  if (services.length === 0) return [];
+  const replicas = await db.query(
+    `SELECT r.id, r.service_id, r.replica, i.agent_url, i.agent_token FROM runs r JOIN instances i ON i.id = r.instance_id
+     WHERE r.service_id = ANY($1::text[]) AND r.status = 'running' AND r.ready_at IS NOT NULL AND r.draining_since IS NULL
+       AND i.agent_url IS NOT NULL AND i.status = 'busy'
+     ORDER BY r.replica`, [services.map((s) => s.id)]);
+  return services.map((service) => {
+    const settings = serviceSettings(service.spec as ServiceSpec);
+    return {
+      runId: service.id, projectId: service.project_id, project: service.project_name, run: service.name,
+      port: settings.port, auth: settings.auth, stripPrefix: settings.stripPrefix, model: settings.model,
+      maxBodyBytes: settings.maxBodyBytes, firstByteTimeoutMs: settings.firstByteTimeoutMs, idleTimeoutMs: settings.idleTimeoutMs,
+      holdMs: settings.holdMs,
+      replicas: replicas.filter((r) => r.service_id === service.id)
+        .map((r) => ({ id: r.id, replica: r.replica, agentUrl: r.agent_url, agentToken: r.agent_token })),
+    };
+  });
+}
+
+/** What a new generation of a service changes: everything but the replica count and scaling, which change in place. */
+function template(spec: Record<string, unknown>, files: unknown, repos: unknown): string {
+  const { replicas: _replicas, scaling: _scaling, ...rest } = spec;
+  return stableJson({ rest, files, repos });
+}
+
+function stableJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(stableJson).join(',')}]`;
+  if (value && typeof value === 'object') {
+    return `{${Object.keys(value).sort().map((k) => `${JSON.stringify(k)}:${stableJson((value as Record<string, unknown>)[k])}`).join(',')}}`;
+  }
+  return JSON.stringify(value) ?? 'null';
+}
+
+export type ServiceUpdate = 'rolling' | 'in-place' | 'unchanged';
+
+/**
+ * Re-applies a live service: a changed template is a new generation, which the service controller rolls out
+ * replica by replica; a changed replica count or scaling is written in place and restarts nothing.
+ */
+export async function updateService(db: Queryable, service: RunRecord, next: Pick<RunRecord, 'spec' | 'files' | 'repos' | 'requirement' | 'priority'>): Promise<ServiceUpdate> {
+  const { spec, files, repos } = next;
+  const rolling = template(service.spec, service.files, service.repos) !== template(spec, files, repos);
+  if (!rolling && stableJson(service.spec) === stableJson(spec)) return 'unchanged';
+  await db.query(
+    `UPDATE runs SET spec = $2, files = $3, repos = $7, requirement = $4, priority = $5, generation = generation + $6,
+       replica_failures = CASE WHEN $6 = 1 THEN 0 ELSE replica_failures END, next_reconcile_at = now(), updated_at = now()
+     WHERE id = $1`,
+    [service.id, spec, files, next.requirement, next.priority, rolling ? 1 : 0, repos]);
+  return rolling ? 'rolling' : 'in-place';
+}
+
+/**
+ * The replica whose logs `logs <service>` shows: replica `n` (the live one, else its latest), or without `n`
+ * the lowest-numbered live replica, else the latest to have run. Null when there is none.
+ */
+export async function replicaForLogs(db: Queryable, serviceId: string, n: number | null): Promise<RunRecord | null> {
+  const rows = await db.query(
+    `SELECT * FROM runs WHERE service_id = $1 AND NOT deleted AND ($2::int IS NULL OR replica = $2)
+     ORDER BY (status IN ${FINISHED}), CASE WHEN status IN ${FINISHED} THEN 0 ELSE replica END,
+       submitted_at DESC LIMIT 1`, [serviceId, n]);
+  return rows[0] ? toRun(rows[0]) : null;
+}

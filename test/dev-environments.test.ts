@@ -1,0 +1,153 @@
+import { expect } from 'chai';
+import { spawnSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { join } from 'node:path';
+import type { Run } from '../api/objects.js';
+import { endCliSuite, makeHome, runCli, show, startCli, startLocalCliSuite } from './helpers/cli.js';
+import { freePort } from './helpers/ports.js';
+import { eventually, type TestServer } from './helpers/server.js';
+
+describe('dev environments through the CLI (pglite)', function () {
+  this.timeout(120_000);
+  let server: TestServer;
+  let home: ReturnType<typeof makeHome>;
+  let work: string;
+  const cli = (args: string[]) => runCli(args, { home: home.home, cwd: work });
+  const devEnvironment = (name: string, body: string) => {
+    const file = join(work, `${name}.yml`);
+    writeFileSync(file, `type: dev-environment\nname: ${name}\n${body}`);
+    return file;
+  };
+  const view = async (name: string) => (await server.api('GET', `/api/projects/main/runs/${name}`)).body as Run;
+  const untilRunning = (name: string) => eventually(async () => (await view(name)).status === 'running', 30_000, `${name} to run`);
+
+  before(async function () {
+    this.timeout(120_000);
+    ({ server, home, work } = await startLocalCliSuite('pglite'));
+  });
+
+  after(async function () {
+    this.timeout(60_000);
+    await endCliSuite(server, home, work);
+  });
+
+  it('apply -d starts it: init runs once, ssh enters it with the run\'s env in its work dir, attach forwards a port and gives the IDE link, and it stays up until stopped', async () => {
+    const remotePort = await freePort();
+    const localPort = await freePort();
+    const applied = await cli(['apply', '-d', '-y', '-f', devEnvironment('box', [
+      'ide: vscode',
+      'init:',
+      '  - echo once >> init.txt',
+      '  - echo served > index.html',
+      `  - (python3 -m http.server ${remotePort} --bind 127.0.0.1 > /dev/null 2>&1 &)`,
+      '',
+    ].join('\n'))]);
+    expect(applied.code, show(applied)).to.equal(0);
+    expect(applied.stdout).to.equal('box\n');
+    await untilRunning('box');
+
+    const entered = await cli(['ssh', 'box', '--', 'echo $ORCHESTRATOR_RUN_NAME; pwd']);
+    expect(entered.code, show(entered)).to.equal(0);
+    const [runName, workDir] = entered.stdout.trim().split('\n');
+    expect(runName).to.equal('box');
+    await eventually(async () => { try { return readFileSync(join(workDir!, 'init.txt'), 'utf8') === 'once\n'; } catch { return false; } }, 10_000, 'init to write its file');
+
+    const attach = startCli(['attach', 'box', '--port', `${localPort}:${remotePort}`], { home: home.home, cwd: work });
+    await attach.waitFor(new RegExp(`Forwarding localhost:${localPort} -> port ${remotePort}`));
+    expect(attach.stderr()).to.contain(`To open in VS Code Desktop: vscode://vscode-remote/ssh-remote+box${workDir}\n`);
+    expect(attach.stderr()).to.contain('To connect via SSH:         ssh ');
+    const answer = await eventually(async () => {
+      try {
+        const response = await fetch(`http://127.0.0.1:${localPort}/index.html`);
+        return response.ok ? response.text() : null;
+      } catch {
+        return null;
+      }
+    }, 10_000, 'the forwarded port to answer');
+    expect(answer).to.equal('served\n');
+    const detached = await attach.interrupt();
+    expect(detached.code, show(detached)).to.equal(130);
+    expect(detached.stderr).to.contain('detached from box; it keeps running');
+
+    expect(readFileSync(join(workDir!, 'init.txt'), 'utf8')).to.equal('once\n');
+    expect((await view('box')).status).to.equal('running');
+    const stopped = await cli(['stop', 'box']);
+    expect(stopped.code, show(stopped)).to.equal(0);
+  });
+
+  it('apply stays attached with the forwards: "*:port" takes a free local port, and the forwards come back after the connection drops', async () => {
+    const remotePort = await freePort();
+    const file = devEnvironment('attached', [
+      `ports: ["*:${remotePort}"]`,
+      'init:',
+      '  - echo attached > index.html',
+      `  - (python3 -m http.server ${remotePort} --bind 127.0.0.1 > /dev/null 2>&1 &)`,
+      '',
+    ].join('\n'));
+    const applied = startCli(['apply', '-y', '-f', file], { home: home.home, cwd: work });
+    const forwarding = new RegExp(`Forwarding localhost:(\\d+) -> port ${remotePort} of the run`);
+    await applied.waitFor(forwarding, 60_000);
+    const localPort = Number(forwarding.exec(applied.stderr() + applied.stdout())![1]);
+    expect(localPort).to.not.equal(remotePort);
+    const answer = async () => {
+      try {
+        const response = await fetch(`http://127.0.0.1:${localPort}/index.html`);
+        return response.ok ? response.text() : null;
+      } catch {
+        return null;
+      }
+    };
+    expect(await eventually(answer, 15_000, 'the forwarded port to answer')).to.equal('attached\n');
+
+    const killed = spawnSync('pkill', ['-f', `ssh .*-L 127.0.0.1:${localPort}:localhost:${remotePort}`]);
+    expect(killed.status, 'the forwarding ssh process to be found').to.equal(0);
+    await applied.waitFor(/connection to attached lost \(.*\); reconnecting in 1s/);
+    await applied.waitFor(/reconnected to attached/);
+    expect(await eventually(answer, 15_000, 'the forwarded port to answer again')).to.equal('attached\n');
+
+    const detached = await applied.interrupt();
+    expect(detached.code, show(detached)).to.equal(130);
+    expect((await view('attached')).status).to.equal('running');
+    expect((await cli(['stop', 'attached'])).code).to.equal(0);
+  });
+
+  it('attach refuses a busy explicit local port with a clear error', async () => {
+    const applied = await cli(['apply', '-d', '-y', '-f', devEnvironment('busy', '')]);
+    expect(applied.code, show(applied)).to.equal(0);
+    await untilRunning('busy');
+    const holder: Server = createServer();
+    await new Promise<void>((done) => holder.listen(0, '127.0.0.1', done));
+    const { port } = holder.address() as { port: number };
+    try {
+      const refused = await cli(['attach', 'busy', '--port', `${port}:8000`]);
+      expect(refused.code, show(refused)).to.equal(1);
+      expect(refused.stderr).to.equal(`error: local port ${port} is in use, so ${port}:8000 cannot be forwarded; free it or map another local port\n`);
+    } finally {
+      await new Promise((done) => holder.close(done));
+    }
+    expect((await cli(['stop', 'busy'])).code).to.equal(0);
+  });
+
+  it('stops after inactivity_duration with no SSH connection, and not while one is open; ps shows the time left', async () => {
+    const applied = await cli(['apply', '-d', '-y', '-f', devEnvironment('idle', 'inactivity_duration: 10s\n')]);
+    expect(applied.code, show(applied)).to.equal(0);
+    await untilRunning('idle');
+    await eventually(async () => (await view('idle')).inactivityStopAt, 5000, 'a stop time while nobody is connected');
+    const held = startCli(['ssh', 'idle', '--', 'sleep 12'], { home: home.home, cwd: work });
+    await eventually(async () => (await view('idle')).inactivityStopAt === null, 8000, 'the open connection to be seen');
+    await new Promise((done) => setTimeout(done, 10_000));
+    expect((await view('idle')).status, 'stopped while a connection was open').to.equal('running');
+    expect((await held.done).code).to.equal(0);
+    const stopAt = await eventually(async () => (await view('idle')).inactivityStopAt, 5000, 'a stop time once the connection closed');
+    expect(Date.parse(stopAt) - Date.now()).to.be.within(0, 10_000);
+    const listed = await cli(['ps']);
+    expect(listed.stdout).to.match(/^idle +dev-environment +running \(idle, stops in \d+s\)/m);
+    const ended = await eventually(async () => {
+      const run = await view('idle');
+      return run.status === 'terminated' ? run : null;
+    }, 15_000, 'the idle environment to stop');
+    expect(ended.terminationReason).to.equal('inactivity_duration_exceeded');
+    expect(ended.statusMessage).to.equal('stopped (inactivity duration exceeded)');
+  });
+});

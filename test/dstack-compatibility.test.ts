@@ -1,0 +1,66 @@
+import { expect } from 'chai';
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Fleet, Run } from '../api/objects.js';
+import { makeHome, runCli, show } from './helpers/cli.js';
+import { useLocalCliSuite } from './helpers/local-cli-hooks.js';
+import { DATABASE_KINDS } from './helpers/databases.js';
+
+const FIXTURES = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'dstack');
+const configs = readdirSync(FIXTURES).filter((name) => name.endsWith('.dstack.yml')).sort();
+const refused = configs.filter((name) => readdirSync(FIXTURES).includes(name.replace(/\.dstack\.yml$/, '.expected')));
+const accepted = configs.filter((name) => !refused.includes(name));
+
+describe('dstack configurations: refused by name', () => {
+  const home = makeHome();
+  after(() => home.remove());
+
+  it('has both accepted and refused fixtures', () => {
+    expect(accepted).to.include.members(['task.dstack.yml', 'service.dstack.yml', 'dev-environment.dstack.yml', 'fleet.dstack.yml']);
+    expect(refused).to.include.members(['ssh-fleet.dstack.yml', 'replica-groups.dstack.yml', 'tpu.dstack.yml', 'aws-fleet.dstack.yml']);
+  });
+
+  for (const name of refused) {
+    it(`refuses ${name} with one line per missing feature and nothing that follows from it`, async () => {
+      const expected = readFileSync(join(FIXTURES, name.replace(/\.dstack\.yml$/, '.expected')), 'utf8').trimEnd().split('\n');
+      const result = await runCli(['apply', '-f', name, '-y'], { cwd: FIXTURES, home: home.home });
+      expect(result.code, show(result)).to.equal(1);
+      const lines = result.stderr.trimEnd().split('\n');
+      expect(lines.slice(0, -1), show(result)).to.deep.equal(expected);
+      expect(lines.at(-1)).to.match(/^error: the configuration has \d+ errors?; nothing was applied$/);
+    });
+  }
+});
+
+for (const kind of DATABASE_KINDS) {
+  describe(`dstack configurations: accepted with the same meaning (${kind})`, function () {
+    this.timeout(90_000);
+    const current = useLocalCliSuite(kind);
+    const api = async <T>(path: string) => (await current().server.api('GET', `/api/projects/main${path}`)).body as T;
+
+    it('applies each of the four kinds through the CLI', async () => {
+      for (const name of accepted) {
+        const result = await runCli(['apply', '-f', join(FIXTURES, name), '-y', '-d', '--no-ssh-config'], { home: current().home.home, cwd: current().work });
+        expect(result.code, `${name}\n${show(result)}`).to.equal(0);
+      }
+    });
+
+    it('keeps what dstack means: a fleet\'s nodes map is its range, placement any and gateway false ask for nothing more', async () => {
+      const fleet = await api<Fleet>('/fleets/h100s');
+      expect(fleet.spec).to.include({ nodes: '0..2', idle_duration: '1h' });
+      expect(fleet.spec).not.to.have.property('placement');
+      const service = await api<Run>('/runs/llama');
+      expect(service.spec).to.include({ replicas: '1..2', port: 8000 });
+      expect(service.spec).not.to.have.any.keys('gateway', 'https');
+    });
+
+    it('reads dstack\'s spellings of resources into the same requirement', async () => {
+      const task = await api<Run>('/runs/train');
+      expect(task.spec.resources).to.deep.equal({ gpu: 'nvidia:24GB..:1', cpu: 'x86:4..', memory: '16GB..', disk: '100GB..' });
+      expect(task.spec).not.to.have.any.keys('nodes', 'creation_policy');
+      const dev = await api<Run>('/runs/vscode');
+      expect(dev.spec.resources).to.deep.equal({ gpu: 'amd:MI300X:8' });
+    });
+  });
+}

@@ -1,0 +1,85 @@
+import { expect } from 'chai';
+import type { Fleet } from '../api/objects.js';
+import { DATABASE_KINDS } from './helpers/databases.js';
+import { useGpucloudSuite, type GpucloudSuite } from './helpers/gpucloud-suite.js';
+import { show } from './helpers/cli.js';
+import { eventually } from './helpers/server.js';
+
+function sleeper(name: string, extra: string): string {
+  return `type: task\nname: ${name}\nresources:\n  gpu: L4\ncommands:\n  - sleep 300\n${extra}\n`;
+}
+
+for (const kind of DATABASE_KINDS) {
+  describe(`spot policy (${kind})`, function () {
+    this.timeout(90_000);
+    let suite: GpucloudSuite;
+
+    /** The emulator's machine that runs the run now, with whether it is spot and what it costs. */
+    const machineOf = async (name: string) => {
+      const run = await suite.waitFor(name, (r) => r.status === 'running', `${name} to run`);
+      const fleets = (await suite.server.api('GET', '/api/projects/main/fleets')).body as Fleet[];
+      const instance = fleets.flatMap((f) => f.instances).find((i) => i.name === run.instance)!;
+      const machine = (await suite.cloudInstances()).find((m) => m.name === instance.name || m.client_token === instance.id);
+      expect(machine, `the emulator's machine of ${run.instance}`).to.not.equal(undefined);
+      return { run, machine: machine! };
+    };
+
+    useGpucloudSuite(kind, (started) => { suite = started; });
+
+    it('offers spot machines at a lower price, and takes them only for spot_policy spot or auto', async () => {
+      const offers = JSON.parse((await suite.cli(['offer', '-b', 'gpucloud', '--gpu', 'L4:1', '--json'])).stdout) as { offers: { pricePerHour: number; spot?: boolean; region: string }[] };
+      const east = offers.offers.filter((o) => o.region === 'us-east-1');
+      expect(east.map((o) => [o.spot, o.pricePerHour])).to.have.deep.members([[false, 0.8], [true, 0.32]]);
+
+      await suite.apply('on-demand', sleeper('on-demand', ''));
+      const onDemand = await machineOf('on-demand');
+      expect(onDemand.machine.spot).to.equal(false);
+      expect(onDemand.run.pricePerHour).to.equal(0.8);
+      await suite.apply('cheap', sleeper('cheap', 'spot_policy: auto'));
+      const cheap = await machineOf('cheap');
+      expect(cheap.machine.spot).to.equal(true);
+      expect(cheap.run.pricePerHour).to.equal(0.32);
+      for (const name of ['on-demand', 'cheap']) {
+        const stopped = await suite.cli(['stop', name, '--abort']);
+        expect(stopped.code, show(stopped)).to.equal(0);
+      }
+    });
+
+    it('fails an interrupted spot run with reason interrupted, on the emulator\'s schedule', async () => {
+      expect((await suite.faults({ spot_interruption_after_ms: 1500 })).status).to.equal(200);
+      try {
+        await suite.apply('doomed', sleeper('doomed', 'spot_policy: spot'));
+        const failed = await suite.waitFor('doomed', (run) => run.status === 'failed', 'doomed to be interrupted');
+        expect(failed.terminationReason).to.equal('interrupted');
+        expect(failed.statusMessage).to.match(/^spot instance \S+ was interrupted \(interrupted: the cloud took its spot capacity back\)$/);
+        expect(failed.attempt).to.equal(1);
+      } finally {
+        await suite.faults({ spot_interruption_after_ms: null });
+      }
+    });
+
+    it('resubmits an interrupted run under retry on interruption, on a new spot machine', async () => {
+      await suite.apply('phoenix', sleeper('phoenix', 'spot_policy: spot\nretry:\n  on_events: [interruption]\n  duration: 10m'));
+      const first = await machineOf('phoenix');
+      expect(first.machine.spot).to.equal(true);
+      const interrupted = await suite.faults({ interrupt_instances: [first.machine.id] });
+      expect(interrupted.status).to.equal(200);
+      const second = await suite.waitFor('phoenix', (run) => run.attempt === 2 && run.status === 'running', 'attempt 2 of phoenix to run');
+      expect(second.instance).to.not.equal(first.run.instance);
+      const events = await suite.events('phoenix');
+      expect(events).to.include(`Failed: interrupted: spot instance ${first.run.instance} was interrupted (interrupted: the cloud took its spot capacity back) (attempt 1)`);
+      expect(events.some((e) => /^Retrying: attempt 1 failed \(interrupted\); attempt 2 submitted, retry on interruption until /.test(e))).to.equal(true);
+      expect((await suite.cli(['stop', 'phoenix', '--abort'])).code).to.equal(0);
+      await eventually(async () => (await suite.run('phoenix'))?.status === 'terminated', 20_000, 'phoenix to stop');
+    });
+
+    it('refuses to interrupt an on-demand machine', async () => {
+      await suite.apply('steady', sleeper('steady', ''));
+      const { machine } = await machineOf('steady');
+      const refused = await suite.faults({ interrupt_instances: [machine.id] });
+      expect(refused.status).to.equal(409);
+      expect(await refused.json()).to.deep.equal({ error: { code: 'instance_not_spot', message: `instance ${machine.id} runs on demand; only spot instances are interrupted` } });
+      expect((await suite.cli(['stop', 'steady', '--abort'])).code).to.equal(0);
+    });
+  });
+}
