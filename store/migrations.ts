@@ -245,6 +245,17 @@ ALTER TABLE runs ADD COLUMN gpu_underused_since timestamptz;
 ALTER TABLE runs ADD COLUMN repos jsonb NOT NULL DEFAULT '[]';
 `,
   },
+  {
+    version: 10,
+    name: 'schedules: a scheduled task waits as a pending run for its next tick; the runs it submits name it and their tick',
+    sql: `
+ALTER TABLE runs ADD COLUMN next_tick_at timestamptz;
+ALTER TABLE runs ADD COLUMN schedule_id text REFERENCES runs(id);
+ALTER TABLE runs ADD COLUMN scheduled_for timestamptz;
+CREATE UNIQUE INDEX runs_schedule_ticks ON runs (schedule_id, scheduled_for) WHERE schedule_id IS NOT NULL AND NOT deleted;
+CREATE INDEX runs_pending_due ON runs (next_reconcile_at) WHERE status = 'pending';
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;
