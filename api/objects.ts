@@ -114,6 +114,16 @@ export const RunSsh = Type.Composite([SshHost, Type.Object({
 })]);
 export type RunSsh = Static<typeof RunSsh>;
 
+/** When a scheduled task submits its runs (`schedule` of a task). */
+export const RunSchedule = Type.Object({
+  cron: Type.Array(Type.String(), { description: 'The cron expressions, in UTC' }),
+  /** When the next run is due; null once the schedule has ended. */
+  nextRunAt: NullableTimestamp,
+  /** The run it submitted last; null before its first. */
+  lastRun: Type.Union([Type.String(), Type.Null()]),
+});
+export type RunSchedule = Static<typeof RunSchedule>;
+
 export const Run = Type.Object({
   id: Type.String(),
   project: Type.String(),
@@ -136,6 +146,10 @@ export const Run = Type.Object({
   queuePosition: Type.Union([Type.Integer(), Type.Null()]),
   /** A service's replicas and where it is published; null for other kinds. */
   service: Type.Union([ServiceInfo, Type.Null()]),
+  /** A scheduled task (status `pending` between its runs) and when it submits them; absent for other runs. */
+  schedule: Type.Optional(RunSchedule),
+  /** The scheduled task that submitted this run, and the time it was due; absent for other runs. */
+  scheduledBy: Type.Optional(Type.Object({ schedule: Type.String(), tick: Timestamp })),
   /** Null until the run's job runs on an instance whose agent gave a host key. */
   ssh: Type.Union([RunSsh, Type.Null()]),
   submittedAt: Timestamp,
@@ -187,7 +201,7 @@ export const PlannedOffer = Type.Composite([Offer, Type.Object({ fleet: Type.Str
 export type PlannedOffer = Static<typeof PlannedOffer>;
 
 export const RunPlan = Type.Object({
-  /** `update`: a live service of that name takes the new spec (rolling, or replicas in place). */
+  /** `update`: a live service or scheduled task of that name takes the new spec (a service: rolling, or replicas in place). */
   action: Type.Union([Type.Literal('create'), Type.Literal('replace'), Type.Literal('update')]),
   name: Type.Union([Type.String(), Type.Null()]),
   requirement: Type.String(),
@@ -213,6 +227,8 @@ export const RunPlan = Type.Object({
   /** Backends whose offers could not be refreshed, with why and how old the offers shown are. */
   offerErrors: Type.Array(Type.String()),
   problem: Type.Union([Type.String(), Type.Null()]),
+  /** For a scheduled task: when its first run (or, for an update, its next) will be submitted. */
+  schedule: Type.Optional(Type.Object({ cron: Type.Array(Type.String()), nextRunAt: Timestamp })),
 });
 export type RunPlan = Static<typeof RunPlan>;
 

@@ -10,6 +10,9 @@ type Report = (path: Path, message: string, at: IssueAt) => void;
 /** Request statistics are kept for an hour (store/service-stats.ts), so a longer window would see only part of it. */
 export const MAX_SCALING_WINDOW_SECONDS = 3600;
 
+/** A scheduled task's runs are named `<name>-<n>`: this leaves room for n up to 8 digits within a name's 40 characters. */
+export const MAX_SCHEDULED_NAME_LENGTH = 31;
+
 function attempt<T>(parse: () => T): T | null {
   try {
     return parse();
@@ -68,6 +71,9 @@ export function checkSpecRules(spec: Record<string, unknown>, report: Report): v
   }
   checkPorts(spec.ports, report);
   if (type === 'service') checkScaling(spec, report);
+  if (spec.schedule !== undefined && typeof spec.name === 'string' && spec.name.length > MAX_SCHEDULED_NAME_LENGTH) {
+    report(['name'], `at most ${MAX_SCHEDULED_NAME_LENGTH} characters for a scheduled task, whose runs are named <name>-<number>`, 'value');
+  }
 }
 
 const RUN_KINDS: readonly SpecType[] = ['task', 'service', 'dev-environment'];
@@ -114,7 +120,7 @@ export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: RUN_KINDS, path: ['single_branch'], message: 'single_branch: false is not supported: a repo is cloned at one commit', sameMeaning: (v) => v === true },
   { kinds: RUN_KINDS, path: ['home_dir'], message: 'home_dir is deprecated in dstack and has no effect there; remove it' },
   { kinds: RUN_KINDS, path: ['setup'], message: 'setup is deprecated in dstack; put its commands first in commands (init for a dev environment)' },
-  { kinds: RUN_KINDS, path: ['schedule'], message: 'schedule (runs submitted on a cron schedule) is not supported yet; submit the run with orchestrator apply from cron' },
+  { kinds: ['service', 'dev-environment'], path: ['schedule'], message: 'schedule is taken by tasks only: services and dev environments are not started on a schedule here' },
   { kinds: RUN_KINDS, path: ['startup_order'], message: `startup_order is not supported: it orders the nodes of a multi-node task, and ${MULTI_NODE}` },
   { kinds: RUN_KINDS, path: ['stop_criteria'], message: `stop_criteria is not supported: it ends a multi-node task, and ${MULTI_NODE}` },
   {

@@ -8,7 +8,7 @@ import { BackendType } from './offer.js';
 export type CheckName =
   | 'name' | 'duration' | 'duration-or-off' | 'positive-duration' | 'size' | 'size-range'
   | 'gpu' | 'gpu-models' | 'gpu-vendor' | 'gpu-count' | 'cpu-range' | 'disk' | 'nodes' | 'replicas' | 'python' | 'env'
-  | 'port-mapping' | 'file-mapping' | 'volume-mount' | 'absolute-path' | 'url-path' | 'repo';
+  | 'port-mapping' | 'file-mapping' | 'volume-mount' | 'absolute-path' | 'url-path' | 'repo' | 'cron';
 
 /** `x-expected` is the phrase error messages use for what the field takes. */
 function checked(check: CheckName, expected: string, description: string): Record<string, unknown> {
@@ -158,6 +158,14 @@ export const Probe = Type.Object({
   ready_after: Type.Optional(Type.Integer({ minimum: 1, default: 1, description: 'Successes in a row before the replica counts as ready' })),
 }, { additionalProperties: false, description: 'A readiness check of each replica' });
 
+const Cron = Type.String(checked('cron', 'a cron expression such as "*/5 * * * *" (5 fields, or 6 with seconds first)', 'A cron expression, in UTC'));
+export const Schedule = Type.Object({
+  cron: Type.Union([Cron, Type.Array(Cron, { minItems: 1 })], {
+    'x-expected': 'a cron expression such as "*/5 * * * *", or a list of them',
+    description: 'When to submit a run, in UTC: a cron expression (5 fields, or 6 with seconds first) or a list of them',
+  }),
+}, { additionalProperties: false, description: 'Submit a run of the task at each time the cron expressions name (UTC); a time that falls while the previous run is still active is skipped' });
+
 export const SpotPolicy = Type.Union([Type.Literal('spot'), Type.Literal('on-demand'), Type.Literal('auto')], {
   default: 'on-demand', description: 'spot: only interruptible capacity at its lower price; on-demand: never it; auto: spot where offered, else on-demand',
 });
@@ -212,6 +220,7 @@ export const TaskSpec = Type.Object({
   ...runCommon,
   commands: Type.Optional(Commands),
   ports: Type.Optional(Type.Array(PortMapping)),
+  schedule: Type.Optional(Schedule),
 }, { additionalProperties: false, description: 'A batch job that runs its commands to completion' });
 export type TaskSpec = Static<typeof TaskSpec>;
 

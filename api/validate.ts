@@ -1,4 +1,5 @@
 import { FormatRegistry, type TSchema } from '@sinclair/typebox';
+import { checkCron } from './cron.js';
 import { parseDuration, parseDurationOrOff } from './duration.js';
 import { resolveEnv } from './env.js';
 import { parseGpu, parseGpuModels, parseGpuVendor } from './gpu.js';
@@ -125,6 +126,7 @@ const CHECKS: Record<CheckName, Check> = {
     },
   },
   'repo': { check: (value: Parameters<typeof parseRepoEntry>[0]) => parseRepoEntry(value) },
+  'cron': { check: (value: string) => checkCron(value) },
 };
 
 export function report(context: ValidationContext, path: Path, message: string, at: IssueAt = 'value'): void {

@@ -1,7 +1,8 @@
+import { formatUtc } from '../api/cron.js';
 import { fieldsNotActedOn, type FieldNotActedOn } from '../api/not-acted-on.js';
 import type { FleetPlan, RunPlan } from '../api/objects.js';
 import type { FleetSpec, RunSpec } from '../api/spec.js';
-import { formatGpuInfo, formatPrice, formatSize } from './format.js';
+import { formatGpuInfo, formatPrice, formatSize, formatTimeLeft } from './format.js';
 import { outputWidth, renderTable } from './table.js';
 
 const INDENT = '    ';
@@ -66,9 +67,11 @@ export function renderFleetPlan(spec: FleetSpec, plan: FleetPlan, current: Recor
 export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.WriteStream = process.stderr): string {
   const name = plan.name ?? '(a name will be generated)';
   const action = plan.action === 'replace' ? `replace (the finished run ${plan.name} is replaced)`
-    : plan.action === 'update' ? 'update (the live service takes the new spec: a changed spec rolls out one replica at a time; replicas and scaling change in place)'
-      : 'create';
+    : plan.action === 'update' && plan.schedule ? 'update (the scheduled task takes the new spec and schedule from its next run on; runs it submitted carry on)'
+      : plan.action === 'update' ? 'update (the live service takes the new spec: a changed spec rolls out one replica at a time; replicas and scaling change in place)'
+        : 'create';
   let text = `${spec.type} ${name}: ${action}\n`;
+  if (plan.schedule) text += field('schedule', scheduleText(plan.schedule));
   text += field('resources', plan.requirement);
   text += field('fleets', plan.fleets.length > 0 ? plan.fleets.join(', ') : 'none match');
   if (plan.instance) {
@@ -83,6 +86,11 @@ export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.Write
   text += offerErrors(plan);
   if (plan.problem) text += field('problem', plan.problem);
   return text;
+}
+
+/** The cron expressions, the next run and how soon it is. */
+function scheduleText(schedule: NonNullable<RunPlan['schedule']>): string {
+  return `${schedule.cron.join(', ')} (UTC): next run at ${formatUtc(new Date(schedule.nextRunAt))}, in ${formatTimeLeft(schedule.nextRunAt)}`;
 }
 
 /** `local-0 (idle, ...)` when the scheduler will take that one; `an idle instance of fleet x` when queued runs go first. */

@@ -9,6 +9,7 @@ import { FleetController } from '../controllers/fleet-controller.js';
 import { DEFAULT_INSTANCE_TIMINGS, InstanceController, type InstanceTimings } from '../controllers/instance-controller.js';
 import { ControllerManager } from '../controllers/manager.js';
 import { RunController } from '../controllers/run-controller.js';
+import { ScheduleController } from '../controllers/schedule-controller.js';
 import { Scheduler } from '../controllers/scheduler.js';
 import { ServiceController } from '../controllers/service-controller.js';
 import { Gateway } from '../gateway/gateway.js';
@@ -101,6 +102,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     new InstanceController(db, owner, logger, pool, timings),
     new FleetController(db, owner, logger, pool),
     new ServiceController(db, owner, logger, secrets),
+    new ScheduleController(db, owner, logger),
   ], logger, options.controllerIntervalMs);
   await manager.start();
   const address = http.address() as AddressInfo;

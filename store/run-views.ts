@@ -1,3 +1,4 @@
+import { cronExpressions } from '../api/cron.js';
 import type { Run, RunSsh } from '../api/objects.js';
 import { serviceSettings, servicePaths } from '../api/service-settings.js';
 import type { ServiceInfo } from '../api/services.js';
@@ -9,13 +10,16 @@ import { replicaViews } from './services.js';
 
 const VIEW_SELECT = `
   SELECT r.*, u.name AS user_name, p.name AS project_name, f.name AS fleet_name, i.name AS instance_name, i.offer AS instance_offer,
-    i.ssh_host_key AS instance_ssh_host_key,
+    i.ssh_host_key AS instance_ssh_host_key, s.name AS schedule_name,
+    CASE WHEN r.kind = 'task' AND r.spec -> 'schedule' IS NOT NULL THEN (
+      SELECT c.name FROM runs c WHERE c.schedule_id = r.id AND NOT c.deleted ORDER BY c.submitted_at DESC LIMIT 1)
+    END AS schedule_last_run,
     CASE WHEN r.status = 'submitted' THEN (
       SELECT count(*)::int + 1 FROM runs q WHERE q.status = 'submitted' AND q.project_id = r.project_id AND NOT q.deleted
         AND (q.priority > r.priority OR (q.priority = r.priority AND (q.submitted_at, q.id) < (r.submitted_at, r.id))))
     END AS queue_position
   FROM runs r JOIN users u ON u.id = r.user_id JOIN projects p ON p.id = r.project_id
-  LEFT JOIN fleets f ON f.id = r.fleet_id LEFT JOIN instances i ON i.id = r.instance_id`;
+  LEFT JOIN fleets f ON f.id = r.fleet_id LEFT JOIN instances i ON i.id = r.instance_id LEFT JOIN runs s ON s.id = r.schedule_id`;
 
 /**
  * The name known_hosts holds a run's host keys under. Run names and project names are DNS labels, which
@@ -35,7 +39,15 @@ function runView(r: Row, service: ServiceInfo | null, ssh: RunSsh | null): Run {
     queuePosition: r.queue_position ?? null, service, ssh, submittedAt: run.submittedAt.toISOString(),
     startedAt: run.startedAt?.toISOString() ?? null, finishedAt: run.finishedAt?.toISOString() ?? null,
     inactivityStopAt: run.status === 'running' ? run.inactivityStopAt?.toISOString() ?? null : null,
+    ...scheduleParts(r),
   };
+}
+
+/** A scheduled task's `schedule`, or a run it submitted's `scheduledBy`; nothing for other runs. */
+function scheduleParts(r: Row): Pick<Run, 'schedule' | 'scheduledBy'> {
+  if (r.schedule_name) return { scheduledBy: { schedule: r.schedule_name, tick: r.scheduled_for.toISOString() } };
+  if (r.kind !== 'task' || !r.spec.schedule) return {};
+  return { schedule: { cron: cronExpressions(r.spec.schedule), nextRunAt: r.next_tick_at?.toISOString() ?? null, lastRun: r.schedule_last_run ?? null } };
 }
 
 export async function getRunView(db: Queryable, runId: string): Promise<Run> {

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { JobRepo, JobSubmission } from '../api/agent.js';
+import { formatUtc } from '../api/cron.js';
 import type { ResourceRequirement } from '../api/resources.js';
 import type { RunStatus, RunTerminationReason } from '../api/status.js';
 import type { Queryable, Row } from './db.js';
@@ -54,6 +55,11 @@ export const toRun = (r: Row): RunRecord => ({
 
 export const FINISHED = `('terminated', 'failed', 'done')`;
 
+/** A scheduled task's status message while it waits. */
+export function nextRunMessage(nextTickAt: Date): string {
+  return `next run at ${formatUtc(nextTickAt)}`;
+}
+
 export interface NewRun {
   projectId: string;
   userId: string;
@@ -64,6 +70,8 @@ export interface NewRun {
   repos?: JobRepo[];
   requirement: ResourceRequirement;
   priority: number;
+  /** A scheduled task: it waits as `pending` until then, and its schedule controller submits its runs. */
+  nextTickAt?: Date;
 }
 
 /** Submits a run. A finished run of the same name is replaced; a live one, or one submitted at the same moment, is a conflict (null). */
@@ -72,10 +80,11 @@ export async function insertRun(db: Queryable, n: NewRun): Promise<RunRecord | n
   if (live[0] && !['terminated', 'failed', 'done'].includes(live[0].status)) return null;
   if (live[0]) await db.query('UPDATE runs SET deleted = true WHERE id = $1', [live[0].id]);
   const rows = await db.query(
-    `INSERT INTO runs (id, project_id, user_id, name, kind, spec, files, repos, requirement, priority, status, status_message)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $10, $8, $9, 'submitted', 'waiting to be scheduled')
+    `INSERT INTO runs (id, project_id, user_id, name, kind, spec, files, repos, requirement, priority, status, status_message, next_tick_at, next_reconcile_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $10, $8, $9, $11, $12, $13, coalesce($13, now()))
      ON CONFLICT (project_id, name) WHERE NOT deleted AND service_id IS NULL DO NOTHING RETURNING *`,
-    [randomUUID(), n.projectId, n.userId, n.name, n.kind, n.spec, n.files, n.requirement, n.priority, n.repos ?? []]);
+    [randomUUID(), n.projectId, n.userId, n.name, n.kind, n.spec, n.files, n.requirement, n.priority, n.repos ?? [],
+      n.nextTickAt ? 'pending' : 'submitted', n.nextTickAt ? nextRunMessage(n.nextTickAt) : 'waiting to be scheduled', n.nextTickAt ?? null]);
   return rows[0] ? toRun(rows[0]) : null;
 }
 
@@ -87,8 +96,10 @@ export async function insertRetryAttempt(db: Queryable, failed: RunRecord, messa
   const replaced = await db.query('UPDATE runs SET deleted = true WHERE id = $1 AND NOT deleted RETURNING id', [failed.id]);
   if (replaced.length === 0) return null;
   const rows = await db.query(
-    `INSERT INTO runs (id, project_id, user_id, name, kind, spec, files, repos, requirement, generation, priority, status, status_message, attempt, first_submitted_at)
-     SELECT $2, project_id, user_id, name, kind, spec, files, repos, requirement, generation, priority, 'submitted', $3, attempt + 1, coalesce(first_submitted_at, submitted_at)
+    `INSERT INTO runs (id, project_id, user_id, name, kind, spec, files, repos, requirement, generation, priority, status, status_message, attempt, first_submitted_at,
+       schedule_id, scheduled_for)
+     SELECT $2, project_id, user_id, name, kind, spec, files, repos, requirement, generation, priority, 'submitted', $3, attempt + 1, coalesce(first_submitted_at, submitted_at),
+       schedule_id, scheduled_for
      FROM runs WHERE id = $1
      ON CONFLICT (project_id, name) WHERE NOT deleted AND service_id IS NULL DO NOTHING RETURNING *`,
     [failed.id, randomUUID(), message]);

@@ -1,5 +1,6 @@
 import type { CAC } from 'cac';
-import type { ApplyItem, ApplyResult, Fleet, FleetPlan, Run, RunPlan } from '../../api/objects.js';
+import { formatUtc } from '../../api/cron.js';
+import type { ApplyItem, ApplyResult, Fleet, FleetPlan, Run, RunPlan, RunSchedule } from '../../api/objects.js';
 import type { AnySpec, FleetSpec, RunSpec } from '../../api/spec.js';
 import { optionTexts } from '../args.js';
 import { ApiRequestError, type ApiClient } from '../client.js';
@@ -129,7 +130,7 @@ async function planRun(client: ApiClient, spec: RunSpec, fleets: FleetSpec[], ye
   const plan = await client.post<RunPlan>(client.projectPath('/runs/plan'), { spec, ...(fleets.length > 0 ? { fleets } : {}) });
   process.stderr.write(renderRunPlan(spec, plan));
   const label = plan.name ? `${spec.type} ${plan.name}` : spec.type;
-  if (!(await confirm(`Submit ${label}?`, yes))) {
+  if (!(await confirm(`${plan.schedule ? 'Schedule' : 'Submit'} ${label}?`, yes))) {
     process.stderr.write(`${label} not submitted\n`);
     return false;
   }
@@ -148,10 +149,15 @@ async function applyTogether(client: ApiClient, confirmed: LoadedSpec[]): Promis
   }
 }
 
-/** Says what became of each fleet and run; returns the runs. */
+/** Says what became of each fleet and run; returns the runs to follow (a scheduled task's runs come later). */
 function reportApplied(result: ApplyResult): Run[] {
   const runs: Run[] = [];
   for (const item of result.items) {
+    if (item.kind === 'run' && item.run.schedule) {
+      process.stderr.write(scheduledLines(item.run, item.run.schedule));
+      process.stdout.write(`${item.run.name}\n`);
+      continue;
+    }
     if (item.kind === 'run') {
       process.stderr.write(`${item.run.kind} ${item.run.name} submitted\n`);
       runs.push(item.run);
@@ -166,8 +172,20 @@ function reportApplied(result: ApplyResult): Run[] {
   return runs;
 }
 
-/** The ports that following the run forwards: a service's are published by the proxy instead. */
+/** What a scheduled task's apply did, and how to see and end it. */
+function scheduledLines(run: Run, schedule: RunSchedule): string {
+  const next = schedule.nextRunAt ? `next run at ${formatUtc(new Date(schedule.nextRunAt))}` : 'no next run';
+  return [
+    `task ${run.name} ${run.generation > 1 ? `updated to generation ${run.generation}` : 'scheduled'}: ${next} (${schedule.cron.join(', ')}, UTC)`,
+    `  see it and its runs: orchestrator ps${projectFlag()}`,
+    `  end its schedule:    orchestrator stop ${run.name}${projectFlag()}`,
+    '',
+  ].join('\n');
+}
+
+/** The ports that following the run forwards: a service's are published by the proxy instead, and a scheduled task is not followed. */
 function forwardedPorts(spec: AnySpec): (number | string)[] {
+  if (spec.type === 'task' && spec.schedule) return [];
   return spec.type === 'task' || spec.type === 'dev-environment' ? spec.ports ?? [] : [];
 }
 

@@ -1,5 +1,7 @@
 import type { CAC } from 'cac';
-import type { LogLine } from '../../api/objects.js';
+import { formatUtc } from '../../api/cron.js';
+import type { LogLine, Run } from '../../api/objects.js';
+import type { ApiClient } from '../client.js';
 import { connect, projectFlag } from '../connect.js';
 import { action, CliError } from '../errors.js';
 import { droppedLinesNote, followRun, runPath } from '../follow.js';
@@ -22,9 +24,10 @@ export function registerLogs(cli: CAC): void {
       const run = String(name);
       const replica = replicaFlag(flags.replica);
       if (flags.follow === true) {
-        const outcome = await followRun(client, run, null, replica);
+        const followed = await latestRunOfSchedule(client, run);
+        const outcome = await followRun(client, followed, null, replica);
         if (outcome.kind === 'interrupted') {
-          process.stderr.write(`stopped following ${run}; it keeps running (orchestrator stop ${run}${projectFlag()} stops it)\n`);
+          process.stderr.write(`stopped following ${followed}; it keeps running (orchestrator stop ${followed}${projectFlag()} stops it)\n`);
           return 130;
         }
         return 0;
@@ -39,6 +42,15 @@ export function registerLogs(cli: CAC): void {
       output.flush();
       return 0;
     }));
+}
+
+/** The run `logs -f` follows: the run named, or for a scheduled task the run it submitted last, which ends. */
+async function latestRunOfSchedule(client: ApiClient, name: string): Promise<string> {
+  const { schedule } = await client.get<Run>(runPath(client, name));
+  if (!schedule) return name;
+  if (schedule.lastRun === null) throw new CliError(`scheduled task ${name} has submitted no run yet${schedule.nextRunAt ? `; its first is due at ${formatUtc(new Date(schedule.nextRunAt))}` : ''}`);
+  process.stderr.write(`following ${schedule.lastRun}, the latest run of scheduled task ${name}\n`);
+  return schedule.lastRun;
 }
 
 export function replicaFlag(value: string | number | undefined): number | undefined {

@@ -20,7 +20,7 @@ const PS_STATS_WINDOW_SECONDS = 60;
 
 /**
  * `submitted (#2)` while queued, so the user sees where the run stands; a service says how many replicas serve of how many
- * wanted; a dev environment nobody is connected to, when inactivity_duration stops it.
+ * wanted; a dev environment nobody is connected to, when inactivity_duration stops it; a scheduled task, when it submits its next run.
  */
 export function runStatusText(run: Run, stats?: ServiceStats | null): string {
   if (run.service && !isFinished(run)) {
@@ -29,6 +29,7 @@ export function runStatusText(run: Run, stats?: ServiceStats | null): string {
     return `${run.status} (${ready}/${run.service.desiredReplicas} ready${rate})`;
   }
   if (run.status === 'submitted' && run.queuePosition !== null) return `${run.status} (#${run.queuePosition})`;
+  if (run.status === 'pending' && run.schedule?.nextRunAt) return `${run.status} (next run in ${formatTimeLeft(run.schedule.nextRunAt)})`;
   if (run.status === 'running' && run.inactivityStopAt) return `${run.status} (idle, stops in ${formatTimeLeft(run.inactivityStopAt)})`;
   if (run.status === 'failed' && run.exitCode !== null && run.exitCode !== 0) return `${run.status} (${run.exitCode})${attemptText(run)}`;
   return `${run.status}${attemptText(run)}`;

@@ -8,6 +8,7 @@ import { agentOf } from '../../controllers/run-controller.js';
 import { getInstance } from '../../store/instances.js';
 import { lastLogSeq, logLinesAfter, readLogPage, readLogs } from '../../store/logs.js';
 import { getRun, type RunRecord } from '../../store/runs.js';
+import { isSchedule, latestScheduledRun } from '../../store/schedules.js';
 import { replicaForLogs } from '../../store/services.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, notFound } from '../http-errors.js';
@@ -58,11 +59,20 @@ export function logRoutes(server: ServerContext): Router {
   return router;
 }
 
-/** The run whose lines are read: the run itself, or for a service one of its replicas (`replica=N`). */
+/**
+ * The run whose lines are read: the run itself, for a service one of its replicas (`replica=N`), and for a
+ * scheduled task the run it submitted last.
+ */
 async function logsOf(server: ServerContext, ctx: Context): Promise<RunRecord> {
   const { run } = await runFor(server, ctx, ctx.params.project!, ctx.params.name!);
   const raw = ctx.query.replica;
   if (raw !== undefined && (typeof raw !== 'string' || !/^\d{1,6}$/.test(raw))) throw badRequest('replica: expected a replica number such as 0');
+  if (isSchedule(run)) {
+    if (raw !== undefined) throw badRequest(`replica: ${run.name} is a scheduled task, not a service with replicas`);
+    const latest = await latestScheduledRun(server.db, run.id);
+    if (!latest) throw notFound(`scheduled task ${run.name} has submitted no run yet; ${run.statusMessage}`);
+    return latest;
+  }
   if (run.kind !== 'service' || run.jobId) {
     if (raw !== undefined) throw badRequest(`replica: run ${run.name} is a ${run.kind}, not a service with replicas`);
     return run;

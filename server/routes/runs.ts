@@ -1,5 +1,6 @@
 import Router from '@koa/router';
 import type { JobFile, JobRepo } from '../../api/agent.js';
+import { cronExpressions, formatUtc, nextTick } from '../../api/cron.js';
 import { isDnsLabel, randomRunName } from '../../api/names.js';
 import { fieldsNotActedOn, type JobRuntime } from '../../api/not-acted-on.js';
 import type { RunPlan } from '../../api/objects.js';
@@ -18,6 +19,7 @@ import { getInstance, toInstance } from '../../store/instances.js';
 import type { ProjectRecord } from '../../store/projects.js';
 import { getRunView, listRunViews } from '../../store/run-views.js';
 import { deleteRun, getRunByName, insertRun, requestRunStop, type RunRecord } from '../../store/runs.js';
+import { isLiveSchedule, isSchedule, updateSchedule } from '../../store/schedules.js';
 import { updateService } from '../../store/services.js';
 import { projectFor, type AuthState } from '../auth.js';
 import type { ServerContext } from '../context.js';
@@ -97,15 +99,34 @@ export async function runFor(server: ServerContext, ctx: Parameters<typeof proje
   return { project, run };
 }
 
-const stillActive = (name: string) => `run ${name} is still active; stop it first (orchestrator stop ${name}) or choose another name`;
+function stillActive(live: RunRecord): string {
+  return isSchedule(live)
+    ? `${live.name} is a scheduled task; end its schedule first (orchestrator stop ${live.name}) or choose another name`
+    : `run ${live.name} is still active; stop it first (orchestrator stop ${live.name}) or choose another name`;
+}
+
+/** When a scheduled task's next run is due if applied now; undefined for any other run. */
+function firstTick(spec: RunSpec): Date | undefined {
+  return spec.type === 'task' && spec.schedule ? nextTick(cronExpressions(spec.schedule), new Date()) : undefined;
+}
 
 /**
  * Writes a submitted run and its event; a live run of the same name is a conflict, except a service, which
- * takes the new spec (a rolling update, or a new replica count in place). The caller sends the NOTIFY.
+ * takes the new spec (a rolling update, or a new replica count in place), and a scheduled task, which takes
+ * the new spec and schedule from its next run on. The caller sends the NOTIFY.
  */
 export async function submitRun(q: Queryable, project: ProjectRecord, userId: string, spec: RunSpec, files: JobFile[], repos: JobRepo[]): Promise<RunRecord> {
   const requirement = normalizeResources(spec.resources, 'run');
   const priority = spec.priority ?? 0;
+  const nextTickAt = firstTick(spec);
+  if (nextTickAt && spec.name) {
+    const live = await getRunByName(q, project.id, spec.name);
+    if (live && isLiveSchedule(live)) {
+      await updateSchedule(q, live, { spec: spec as Record<string, unknown>, files, repos, requirement, priority }, nextTickAt);
+      await recordEvent(q, { projectId: project.id, objectKind: 'run', objectId: live.id, objectName: live.name, reason: 'Updated', message: `generation ${live.generation + 1}; next run at ${formatUtc(nextTickAt)}` });
+      return live;
+    }
+  }
   if (spec.type === 'service' && spec.name) {
     const live = await getRunByName(q, project.id, spec.name);
     if (live && live.kind === 'service' && !FINISHED_RUN_STATUSES.includes(live.status) && live.desired === 'run') {
@@ -122,12 +143,16 @@ export async function submitRun(q: Queryable, project: ProjectRecord, userId: st
     const name = spec.name ?? randomRunName();
     run = await insertRun(q, {
       projectId: project.id, userId, name, kind: spec.type,
-      spec: { ...spec, name } as Record<string, unknown>, files, repos, requirement, priority,
+      spec: { ...spec, name } as Record<string, unknown>, files, repos, requirement, priority, nextTickAt,
     });
-    if (!run && spec.name) throw conflict(stillActive(name));
+    if (!run && spec.name) {
+      const live = await getRunByName(q, project.id, name);
+      throw conflict(live ? stillActive(live) : `run ${name} was submitted at the same moment; try again`);
+    }
   }
   if (!run) throw conflict('could not find a free run name; give the run a name');
-  await recordEvent(q, { projectId: project.id, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'Submitted', message: `${spec.type} submitted (${describeRequirement(requirement)})` });
+  const submitted = nextTickAt ? `scheduled task submitted (${describeRequirement(requirement)}); first run at ${formatUtc(nextTickAt)}` : `${spec.type} submitted (${describeRequirement(requirement)})`;
+  await recordEvent(q, { projectId: project.id, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'Submitted', message: submitted });
   return run;
 }
 
@@ -191,10 +216,12 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
   const offers = matching.slice(0, PLANNED_OFFERS);
   const existing = spec.name ? await getRunByName(db, project.id, spec.name) : null;
   const existingService = spec.type === 'service' && existing?.kind === 'service' && !FINISHED_RUN_STATUSES.includes(existing.status) && existing.desired === 'run';
+  const nextTickAt = firstTick(spec);
+  const existingSchedule = nextTickAt !== undefined && existing !== null && isLiveSchedule(existing);
   const before = await queuedBefore(db, project.id, spec.priority ?? 0);
   const runtime = await landingRuntime(project, placement, candidates);
   return {
-    action: existingService ? 'update' : existing ? 'replace' : 'create',
+    action: existingService || existingSchedule ? 'update' : existing ? 'replace' : 'create',
     name: spec.name ?? null,
     requirement: describeRequirement(requirement),
     fleets: candidates.map((f) => f.name),
@@ -211,7 +238,8 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
     offers,
     offersTotal: matching.length,
     offerErrors: [...new Set([...listings.values()].flatMap((listing) => listing.errors))],
-    problem: existing && !existingService && !FINISHED_RUN_STATUSES.includes(existing.status) ? stillActive(existing.name)
+    problem: existing && !existingService && !existingSchedule && !FINISHED_RUN_STATUSES.includes(existing.status) ? stillActive(existing)
       : placement.kind === 'fail' || placement.kind === 'wait' ? placement.message : null,
+    ...(nextTickAt && spec.type === 'task' && spec.schedule ? { schedule: { cron: cronExpressions(spec.schedule), nextRunAt: nextTickAt.toISOString() } } : {}),
   };
 }
