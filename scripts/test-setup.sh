@@ -1,6 +1,7 @@
 #!/bin/sh
 # Everything the test suite talks to, installed and started when missing: PostgreSQL on 127.0.0.1:5432,
-# Podman's Docker API socket with a locally built test image, the image server's Python packages, and the
+# Podman's Docker API socket with a locally built test image, the image server's Python packages, a Kubernetes
+# API server with its etcd (built once, then cached), and the
 # command-line tools the tests call (tmux is the terminal the CLI's screen is read from; git and docker-registry
 # serve repos and private images).
 set -eu
@@ -8,6 +9,7 @@ cd "$(dirname "$0")/.."
 sh scripts/postgres-setup.sh
 sh scripts/podman-setup.sh >/dev/null
 sh scripts/install-image-server-deps.sh
+sh scripts/install-kubernetes.sh >/dev/null
 # Command-line tools the tests run: the OpenSSH client (ssh, scp, ssh-keygen), curl, tmux, git (its daemon
 # serves the repos tests), and the reference image registry with htpasswd for the registry_auth tests.
 missing=""
