@@ -24,8 +24,9 @@ export function hashToken(token: string): string {
   return createHash('sha256').update(token).digest('hex');
 }
 
+/** Hex, so that a token never starts with "-" and is never read as an option where it is passed as --token's value. */
 export function newToken(): string {
-  return randomBytes(32).toString('base64url');
+  return randomBytes(32).toString('hex');
 }
 
 const toProject = (r: any): ProjectRecord => ({ id: r.id, name: r.name, backends: r.backends, createdAt: r.created_at });
