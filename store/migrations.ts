@@ -256,6 +256,43 @@ CREATE UNIQUE INDEX runs_schedule_ticks ON runs (schedule_id, scheduled_for) WHE
 CREATE INDEX runs_pending_due ON runs (next_reconcile_at) WHERE status = 'pending';
 `,
   },
+  {
+    version: 11,
+    name: 'gateways: a project\'s gateways, the process that runs each, and its certificates (keys sealed with the server key)',
+    sql: `
+CREATE TABLE gateways (
+  id text PRIMARY KEY,
+  project_id text NOT NULL REFERENCES projects(id),
+  name text NOT NULL,
+  spec jsonb NOT NULL,
+  domain text NOT NULL,
+  is_default boolean NOT NULL DEFAULT false,
+  generation integer NOT NULL DEFAULT 1,
+  status text NOT NULL,
+  status_message text NOT NULL DEFAULT '',
+  token_hash text UNIQUE,
+  process jsonb,
+  address text,
+  last_seen_at timestamptz,
+  acme_account_key text,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  updated_at timestamptz NOT NULL DEFAULT now(),${lease}
+);
+CREATE UNIQUE INDEX gateways_live_name ON gateways (project_id, name) WHERE status <> 'deleted';
+CREATE UNIQUE INDEX gateways_live_domain ON gateways (domain) WHERE status <> 'deleted';
+CREATE TABLE gateway_certificates (
+  gateway_id text NOT NULL REFERENCES gateways(id) ON DELETE CASCADE,
+  hostname text NOT NULL,
+  certificate text,
+  private_key text,
+  not_before timestamptz,
+  not_after timestamptz,
+  error text,
+  updated_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (gateway_id, hostname)
+);
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;
