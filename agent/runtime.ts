@@ -55,12 +55,23 @@ export class JobStartError extends Error {
   }
 }
 
-/** The environment every job sees on top of its image or the agent's own environment. */
+/**
+ * The environment every job sees on top of its image or the agent's own environment. `gpus` is per instance;
+ * ORCHESTRATOR_GPUS_NUM is the run's total over its nodes.
+ */
 export function jobEnvironment(submission: JobSubmission): Record<string, string> {
+  const nodes = submission.nodes;
   return {
     ...submission.env,
-    ORCHESTRATOR_GPUS_NUM: String(submission.gpus),
+    ORCHESTRATOR_GPUS_NUM: String(submission.gpus * (nodes?.ips.length ?? 1)),
     ORCHESTRATOR_RUN_NAME: submission.runName,
+    ...(nodes && {
+      ORCHESTRATOR_NODE_RANK: String(nodes.rank),
+      ORCHESTRATOR_NODES_NUM: String(nodes.ips.length),
+      ORCHESTRATOR_MASTER_NODE_IP: nodes.ips[0]!,
+      ORCHESTRATOR_NODES_IPS: nodes.ips.join('\n'),
+      ORCHESTRATOR_GPUS_PER_NODE: String(submission.gpus),
+    }),
   };
 }
 

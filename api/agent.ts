@@ -47,6 +47,13 @@ export const JobVolume = Type.Object({
 }, { additionalProperties: false });
 export type JobVolume = Static<typeof JobVolume>;
 
+/** Where a job stands among its run's nodes: its rank, and every node's instance address in rank order (node 0 first). */
+export const JobNodes = Type.Object({
+  rank: Type.Integer({ minimum: 0 }),
+  ips: Type.Array(Type.String({ minLength: 1 }), { minItems: 1 }),
+}, { additionalProperties: false });
+export type JobNodes = Static<typeof JobNodes>;
+
 /** What the control plane sends an instance's agent: one job of a run. Submitting the same jobId twice is a no-op. */
 export const JobSubmission = Type.Object({
   jobId: Type.String({ minLength: 1 }),
@@ -60,6 +67,8 @@ export const JobSubmission = Type.Object({
   /** The port the job's service answers on: the job finds where to listen in `PORT`, and the port is forwarded. */
   servicePort: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535 })),
   gpus: Type.Integer({ minimum: 0 }),
+  /** The job's place among the nodes of its run, one job per instance; for a single job, node 0 of 1. */
+  nodes: Type.Optional(JobNodes),
   /** Credentials for pulling `image` from its registry. */
   registryAuth: Type.Optional(Type.Object({ username: Type.String(), password: Type.String() }, { additionalProperties: false })),
   repos: Type.Optional(Type.Array(JobRepo)),

@@ -114,6 +114,21 @@ export const RunSsh = Type.Composite([SshHost, Type.Object({
 })]);
 export type RunSsh = Static<typeof RunSsh>;
 
+/** One node of a multi-node task: its job, and the instance it runs on. */
+export const RunNode = Type.Object({
+  rank: Type.Integer({ minimum: 0, description: 'ORCHESTRATOR_NODE_RANK of its job; node 0 is the master' }),
+  status: RunStatus,
+  statusMessage: Type.String(),
+  terminationReason: Type.Union([Type.String(), Type.Null()]),
+  exitCode: Type.Union([Type.Integer(), Type.Null()]),
+  instance: Type.Union([Type.String(), Type.Null()]),
+  gpu: Type.Union([GpuInfo, Type.Null()]),
+  pricePerHour: Type.Union([Type.Number(), Type.Null()]),
+  startedAt: NullableTimestamp,
+  finishedAt: NullableTimestamp,
+});
+export type RunNode = Static<typeof RunNode>;
+
 /** When a scheduled task submits its runs (`schedule` of a task). */
 export const RunSchedule = Type.Object({
   cron: Type.Array(Type.String(), { description: 'The cron expressions, in UTC' }),
@@ -146,6 +161,8 @@ export const Run = Type.Object({
   queuePosition: Type.Union([Type.Integer(), Type.Null()]),
   /** A service's replicas and where it is published; null for other kinds. */
   service: Type.Union([ServiceInfo, Type.Null()]),
+  /** A multi-node task's nodes in rank order, once placed (then `gpu` is each node's, `pricePerHour` all of theirs); absent for other runs. */
+  nodes: Type.Optional(Type.Array(RunNode)),
   /** A scheduled task (status `pending` between its runs) and when it submits them; absent for other runs. */
   schedule: Type.Optional(RunSchedule),
   /** The scheduled task that submitted this run, and the time it was due; absent for other runs. */
@@ -175,6 +192,8 @@ export const LogLine = Type.Object({
   ts: Timestamp,
   stream: Type.Union([Type.Literal('stdout'), Type.Literal('stderr')]),
   text: Type.String(),
+  /** In the logs of a multi-node task, the rank of the node that printed it; `seq` counts that node's lines. */
+  node: Type.Optional(Type.Integer({ minimum: 0 })),
 });
 export type LogLine = Static<typeof LogLine>;
 

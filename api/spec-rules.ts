@@ -91,7 +91,6 @@ interface Unsupported {
 }
 
 const NO_CLOUD_CHOICE = 'the scheduler takes the cheapest offer of the fleet\'s backends that fits, wherever it is';
-const MULTI_NODE = 'multi-node tasks are not supported yet';
 
 /** dstack's configuration fields that have no counterpart here, with why; docs/compatibility.md has the whole table. */
 export const UNSUPPORTED: readonly Unsupported[] = [
@@ -121,13 +120,15 @@ export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: RUN_KINDS, path: ['home_dir'], message: 'home_dir is deprecated in dstack and has no effect there; remove it' },
   { kinds: RUN_KINDS, path: ['setup'], message: 'setup is deprecated in dstack; put its commands first in commands (init for a dev environment)' },
   { kinds: ['service', 'dev-environment'], path: ['schedule'], message: 'schedule is taken by tasks only: services and dev environments are not started on a schedule here' },
-  { kinds: RUN_KINDS, path: ['startup_order'], message: `startup_order is not supported: it orders the nodes of a multi-node task, and ${MULTI_NODE}` },
-  { kinds: RUN_KINDS, path: ['stop_criteria'], message: `stop_criteria is not supported: it ends a multi-node task, and ${MULTI_NODE}` },
   {
-    kinds: ['task'], path: ['nodes'], sameMeaning: (v) => v === 1,
-    message: `${MULTI_NODE}: nodes on a task spreads it over that many instances (on a fleet, nodes is the number of instances the fleet keeps)`,
+    kinds: RUN_KINDS, path: ['startup_order'], sameMeaning: (v) => v === 'any',
+    message: 'startup_order is not supported: the nodes of a multi-node task start together, once every one of their instances is up',
   },
-  { kinds: ['task'], path: ['groups'], message: `node groups are not supported: they make a heterogeneous multi-node task, and ${MULTI_NODE}` },
+  {
+    kinds: RUN_KINDS, path: ['stop_criteria'], sameMeaning: (v) => v === 'all-done',
+    message: 'stop_criteria is not supported: a multi-node task is done when every node exits 0, and fails when one fails',
+  },
+  { kinds: ['task'], path: ['groups'], message: 'node groups are not supported: the nodes of a multi-node task are alike; give nodes, commands and resources at the top level' },
   { kinds: ['service'], path: ['groups'], message: 'replica groups are not supported: a service has one kind of replica; give replicas, commands and resources at the top level' },
   { kinds: ['service'], path: ['replicas'], message: 'replica groups are not supported: replicas is a number or a range such as 1..4 here', sameMeaning: (v) => !Array.isArray(v) },
   { kinds: ['service'], path: ['gateway'], message: 'gateways are not supported: the server\'s own proxy publishes every service at /proxy/services/<project>/<run>/', sameMeaning: (v) => v === false },

@@ -220,6 +220,10 @@ export const TaskSpec = Type.Object({
   ...runCommon,
   commands: Type.Optional(Commands),
   ports: Type.Optional(Type.Array(PortMapping)),
+  nodes: Type.Optional(Type.Integer({
+    minimum: 1, default: 1,
+    description: 'Instances of one fleet the task runs on together, one job on each, all placed at once; the task is done when every node exits 0',
+  })),
   schedule: Type.Optional(Schedule),
 }, { additionalProperties: false, description: 'A batch job that runs its commands to completion' });
 export type TaskSpec = Static<typeof TaskSpec>;

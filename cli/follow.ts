@@ -23,8 +23,37 @@ export function runPath(client: ApiClient, name: string, rest = ''): string {
 /** Statuses a run reaches only once its job started. */
 const STARTED_RUN_STATUSES: readonly RunStatus[] = ['running', 'terminating'];
 
+/** A line as printed: a multi-node task's lines start with the rank of the node that printed them. */
+export function logLineText(line: LogLine): string {
+  return line.node === undefined ? line.text : `[rank ${line.node}] ${line.text}`;
+}
+
 export function writeLogLine(line: LogLine): void {
-  (line.stream === 'stderr' ? process.stderr : process.stdout).write(`${line.text}\n`);
+  (line.stream === 'stderr' ? process.stderr : process.stdout).write(`${logLineText(line)}\n`);
+}
+
+/**
+ * The last line printed of each job: of the run's own (key -1), or of each node of a multi-node task; `query`
+ * is the `after` the logs route takes to go on from there.
+ */
+export class LogCursors {
+  private readonly seqs = new Map<number, number>();
+
+  /** How many lines are missing before `line`. */
+  gapBefore(line: LogLine): number {
+    return line.seq - (this.seqs.get(line.node ?? -1) ?? 0) - 1;
+  }
+
+  advance(line: LogLine): void {
+    this.seqs.set(line.node ?? -1, line.seq);
+  }
+
+  /** One number for a run's own job; a list (with at least two entries, so that it reads as one) for nodes. */
+  query(): string {
+    const ranks = [...this.seqs.keys()].filter((key) => key >= 0);
+    if (ranks.length === 0) return String(this.seqs.get(-1) ?? 0);
+    return Array.from({ length: Math.max(...ranks, 1) + 1 }, (_, rank) => this.seqs.get(rank) ?? 0).join(',');
+  }
 }
 
 /** Said on stderr where lines are missing: the server keeps a limited amount of each run's logs. */
@@ -39,13 +68,16 @@ export function droppedLinesNote(count: number): string {
  * the status it sees at each look, so a short job may pass `running` unseen: its first line, or its
  * start time at the end, says it ran, and `running` is shown there, before its output.
  */
-/** `replica` picks which replica of a service is followed (the lowest-numbered live one when left out). */
-export async function followRun(client: ApiClient, name: string, display: StatusDisplay | null, replica?: number): Promise<FollowOutcome> {
-  const replicaQuery = replica === undefined ? '' : `&replica=${replica}`;
+/**
+ * `pick` chooses which replica of a service is followed (the lowest-numbered live one when left out), or which node of
+ * a multi-node task (every node, each line after its rank, when left out).
+ */
+export async function followRun(client: ApiClient, name: string, display: StatusDisplay | null, pick: JobPick = {}): Promise<FollowOutcome> {
+  const pickQuery = jobPickQuery(pick);
   const controller = new AbortController();
   const interrupt = () => controller.abort();
   process.on('SIGINT', interrupt);
-  let after = 0;
+  const after = new LogCursors();
   let broken = 0;
   let started = false;
   const showStarted = () => {
@@ -55,7 +87,7 @@ export async function followRun(client: ApiClient, name: string, display: Status
   try {
     for (;;) {
       try {
-        for await (const item of client.stream(runPath(client, name, `/logs?follow=true&after=${after}${replicaQuery}`), controller.signal)) {
+        for await (const item of client.stream(runPath(client, name, `/logs?follow=true&after=${after.query()}${pickQuery}`), controller.signal)) {
           if (item.type === 'status') {
             // The end is shown from the run itself once the stream closes, after every line.
             if (!isFinished(item)) display?.update(item.status, item.statusMessage);
@@ -64,12 +96,13 @@ export async function followRun(client: ApiClient, name: string, display: Status
             showStarted();
             const line = item.line;
             const write = () => {
-              if (line.seq > after + 1) process.stderr.write(`${droppedLinesNote(line.seq - after - 1)}\n`);
+              const gap = after.gapBefore(line);
+              if (gap > 0) process.stderr.write(`${droppedLinesNote(gap)}\n`);
               writeLogLine(line);
             };
             if (display) display.around(write);
             else write();
-            after = line.seq;
+            after.advance(line);
           }
         }
         if (controller.signal.aborted) return { kind: 'interrupted' };
@@ -91,6 +124,16 @@ export async function followRun(client: ApiClient, name: string, display: Status
     process.off('SIGINT', interrupt);
     display?.stop();
   }
+}
+
+/** Which job's lines to read: a replica of a service, or a node of a multi-node task. */
+export interface JobPick {
+  replica?: number;
+  node?: number;
+}
+
+export function jobPickQuery(pick: JobPick): string {
+  return `${pick.replica === undefined ? '' : `&replica=${pick.replica}`}${pick.node === undefined ? '' : `&node=${pick.node}`}`;
 }
 
 function isConnectionProblem(error: unknown): error is CliError {

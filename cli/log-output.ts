@@ -1,4 +1,5 @@
 import type { LogLine } from '../api/objects.js';
+import { logLineText } from './follow.js';
 
 /** Past this many characters waiting, the text is written out. */
 const FLUSH_CHARS = 64 * 1024;
@@ -16,7 +17,7 @@ export class LogOutput {
       this.flush();
       this.stream = line.stream;
     }
-    this.pending += `${line.text}\n`;
+    this.pending += `${logLineText(line)}\n`;
     if (this.pending.length >= FLUSH_CHARS) this.flush();
   }
 

@@ -73,11 +73,13 @@ export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.Write
   let text = `${spec.type} ${name}: ${action}\n`;
   if (plan.schedule) text += field('schedule', scheduleText(plan.schedule));
   text += field('resources', plan.requirement);
+  const nodes = spec.type === 'task' ? spec.nodes ?? 1 : 1;
+  if (nodes > 1) text += field('nodes', `${nodes} instances of one fleet, placed together, one job on each`);
   text += field('fleets', plan.fleets.length > 0 ? plan.fleets.join(', ') : 'none match');
   if (plan.instance) {
     text += field('instance', instanceText(plan.instance, plan.queuedBefore));
   } else if (plan.offers.length > 0) {
-    text += field('offers', 'a new instance from the cheapest that is available') + offersTable(plan.offers, plan.offersTotal, stream);
+    text += field('offers', nodes > 1 ? 'new instances from the cheapest that are available' : 'a new instance from the cheapest that is available') + offersTable(plan.offers, plan.offersTotal, stream);
   }
   if (plan.runtime === 'process') {
     text += field('runtime', 'process: the commands run on the machine itself, without a container, so what they call (python, uv, CUDA) must be installed there; the default image and image need a backend with runtime: docker');

@@ -9,16 +9,19 @@ import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
 import { getInstance, releaseInstanceFromRun, type InstanceRecord } from '../store/instances.js';
-import { insertRetryAttempt, toRun, updateRun, type RunRecord } from '../store/runs.js';
+import { instanceAddress, isNodeJob, MULTI_NODE_PARENT, nodeAddresses } from '../store/nodes.js';
+import { toRun, updateRun, type RunRecord } from '../store/runs.js';
 import { requiredSecrets, type SecretBox } from '../store/secrets.js';
 import { SERVICE_PARENT } from '../store/services.js';
 import { LeasedController } from './leased.js';
 import { copyJobLogs } from './log-copy.js';
-import { retryDecision } from './retry-policy.js';
+import { endRun, statusReason } from './run-end.js';
 import { UtilizationWatch } from './utilization-policy.js';
 
 const RUNNING_POLL_MS = 1000;
 const REQUEUE_BACKOFF_MS = 5000;
+/** How often a node whose instance is up looks whether its siblings' instances are up too: all of them start at once. */
+const SIBLING_POLL_MS = 200;
 /** The agent's upper bound on a stop's grace period (agent/requests.ts). */
 const MAX_STOP_GRACE_SECONDS = 3600;
 /** How often a quiet job's agent is asked for new lines; a job that printed since is asked at every look. */
@@ -41,7 +44,7 @@ export class RunController extends LeasedController<RunRecord> {
     private readonly secrets: SecretBox) {
     super(db, owner, logger, {
       table: 'runs', channel: CHANNELS.runs, leaseMs: 15_000,
-      where: `${phase === 'start' ? `status = 'provisioning'` : `status IN ('running', 'terminating')`} AND NOT ${SERVICE_PARENT}`,
+      where: `${phase === 'start' ? `status = 'provisioning'` : `status IN ('running', 'terminating')`} AND NOT ${SERVICE_PARENT} AND NOT ${MULTI_NODE_PARENT}`,
     });
     this.name = `run-${phase}`;
   }
@@ -108,11 +111,16 @@ export class RunController extends LeasedController<RunRecord> {
       return RUNNING_POLL_MS;
     }
     if (!instance || instance.status === 'terminated' || instance.status === 'terminating') {
-      await this.requeue(run, `instance ${instance?.name ?? ''} could not be used (${instance?.statusMessage || instance?.terminationReason || 'gone'}); back in the queue`);
+      const unusable = `instance ${instance?.name ?? ''} could not be used (${instance?.statusMessage || instance?.terminationReason || 'gone'})`;
+      // A node goes back to the queue only with all of its siblings, which its task's controller sees to.
+      if (isNodeJob(run)) await this.finish(run, null, 'failed', 'provisioning_failed', unusable, null);
+      else await this.requeue(run, `${unusable}; back in the queue`);
       return RUNNING_POLL_MS;
     }
     if (instance.status !== 'busy' || !instance.agentUrl) return RUNNING_POLL_MS;
-    const submission = await this.withSecrets(run, jobFor(run, instance));
+    const ips = isNodeJob(run) ? await nodeAddresses(this.db, run.parentId!) : [instanceAddress(instance.agentUrl)];
+    if (!ips) return SIBLING_POLL_MS;
+    const submission = await this.withSecrets(run, jobFor(run, instance, ips));
     if (typeof submission === 'string') {
       await releaseInstanceFromRun(this.db, instance.id, run.id);
       await this.finish(run, null, 'failed', 'submit_failed', submission, null);
@@ -156,21 +164,7 @@ export class RunController extends LeasedController<RunRecord> {
   }
 
   private async finish(run: RunRecord, instance: InstanceRecord | null, status: RunStatus, reason: RunTerminationReason, message: string, exitCode: number | null): Promise<void> {
-    const retry = status === 'failed' ? retryDecision(run, reason) : null;
-    const written = await this.db.transaction(async (tx) => {
-      const ended = await updateRun(tx, run.id, this.owner, {
-        status, termination_reason: reason, status_message: message, exit_code: exitCode, finished_at: new Date(),
-      });
-      if (!ended) return false;
-      await recordEvent(tx, runEvent(run, statusReason(status), `${reason}: ${message} (attempt ${run.attempt})`));
-      const next = retry && await insertRetryAttempt(tx, run, `attempt ${run.attempt + 1} after ${retry.event}; waiting to be scheduled`);
-      if (next) {
-        await recordEvent(tx, runEvent(run, 'Retrying',
-          `attempt ${run.attempt} failed (${reason}); attempt ${next.attempt} submitted, retry on ${retry!.event} until ${retry!.until.toISOString()}`));
-      }
-      return true;
-    });
-    if (!written) return;
+    if (!(await endRun(this.db, this.owner, run, { status, reason, message, exitCode }))) return;
     this.lastLogCopy.delete(run.id);
     this.utilization.forget(run.id);
     if (instance && run.jobId && instance.status !== 'terminated') {
@@ -241,10 +235,6 @@ function isFinished(job: JobStatus): boolean {
   return job.state === 'exited' || job.state === 'failed' || job.state === 'stopped';
 }
 
-function statusReason(status: RunStatus): string {
-  return status.charAt(0).toUpperCase() + status.slice(1);
-}
-
 /** How long a stopped job gets to exit before it is killed: stop_duration, or the agent's default; `off` waits the longest the agent allows. */
 function stopGraceSeconds(run: RunRecord): number | undefined {
   if (run.spec.stop_duration === undefined) return undefined;
@@ -272,7 +262,8 @@ function devEnvironmentCommands(init: string[] | undefined): string[] {
   return [...(init ?? []), 'while true; do sleep 3600; done'];
 }
 
-function jobFor(run: RunRecord, instance: InstanceRecord): JobSubmission {
+/** The job of a run on its instance; `ips` are the addresses of every node's instance in rank order (one for a single job). */
+function jobFor(run: RunRecord, instance: InstanceRecord, ips: string[]): JobSubmission {
   const spec = run.spec;
   return {
     jobId: run.id,
@@ -285,6 +276,7 @@ function jobFor(run: RunRecord, instance: InstanceRecord): JobSubmission {
     ports: run.kind === 'service' ? [spec.port] : (spec.ports ?? []).map((p: number | string) => parsePortMapping(p).container),
     servicePort: run.kind === 'service' ? spec.port : undefined,
     gpus: instance.offer?.gpu.count ?? 0,
+    nodes: { rank: isNodeJob(run) ? run.replica! : 0, ips },
     registryAuth: spec.registry_auth,
     repos: run.repos,
     volumes: (spec.volumes ?? []).map(parseVolumeMount),

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { Logger } from 'winston';
 import type { Offer } from '../api/offer.js';
 import type { InstanceStatus } from '../api/status.js';
@@ -7,6 +8,7 @@ import type { Db, Queryable } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
 import { listActiveFleets, type FleetRecord } from '../store/fleets.js';
 import { insertInstance, toInstance, type InstanceRecord } from '../store/instances.js';
+import { insertNode, nodeCount, NODE_JOB } from '../store/nodes.js';
 import { SERVICE_PARENT } from '../store/services.js';
 import type { BackendPool, OfferListing } from './backend-pool.js';
 import type { Controller } from './manager.js';
@@ -19,19 +21,27 @@ interface QueuedRun {
   id: string;
   project_id: string;
   name: string;
+  kind: string;
   replica: number | null;
   requirement: ResourceRequirement;
   desired: 'run' | 'stop' | 'abort';
   status_message: string;
   spec: Record<string, any>;
   first_submitted_at: Date;
+  /** How many instances the run takes at once: `nodes` of a task, else 1. */
+  nodes: number;
 }
 
-type Placement =
+type NodeChoice =
   | { kind: 'instance'; fleet: FleetRecord; instance: InstanceRecord; ready: boolean }
-  | { kind: 'provision'; fleet: FleetRecord; backend: string; requirement: ResourceRequirement }
+  | { kind: 'provision'; fleet: FleetRecord; backend: string; requirement: ResourceRequirement };
+
+type SinglePlacement =
+  | NodeChoice
   | { kind: 'fail'; reason: 'no_fleet_matches' | 'no_offers'; message: string }
   | { kind: 'wait'; message: string };
+
+type Placement = SinglePlacement | { kind: 'nodes'; fleet: FleetRecord; nodes: NodeChoice[] };
 
 /**
  * The queue: one pass takes the submitted runs in order (priority, then first come first served)
@@ -84,7 +94,7 @@ export class Scheduler implements Controller {
         changed = true;
         continue;
       }
-      const placement = place(run, fleets, instances, offers);
+      const placement = run.nodes > 1 ? placeNodes(run, fleets, instances, offers) : place(run, fleets, instances, offers);
       if (placement.kind === 'wait') {
         if (placement.message !== run.status_message) {
           reasons.ids.push(run.id);
@@ -118,32 +128,64 @@ export class Scheduler implements Controller {
       case 'fail':
         await this.finishUnplaced(tx, projectId, run, 'failed', placement.reason, placement.message);
         return true;
-      case 'instance': {
-        const { instance, fleet, ready } = placement;
-        const taken = ready
-          ? await tx.query(`UPDATE instances SET status = 'busy', run_id = $2, idle_since = NULL, updated_at = now()
-                            WHERE id = $1 AND status = 'idle' AND run_id IS NULL RETURNING id`, [instance.id, run.id])
-          : await tx.query(`UPDATE instances SET run_id = $2, updated_at = now()
-                            WHERE id = $1 AND status IN ('pending', 'provisioning') AND run_id IS NULL RETURNING id`, [instance.id, run.id]);
-        if (taken.length === 0) return false;
-        instance.runId = run.id;
-        if (ready) instance.status = 'busy';
-        const message = ready ? `starting on ${instance.name}` : `waiting for ${instance.name} to be provisioned`;
-        await this.startProvisioning(tx, projectId, run, fleet, instance, message);
-        return true;
-      }
+      case 'instance':
       case 'provision': {
-        const instance = await insertInstance(tx, {
-          projectId, fleetId: placement.fleet.id, fleetName: placement.fleet.name, backend: placement.backend,
-          requirement: placement.requirement, runId: run.id,
-        });
-        instances.push(instance);
-        this.createdInstances = true;
-        await recordEvent(tx, { projectId, objectKind: 'instance', objectId: instance.id, objectName: instance.name, reason: 'Created', message: `created for run ${run.name} (${describeRequirement(placement.requirement)}) on ${placement.backend}` });
-        await this.startProvisioning(tx, projectId, run, placement.fleet, instance, `provisioning ${instance.name} on ${placement.backend}`);
+        const taken = await this.take(tx, projectId, run, placement, run.id, instances);
+        if (!taken) return false;
+        await this.startProvisioning(tx, projectId, run, placement.fleet, taken.instance, taken.message);
         return true;
       }
+      case 'nodes':
+        return this.startNodes(tx, projectId, run, placement, instances);
     }
+  }
+
+  /** Gives the instance chosen (or a new one) to `jobId`; null when another took it first. */
+  private async take(tx: Queryable, projectId: string, run: QueuedRun, choice: NodeChoice, jobId: string, instances: InstanceRecord[]): Promise<{ instance: InstanceRecord; message: string } | null> {
+    if (choice.kind === 'instance') {
+      const { instance, ready } = choice;
+      const taken = ready
+        ? await tx.query(`UPDATE instances SET status = 'busy', run_id = $2, idle_since = NULL, updated_at = now()
+                          WHERE id = $1 AND status = 'idle' AND run_id IS NULL RETURNING id`, [instance.id, jobId])
+        : await tx.query(`UPDATE instances SET run_id = $2, updated_at = now()
+                          WHERE id = $1 AND status IN ('pending', 'provisioning') AND run_id IS NULL RETURNING id`, [instance.id, jobId]);
+      if (taken.length === 0) return null;
+      instance.runId = jobId;
+      if (ready) instance.status = 'busy';
+      return { instance, message: ready ? `starting on ${instance.name}` : `waiting for ${instance.name} to be provisioned` };
+    }
+    const instance = await insertInstance(tx, {
+      projectId, fleetId: choice.fleet.id, fleetName: choice.fleet.name, backend: choice.backend, requirement: choice.requirement, runId: jobId,
+    });
+    instances.push(instance);
+    this.createdInstances = true;
+    await recordEvent(tx, { projectId, objectKind: 'instance', objectId: instance.id, objectName: instance.name, reason: 'Created', message: `created for run ${run.name} (${describeRequirement(choice.requirement)}) on ${choice.backend}` });
+    return { instance, message: `provisioning ${instance.name} on ${choice.backend}` };
+  }
+
+  /**
+   * Places every node of a multi-node task, or none: the instances chosen are locked and checked first, so no
+   * node takes an instance while another waits for one. A crash before the commit leaves nothing taken.
+   */
+  private async startNodes(tx: Queryable, projectId: string, run: QueuedRun, placement: Extract<Placement, { kind: 'nodes' }>, instances: InstanceRecord[]): Promise<boolean> {
+    const chosen = placement.nodes.flatMap((node) => (node.kind === 'instance' ? [node.instance.id] : []));
+    const free = await tx.query(
+      `SELECT id FROM instances WHERE id = ANY($1::text[]) AND run_id IS NULL AND status IN ('idle', 'pending', 'provisioning') FOR UPDATE`, [chosen]);
+    if (free.length < chosen.length) return false;
+    const names: string[] = [];
+    for (const [rank, choice] of placement.nodes.entries()) {
+      const id = randomUUID();
+      const taken = await this.take(tx, projectId, run, choice, id, instances);
+      if (!taken) throw new Error(`instance of node ${rank} of run ${run.name} was taken while locked`);
+      await insertNode(tx, run.id, { id, rank, fleetId: placement.fleet.id, instanceId: taken.instance.id, message: taken.message });
+      names.push(taken.instance.name);
+    }
+    const message = `${placement.nodes.length} nodes on ${names.join(', ')}`;
+    await tx.query(
+      `UPDATE runs SET status = 'provisioning', status_message = $2, fleet_id = $3, next_reconcile_at = now(), updated_at = now() WHERE id = $1`,
+      [run.id, message, placement.fleet.id]);
+    await recordEvent(tx, runEvent({ ...run, projectId }, 'Provisioning', `fleet ${placement.fleet.name}: ${message}`));
+    return true;
   }
 
   private async startProvisioning(tx: Queryable, projectId: string, run: QueuedRun, fleet: FleetRecord, instance: InstanceRecord, message: string): Promise<void> {
@@ -165,18 +207,19 @@ export class Scheduler implements Controller {
 /** Runs waiting for a place, in the order they are placed; each one's requirement carries its spot_policy. */
 async function queuedRuns(db: Queryable): Promise<QueuedRun[]> {
   const runs = await db.query<QueuedRun>(
-    `SELECT id, project_id, name, replica, requirement, desired, status_message, spec,
+    `SELECT id, project_id, name, kind, replica, requirement, desired, status_message, spec,
        coalesce(first_submitted_at, submitted_at) AS first_submitted_at FROM runs
-     WHERE status = 'submitted' AND NOT deleted AND next_reconcile_at <= now() AND NOT ${SERVICE_PARENT}
+     WHERE status = 'submitted' AND NOT deleted AND next_reconcile_at <= now() AND NOT ${SERVICE_PARENT} AND NOT ${NODE_JOB}
      ORDER BY priority DESC, submitted_at, id`);
   for (const run of runs) {
     if (run.spec.spot_policy) run.requirement = { ...run.requirement, spot: run.spec.spot_policy };
+    run.nodes = run.kind === 'task' ? nodeCount(run.spec) : 1;
   }
   return runs;
 }
 
 /** Decides where one run goes, given what earlier runs of this pass already took. */
-export function place(run: Pick<QueuedRun, 'requirement'>, fleets: FleetRecord[], instances: InstanceRecord[], offers: Map<string, OfferListing>): Placement {
+export function place(run: Pick<QueuedRun, 'requirement'>, fleets: FleetRecord[], instances: InstanceRecord[], offers: Map<string, OfferListing>): SinglePlacement {
   if (fleets.length === 0) {
     return { kind: 'fail', reason: 'no_fleet_matches', message: 'no fleet: this project has no active fleet; apply one first (e.g. examples/fleets/local.yml)' };
   }
@@ -222,6 +265,36 @@ export function place(run: Pick<QueuedRun, 'requirement'>, fleets: FleetRecord[]
   }
   if (onlyNoOffers) return { kind: 'fail', reason: 'no_offers', message: reasons.join('; ') };
   return { kind: 'wait', message: `waiting: ${reasons.join('; ')}` };
+}
+
+/**
+ * Decides where every node of a multi-node task goes, all in one fleet, or that they wait: never a part of them.
+ * Each node is placed as a run of its own would be, given what the nodes before it took.
+ */
+export function placeNodes(run: Pick<QueuedRun, 'requirement' | 'nodes'>, fleets: FleetRecord[], instances: InstanceRecord[], offers: Map<string, OfferListing>): Placement {
+  const single = place(run, fleets, instances, offers);
+  if (single.kind === 'fail') return single;
+  const reasons: string[] = [];
+  for (const fleet of fleets.filter((f) => intersectRequirements(f.requirement, run.requirement) !== null)) {
+    if (fleet.nodesMax !== null && fleet.nodesMax < run.nodes) {
+      reasons.push(`fleet ${fleet.name} has at most ${fleet.nodesMax} node${fleet.nodesMax === 1 ? '' : 's'} and the task needs ${run.nodes} (nodes: ${run.nodes})`);
+      continue;
+    }
+    const taken = [...instances];
+    const nodes: NodeChoice[] = [];
+    for (let rank = 0; rank < run.nodes; rank++) {
+      const next = place(run, [fleet], taken, offers);
+      if (next.kind !== 'instance' && next.kind !== 'provision') {
+        reasons.push(`${rank} of the ${run.nodes} nodes fit in fleet ${fleet.name} now; the next: ${next.message.replace(/^waiting: /, '')}`);
+        break;
+      }
+      nodes.push(next);
+      if (next.kind === 'instance') taken[taken.indexOf(next.instance)] = { ...next.instance, runId: 'another node' };
+      else taken.push({ fleetId: fleet.id, status: 'pending', runId: 'another node', offer: null, requirement: next.requirement } as InstanceRecord);
+    }
+    if (nodes.length === run.nodes) return { kind: 'nodes', fleet, nodes };
+  }
+  return reasons.length === 0 ? single : { kind: 'wait', message: `waiting for ${run.nodes} instances at once: ${reasons.join('; ')}` };
 }
 
 const STATUS_ORDER: readonly InstanceStatus[] = ['pending', 'provisioning', 'idle', 'busy', 'terminating'];

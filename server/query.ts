@@ -14,3 +14,18 @@ export function cursorQuery(ctx: Context, name: string): number {
   if (typeof raw !== 'string' || !/^\d{1,20}$/.test(raw)) throw badRequest(`${name}: expected a whole number of 0 or more`);
   return Math.min(Number(raw), LARGEST_CURSOR);
 }
+
+/**
+ * Cursors of a multi-node task's nodes: `after=N` for every node, or `after=N0,N1,...`, one per node in rank order
+ * (ranks past the list start at 0). Gives each rank's cursor.
+ */
+export function nodeCursorsQuery(ctx: Context, name: string): (rank: number) => number {
+  const raw = ctx.query[name];
+  if (typeof raw === 'string' && raw.includes(',')) {
+    if (!/^\d{1,20}(,\d{1,20})*$/.test(raw)) throw badRequest(`${name}: expected a whole number of 0 or more, or one per node separated by commas`);
+    const cursors = raw.split(',').map((seq) => Math.min(Number(seq), LARGEST_CURSOR));
+    return (rank) => cursors[rank] ?? 0;
+  }
+  const after = cursorQuery(ctx, name);
+  return () => after;
+}

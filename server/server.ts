@@ -8,6 +8,7 @@ import { BackendPool } from '../controllers/backend-pool.js';
 import { FleetController } from '../controllers/fleet-controller.js';
 import { DEFAULT_INSTANCE_TIMINGS, InstanceController, type InstanceTimings } from '../controllers/instance-controller.js';
 import { ControllerManager } from '../controllers/manager.js';
+import { NodesController } from '../controllers/nodes-controller.js';
 import { RunController } from '../controllers/run-controller.js';
 import { ScheduleController } from '../controllers/schedule-controller.js';
 import { Scheduler } from '../controllers/scheduler.js';
@@ -102,6 +103,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     new InstanceController(db, owner, logger, pool, timings),
     new FleetController(db, owner, logger, pool),
     new ServiceController(db, owner, logger, secrets),
+    new NodesController(db, owner, logger),
     new ScheduleController(db, owner, logger),
   ], logger, options.controllerIntervalMs);
   await manager.start();

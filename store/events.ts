@@ -11,14 +11,14 @@ export interface EventInput {
 }
 
 /**
- * An event of a run; a service's replica speaks under its service's name, and says which replica it is,
- * so that a replica that stops never reads as the service itself ending.
+ * An event of a run; a service's replica (or a multi-node task's node) speaks under its run's name, and says which
+ * replica (node) it is, so that one that stops never reads as the run itself ending.
  */
-export function runEvent(run: { id: string; projectId: string; name: string; replica: number | null }, reason: string, message: string): EventInput {
-  const replica = run.replica !== null;
+export function runEvent(run: { id: string; projectId: string; name: string; kind?: string; replica: number | null }, reason: string, message: string): EventInput {
+  const part = run.replica === null ? null : run.kind === 'task' ? 'node' : 'replica';
   return {
     projectId: run.projectId, objectKind: 'run', objectId: run.id, objectName: run.name,
-    reason: replica ? `Replica${reason}` : reason, message: replica ? `replica ${run.replica}: ${message}` : message,
+    reason: part ? `${part === 'node' ? 'Node' : 'Replica'}${reason}` : reason, message: part ? `${part} ${run.replica}: ${message}` : message,
   };
 }
 

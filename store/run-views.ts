@@ -6,6 +6,7 @@ import type { ServiceSpec } from '../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../api/status.js';
 import type { Queryable, Row } from './db.js';
 import { FINISHED, toRun } from './runs.js';
+import { isMultiNodeParent, nodeViews } from './nodes.js';
 import { replicaViews } from './services.js';
 
 const VIEW_SELECT = `
@@ -68,8 +69,9 @@ function taskSsh(r: Row): RunSsh | null {
 }
 
 /**
- * A service's running replicas that can be reached; the service's own alias accepts any of their keys. A replica
- * runs (and may be ready) a moment before its service reads as running, and one may be entered while none is ready.
+ * A service's running replicas (a multi-node task's running nodes) that can be reached; the run's own alias accepts
+ * any of their keys. A replica runs (and may be ready) a moment before its service reads as running, and one may be
+ * entered while none is ready.
  */
 async function serviceSsh(db: Queryable, r: Row): Promise<RunSsh | null> {
   if (FINISHED_RUN_STATUSES.includes(r.status)) return null;
@@ -84,9 +86,19 @@ async function serviceSsh(db: Queryable, r: Row): Promise<RunSsh | null> {
   };
 }
 
-/** Views of the rows, a service's with its replicas and paths. */
+/** A multi-node task's view: its nodes, the GPUs of each, the price of all, and SSH into each. */
+async function multiNodeView(db: Queryable, r: Row): Promise<Run> {
+  const nodes = await nodeViews(db, r.id);
+  const view = runView(r, null, await serviceSsh(db, r));
+  if (nodes.length === 0) return view;
+  const prices = nodes.map((node) => node.pricePerHour ?? 0);
+  return { ...view, nodes, gpu: nodes[0]!.gpu, pricePerHour: nodes.some((node) => node.pricePerHour !== null) ? prices.reduce((a, b) => a + b, 0) : null };
+}
+
+/** Views of the rows, a service's with its replicas and paths, a multi-node task's with its nodes. */
 async function withServices(db: Queryable, rows: Row[]): Promise<Run[]> {
   return Promise.all(rows.map(async (r) => {
+    if (isMultiNodeParent(toRun(r))) return multiNodeView(db, r);
     if (r.kind !== 'service' || r.service_id !== null) return runView(r, null, taskSsh(r));
     const model = serviceSettings(r.spec as ServiceSpec).model?.name ?? null;
     const finished = FINISHED_RUN_STATUSES.includes(r.status);

@@ -29,8 +29,10 @@ export interface RunRecord {
   instanceId: string | null;
   jobId: string | null;
   exitCode: number | null;
-  /** The replica number of a service's replica; null for every other run. */
+  /** The replica number of a service's replica, or the rank of a multi-node task's node; null for every other run. */
   replica: number | null;
+  /** The service or multi-node task whose job this run is; null for a run of its own. */
+  parentId: string | null;
   submittedAt: Date;
   startedAt: Date | null;
   finishedAt: Date | null;
@@ -48,7 +50,7 @@ export const toRun = (r: Row): RunRecord => ({
   id: r.id, projectId: r.project_id, userId: r.user_id, name: r.name, kind: r.kind, spec: r.spec, files: r.files, repos: r.repos ?? [], requirement: r.requirement,
   generation: r.generation, priority: r.priority, status: r.status, statusMessage: r.status_message,
   terminationReason: r.termination_reason, desired: r.desired, fleetId: r.fleet_id, instanceId: r.instance_id,
-  jobId: r.job_id, exitCode: r.exit_code, replica: r.replica ?? null, submittedAt: r.submitted_at, startedAt: r.started_at, finishedAt: r.finished_at,
+  jobId: r.job_id, exitCode: r.exit_code, replica: r.replica ?? null, parentId: r.service_id ?? null, submittedAt: r.submitted_at, startedAt: r.started_at, finishedAt: r.finished_at,
   inactivityStopAt: r.inactivity_stop_at ?? null,
   attempt: r.attempt ?? 1, firstSubmittedAt: r.first_submitted_at ?? r.submitted_at, gpuUnderusedSince: r.gpu_underused_since ?? null,
 });

@@ -17,7 +17,7 @@ describe('dstack configurations: refused by name', () => {
   after(() => home.remove());
 
   it('has both accepted and refused fixtures', () => {
-    expect(accepted).to.include.members(['task.dstack.yml', 'service.dstack.yml', 'dev-environment.dstack.yml', 'fleet.dstack.yml']);
+    expect(accepted).to.include.members(['task.dstack.yml', 'multi-node.dstack.yml', 'service.dstack.yml', 'dev-environment.dstack.yml', 'fleet.dstack.yml']);
     expect(refused).to.include.members(['ssh-fleet.dstack.yml', 'replica-groups.dstack.yml', 'tpu.dstack.yml', 'aws-fleet.dstack.yml']);
   });
 
@@ -46,19 +46,20 @@ for (const kind of DATABASE_KINDS) {
       }
     });
 
-    it('keeps what dstack means: a fleet\'s nodes map is its range, placement any and gateway false ask for nothing more', async () => {
+    it('keeps what dstack means: a fleet\'s nodes map is its range, a task\'s nodes its instances, placement any and gateway false ask for nothing more', async () => {
       const fleet = await api<Fleet>('/fleets/h100s');
       expect(fleet.spec).to.include({ nodes: '0..2', idle_duration: '1h' });
       expect(fleet.spec).not.to.have.property('placement');
       const service = await api<Run>('/runs/llama');
       expect(service.spec).to.include({ replicas: '1..2', port: 8000 });
       expect(service.spec).not.to.have.any.keys('gateway', 'https');
+      expect((await api<Run>('/runs/distributed')).spec).to.include({ nodes: 2 });
     });
 
     it('reads dstack\'s spellings of resources into the same requirement', async () => {
       const task = await api<Run>('/runs/train');
       expect(task.spec.resources).to.deep.equal({ gpu: 'nvidia:24GB..:1', cpu: 'x86:4..', memory: '16GB..', disk: '100GB..' });
-      expect(task.spec).not.to.have.any.keys('nodes', 'creation_policy');
+      expect(task.spec).to.include({ nodes: 1 }).and.not.have.property('creation_policy');
       const dev = await api<Run>('/runs/vscode');
       expect(dev.spec.resources).to.deep.equal({ gpu: 'amd:MI300X:8' });
     });

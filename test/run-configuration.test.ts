@@ -54,15 +54,15 @@ for (const kind of DATABASE_KINDS) {
         '5:1: ide: unknown field for a task; ide belongs to a dev-environment (desktop IDE that apply gives a link for; left out, the environment is reached with ssh alone)',
         '9:1: commands: unknown field for a dev-environment; commands belongs to a task and a service (shell commands, run in order in one shell)',
         '10:1: replicas: unknown field for a dev-environment; replicas belongs to a service (replicas: n (exactly) or min..max with scaling)',
-        '16:1: nodes: unknown field for a service; nodes belongs to a fleet (instances the fleet keeps: n (exactly) or min..max)',
+        '16:1: nodes: unknown field for a service; nodes belongs to a fleet (instances the fleet keeps: n (exactly) or min..max), and to a task (instances of one fleet the task runs on together, one job on each, all placed at once; the task is done when every node exits 0)',
         '17:1: inactivity_duration: unknown field for a service; inactivity_duration belongs to a dev-environment (stop after this long with no SSH connection open (an IDE and attach hold one): a duration such as 30m or 1h30m, a number of seconds, or off)',
       ]);
     });
 
-    it('says that nodes on a task is a multi-node task, not a fleet size', async () => {
-      const result = await apply('nodes', ['type: task', 'name: nodes', 'commands: ["true"]', 'nodes: 2']);
+    it('takes nodes on a task as a whole number of instances, never a fleet\'s range', async () => {
+      const result = await apply('nodes', ['type: task', 'name: nodes', 'commands: ["true"]', 'nodes: 0..2']);
       expect(result.code, show(result)).to.equal(1);
-      expect(result.stderr).to.contain('nodes.yml:4:1: nodes: multi-node tasks are not supported yet: nodes on a task spreads it over that many instances (on a fleet, nodes is the number of instances the fleet keeps)');
+      expect(result.stderr).to.contain('nodes.yml:4:8: nodes: expected an integer of at least 1, got "0..2"');
     });
   });
 }

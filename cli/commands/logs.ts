@@ -4,28 +4,31 @@ import type { LogLine, Run } from '../../api/objects.js';
 import type { ApiClient } from '../client.js';
 import { connect, projectFlag } from '../connect.js';
 import { action, CliError } from '../errors.js';
-import { droppedLinesNote, followRun, runPath } from '../follow.js';
+import { droppedLinesNote, followRun, jobPickQuery, LogCursors, runPath } from '../follow.js';
 import { LogOutput } from '../log-output.js';
 
 interface LogsFlags {
   follow?: boolean;
   replica?: string | number;
+  node?: string | number;
 }
 
 export function registerLogs(cli: CAC): void {
   cli.command('logs <run>', 'Print a run\'s logs as they are now: stdout lines to stdout, stderr lines to stderr')
     .option('-f, --follow', 'Keep printing new lines until the run finishes')
     .option('--replica <n>', 'For a service: which replica (default: the lowest-numbered running one)')
+    .option('--node <rank>', 'For a multi-node task: only this node\'s lines (default: every node\'s, each after [rank N])')
     .option('--project <name>', 'Project to use (default: the default project)')
     .example('orchestrator logs -f hello')
     .example('orchestrator logs echo-llm --replica 1')
+    .example('orchestrator logs train --node 1')
     .action(action(async (name: string, flags: LogsFlags) => {
       const client = connect();
       const run = String(name);
-      const replica = replicaFlag(flags.replica);
+      const pick = { replica: replicaFlag(flags.replica), node: wholeNumberFlag('--node', 'a node rank', flags.node) };
       if (flags.follow === true) {
         const followed = await latestRunOfSchedule(client, run);
-        const outcome = await followRun(client, followed, null, replica);
+        const outcome = await followRun(client, followed, null, pick);
         if (outcome.kind === 'interrupted') {
           process.stderr.write(`stopped following ${followed}; it keeps running (orchestrator stop ${followed}${projectFlag()} stops it)\n`);
           return 130;
@@ -33,11 +36,12 @@ export function registerLogs(cli: CAC): void {
         return 0;
       }
       const output = new LogOutput();
-      let expected = 1;
-      for await (const line of client.stream<LogLine>(runPath(client, run, `/logs?format=jsonl${replica === undefined ? '' : `&replica=${replica}`}`), new AbortController().signal)) {
-        if (line.seq > expected) output.note(droppedLinesNote(line.seq - expected));
+      const printed = new LogCursors();
+      for await (const line of client.stream<LogLine>(runPath(client, run, `/logs?format=jsonl${jobPickQuery(pick)}`), new AbortController().signal)) {
+        const gap = printed.gapBefore(line);
+        if (gap > 0) output.note(droppedLinesNote(gap));
         output.write(line);
-        expected = line.seq + 1;
+        printed.advance(line);
       }
       output.flush();
       return 0;
@@ -54,7 +58,11 @@ async function latestRunOfSchedule(client: ApiClient, name: string): Promise<str
 }
 
 export function replicaFlag(value: string | number | undefined): number | undefined {
+  return wholeNumberFlag('--replica', 'a replica number', value);
+}
+
+function wholeNumberFlag(flag: string, what: string, value: string | number | undefined): number | undefined {
   if (value === undefined) return undefined;
-  if (!/^\d{1,6}$/.test(String(value))) throw new CliError(`--replica: expected a replica number such as 0, got ${value}`);
+  if (!/^\d{1,6}$/.test(String(value))) throw new CliError(`${flag}: expected ${what} such as 0, got ${value}`);
   return Number(value);
 }

@@ -1,5 +1,5 @@
 import type { CAC } from 'cac';
-import type { Run } from '../../api/objects.js';
+import type { Run, RunNode } from '../../api/objects.js';
 import type { Replica, ServiceStats } from '../../api/services.js';
 import { ApiRequestError, type ApiClient } from '../client.js';
 import { connect } from '../connect.js';
@@ -48,11 +48,21 @@ function replicaRow(run: Run, replica: Replica, now: number): string[] {
   return [`  replica ${replica.replica}`, '', state, '-', '-', replica.startedAt ? formatAge(replica.startedAt, now) : '-', message];
 }
 
-/** The rows of `ps`: one per run, and below a service one per replica. `stats` holds the services' recent requests where known. */
+/** A node's row, under its multi-node task: its job's status (with its exit code when it failed) and the instance it runs on. */
+function nodeRow(node: RunNode, now: number): string[] {
+  const status = node.status === 'failed' && node.exitCode !== null && node.exitCode !== 0 ? `${node.status} (${node.exitCode})` : node.status;
+  const message = node.instance && !node.statusMessage.includes(node.instance)
+    ? [`on ${node.instance}`, node.statusMessage].filter(Boolean).join(': ') : node.statusMessage;
+  return [`  node ${node.rank}`, '', status, formatGpuInfo(node.gpu), formatPrice(node.pricePerHour), node.startedAt ? formatAge(node.startedAt, now) : '-', message];
+}
+
+/** The rows of `ps`: one per run, and below a service one per replica, below a multi-node task one per node. `stats` holds the services' recent requests where known. */
 export function psRows(runs: readonly Run[], stats: ReadonlyMap<string, ServiceStats>, now = Date.now()): string[][] {
   return runs.flatMap((run) => [
-    [run.name, run.kind, runStatusText(run, stats.get(run.name)), formatGpuInfo(run.gpu), formatPrice(run.pricePerHour), formatAge(run.submittedAt, now), run.statusMessage],
+    [run.name, run.kind, runStatusText(run, stats.get(run.name)), `${run.nodes?.length && run.gpu?.count ? `${run.nodes.length}×` : ''}${formatGpuInfo(run.gpu)}`,
+      formatPrice(run.pricePerHour), formatAge(run.submittedAt, now), run.statusMessage],
     ...(run.service?.replicas ?? []).map((replica) => replicaRow(run, replica, now)),
+    ...(run.nodes ?? []).map((node) => nodeRow(node, now)),
   ]);
 }
 
@@ -68,7 +78,7 @@ async function liveServiceStats(client: ApiClient, runs: readonly Run[]): Promis
 }
 
 export function registerPs(cli: CAC): void {
-  cli.command('ps', 'List runs: active ones, or all with -a; a service with its replicas')
+  cli.command('ps', 'List runs: active ones, or all with -a; a service with its replicas, a multi-node task with its nodes')
     .option('-a, --all', 'Include finished runs')
     .option('--json', 'Print JSON')
     .option('--project <name>', 'Project to use (default: the default project)')

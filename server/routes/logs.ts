@@ -7,12 +7,14 @@ import { copyJobLogs } from '../../controllers/log-copy.js';
 import { agentOf } from '../../controllers/run-controller.js';
 import { getInstance } from '../../store/instances.js';
 import { lastLogSeq, logLinesAfter, readLogPage, readLogs } from '../../store/logs.js';
+import { isMultiNodeParent, listNodes, nodeCount } from '../../store/nodes.js';
 import { getRun, type RunRecord } from '../../store/runs.js';
 import { isSchedule, latestScheduledRun } from '../../store/schedules.js';
 import { replicaForLogs } from '../../store/services.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, notFound } from '../http-errors.js';
-import { cursorQuery } from '../query.js';
+import { asJsonLines, mergeByTime, withNode } from '../node-log-lines.js';
+import { cursorQuery, nodeCursorsQuery } from '../query.js';
 import { runFor } from './runs.js';
 
 const AGENT_WAIT_MS = 5000;
@@ -21,7 +23,8 @@ const IDLE_WAIT_MS = 300;
 /**
  * `GET .../logs?after=N`: a page of lines (RunLogsPage); with `format=jsonl`, every line after N that
  * exists at the moment of the call, streamed as JSON lines; with `follow=true`, lines and status
- * changes (LogStreamItem) until the run ends.
+ * changes (LogStreamItem) until the run ends. A multi-node task answers with every node's lines
+ * (each with its `node`), or with one node's as a run's own with `node=RANK`.
  *
  * Logs live in the database once copied from the agent, so they outlive the instance. While a job
  * runs, reading also pulls what the agent has that the database lacks, so a follower sees lines
@@ -31,7 +34,12 @@ export function logRoutes(server: ServerContext): Router {
   const router = new Router({ prefix: '/api/projects/:project/runs' });
 
   router.get('/:name/logs', async (ctx) => {
-    const run = await logsOf(server, ctx);
+    const asked = await logsOf(server, ctx);
+    if (isMultiNodeParent(asked) && ctx.query.node === undefined) {
+      await everyNodeLogs(server, ctx, asked);
+      return;
+    }
+    const run = await nodeOf(server, ctx, asked);
     const after = cursorQuery(ctx, 'after');
     if (ctx.query.follow !== 'true') {
       await pullFromAgent(server, run, 0);
@@ -46,17 +54,42 @@ export function logRoutes(server: ServerContext): Router {
       ctx.body = page;
       return;
     }
-    const stream = new PassThrough();
-    let closed = false;
-    ctx.req.on('close', () => { closed = true; });
-    ctx.type = 'application/x-ndjson';
-    ctx.body = stream;
-    void follow(server, run.id, after, stream, () => closed).catch((error) => {
-      server.logger.warn(`following logs of ${run.name}: ${(error as Error).message}`);
-      stream.end();
-    });
+    startFollowing(server, ctx, run, async (now) => [{ run: now }], () => after);
   });
   return router;
+}
+
+/**
+ * Every node's lines of a multi-node task, each with its `node`: with `format=jsonl`, merged by time; with
+ * `follow=true`, as they come, with the task's status. `after` is one cursor for every node, or one per node.
+ */
+async function everyNodeLogs(server: ServerContext, ctx: Context, run: RunRecord): Promise<void> {
+  const cursors = nodeCursorsQuery(ctx, 'after');
+  if (ctx.query.follow === 'true') {
+    startFollowing(server, ctx, run, async (now) => (await listNodes(server.db, now.id)).map((node) => ({ run: node, node: node.replica! })), cursors);
+    return;
+  }
+  if (ctx.query.format !== 'jsonl') {
+    throw badRequest(`run ${run.name} runs on ${nodeCount(run.spec)} nodes: ask for one node's page with node=RANK, or for every node's lines with format=jsonl or follow=true`);
+  }
+  const sources = await Promise.all((await listNodes(server.db, run.id)).map(async (node) => {
+    await pullFromAgent(server, node, 0);
+    const last = await lastLogSeq(server.db, node.id);
+    return withNode(logLinesAfter(server.db, node.id, cursors(node.replica!), last), node.replica!);
+  }));
+  ctx.type = 'application/x-ndjson';
+  ctx.body = Readable.from(asJsonLines(mergeByTime(sources)));
+}
+
+/** `node=RANK`: one node of a multi-node task, whose lines are then read as a run's own; else the run asked for. */
+async function nodeOf(server: ServerContext, ctx: Context, run: RunRecord): Promise<RunRecord> {
+  const raw = ctx.query.node;
+  if (raw === undefined) return run;
+  if (typeof raw !== 'string' || !/^\d{1,6}$/.test(raw)) throw badRequest('node: expected a node rank such as 0');
+  if (!isMultiNodeParent(run)) throw badRequest(`node: run ${run.name} is a ${run.kind} of one node; node picks a node of a task with nodes above 1`);
+  const node = (await listNodes(server.db, run.id)).find((candidate) => candidate.replica === Number(raw));
+  if (!node) throw notFound(Number(raw) < nodeCount(run.spec) ? `run ${run.name} has no node ${raw} yet: ${run.statusMessage}` : `run ${run.name} has ${nodeCount(run.spec)} nodes, 0 to ${nodeCount(run.spec) - 1}`);
+  return node;
 }
 
 /**
@@ -82,12 +115,36 @@ async function logsOf(server: ServerContext, ctx: Context): Promise<RunRecord> {
   return replica;
 }
 
-async function follow(server: ServerContext, runId: string, after: number, stream: PassThrough, closed: () => boolean): Promise<void> {
+/** A job whose lines a follower reads: a run's own, or a node's, whose lines then carry its rank. */
+interface LogSource {
+  run: RunRecord;
+  node?: number;
+}
+
+/** Answers with the NDJSON stream of `run`'s status and the lines of its jobs (`sources`, looked up at each round). */
+function startFollowing(server: ServerContext, ctx: Context, run: RunRecord, sources: (now: RunRecord) => Promise<LogSource[]>, after: (rank: number) => number): void {
+  const stream = new PassThrough();
+  let closed = false;
+  ctx.req.on('close', () => { closed = true; });
+  ctx.type = 'application/x-ndjson';
+  ctx.body = stream;
+  void follow(server, run.id, sources, after, stream, () => closed).catch((error) => {
+    server.logger.warn(`following logs of ${run.name}: ${(error as Error).message}`);
+    stream.end();
+  });
+}
+
+/**
+ * Writes status changes and lines until the run has ended and every line is written. One job is waited on at its
+ * agent for its next line; the nodes of a multi-node task are looked at in turn, so that none waits behind another.
+ */
+async function follow(server: ServerContext, runId: string, sources: (now: RunRecord) => Promise<LogSource[]>, after: (rank: number) => number,
+  stream: PassThrough, closed: () => boolean): Promise<void> {
   let full = false;
   const write = (item: LogStreamItem) => {
     if (!stream.write(`${JSON.stringify(item)}\n`)) full = true;
   };
-  let cursor = after;
+  const cursors = new Map<number, number>();
   let lastStatus = '';
   const writeStatus = (run: RunRecord) => {
     const status = `${run.status}|${run.statusMessage}`;
@@ -99,19 +156,26 @@ async function follow(server: ServerContext, runId: string, after: number, strea
     const run = (await getRun(server.db, runId))!;
     const finished = FINISHED_RUN_STATUSES.includes(run.status);
     if (!finished) writeStatus(run);
-    const pulled = finished ? 0 : await pullFromAgent(server, run, AGENT_WAIT_MS);
-    const lines = await readLogs(server.db, runId, cursor);
-    for (const line of lines) write({ type: 'log', line });
-    if (lines.length) cursor = lines[lines.length - 1].seq;
-    if (full) {
-      await new Promise((resolve) => { stream.once('drain', resolve); stream.once('close', resolve); });
-      full = false;
+    const jobs = await sources(run);
+    let pulled = 0;
+    let read = 0;
+    for (const job of jobs) {
+      const rank = job.node ?? 0;
+      pulled += finished ? 0 : await pullFromAgent(server, job.run, jobs.length === 1 ? AGENT_WAIT_MS : 0);
+      const lines = await readLogs(server.db, job.run.id, cursors.get(rank) ?? after(rank));
+      for (const line of lines) write({ type: 'log', line: job.node === undefined ? line : { ...line, node: job.node } });
+      if (lines.length) cursors.set(rank, lines[lines.length - 1].seq);
+      read += lines.length;
+      if (full) {
+        await new Promise((resolve) => { stream.once('drain', resolve); stream.once('close', resolve); });
+        full = false;
+      }
     }
-    if (finished && lines.length === 0) {
+    if (finished && read === 0) {
       writeStatus(run);
       break;
     }
-    if (pulled === 0 && lines.length === 0) await new Promise((r) => setTimeout(r, IDLE_WAIT_MS));
+    if (pulled === 0 && read === 0) await new Promise((r) => setTimeout(r, IDLE_WAIT_MS));
   }
   stream.end();
 }

@@ -10,7 +10,7 @@ import { FINISHED_RUN_STATUSES } from '../../api/status.js';
 import { AgentClient } from '../../agent/client.js';
 import { CHANNELS } from '../../store/channels.js';
 import { agentOf } from '../../controllers/run-controller.js';
-import { place } from '../../controllers/scheduler.js';
+import { place, placeNodes } from '../../controllers/scheduler.js';
 import type { OfferListing } from '../../controllers/backend-pool.js';
 import type { Queryable } from '../../store/db.js';
 import { recordEvent } from '../../store/events.js';
@@ -32,7 +32,7 @@ const MAX_GENERATED_NAME_TRIES = 5;
 /** A plan asks an idle instance's agent how it runs jobs; a plan never waits long on one that does not answer. */
 const AGENT_QUESTION_TIMEOUT_MS = 1000;
 
-type Placement = ReturnType<typeof place>;
+type Placement = ReturnType<typeof placeNodes>;
 
 export function runRoutes(server: ServerContext): Router {
   const { db, pool } = server;
@@ -207,7 +207,8 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
   const instances = (await db.query(`SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [project.id])).map(toInstance);
   const listings = new Map<string, OfferListing>();
   for (const fleet of fleets) listings.set(fleet.id, await pool.offers(project.id, fleet.backends, { fresh: true }));
-  const placement = place({ requirement }, fleets, instances, listings);
+  const nodes = spec.type === 'task' ? spec.nodes ?? 1 : 1;
+  const placement = nodes > 1 ? placeNodes({ requirement, nodes }, fleets, instances, listings) : place({ requirement }, fleets, instances, listings);
   const candidates = fleets.filter((f) => intersectRequirements(f.requirement, requirement) !== null);
   const matching = candidates.flatMap((fleet) => {
     const both = intersectRequirements(fleet.requirement, requirement)!;

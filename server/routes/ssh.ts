@@ -9,6 +9,7 @@ import { GatewayError, refuseUpgrade } from '../../gateway/errors.js';
 import { getInstance } from '../../store/instances.js';
 import type { RunRecord } from '../../store/runs.js';
 import { authorizedKeysOf } from '../../store/ssh-keys.js';
+import { isMultiNodeParent } from '../../store/nodes.js';
 import { sshReplica } from '../../store/ssh-targets.js';
 import { authMiddleware, currentUser } from '../auth.js';
 import type { ServerContext } from '../context.js';
@@ -69,17 +70,18 @@ export class SshRelay {
     this.clients.close();
   }
 
-  /** The job to enter: the run's own, or one of a service's replicas. */
+  /** The job to enter: the run's own, or one of a service's replicas (a multi-node task's nodes, by rank). */
   private async jobOf(run: RunRecord, rawReplica: string | string[] | undefined): Promise<RunRecord> {
     if (rawReplica !== undefined && (typeof rawReplica !== 'string' || !/^\d{1,6}$/.test(rawReplica))) throw badRequest('replica: expected a replica number such as 0');
-    const service = run.kind === 'service' && !run.jobId;
+    const service = (run.kind === 'service' && !run.jobId) || isMultiNodeParent(run);
     if (service ? FINISHED_RUN_STATUSES.includes(run.status) : run.status !== 'running') throw notRunning(`run ${run.name}`, run.status);
     if (!service) {
       if (rawReplica !== undefined) throw badRequest(`replica: run ${run.name} is a ${run.kind}, not a service with replicas`);
       return run;
     }
     const replica = await sshReplica(this.server.db, run.id, rawReplica === undefined ? null : Number(rawReplica));
-    if (!replica) throw notRunning(rawReplica === undefined ? `every replica of service ${run.name}` : `replica ${rawReplica} of service ${run.name}`, 'not running');
+    const part = run.kind === 'service' ? 'replica' : 'node';
+    if (!replica) throw notRunning(rawReplica === undefined ? `every ${part} of ${run.kind} ${run.name}` : `${part} ${rawReplica} of ${run.kind} ${run.name}`, 'not running');
     return replica;
   }
 
