@@ -5,13 +5,14 @@ import { mkdir, readdir, realpath } from 'node:fs/promises';
 import { join, posix } from 'node:path';
 import type { Logger } from 'winston';
 import type { JobRepo, JobSubmission, JobVolume } from '../api/agent.js';
+import { DEFAULT_SHELL } from '../api/run-container.js';
 import { isDirectory, missingVolumeMessage } from './job-inputs.js';
 import { checkoutRepo } from './repos.js';
 import type { JobLog } from './job-log.js';
 import { DockerLogReader } from './docker-logs.js';
 import { confinedDirectory, containerFilePath, fileMode } from './job-files.js';
 import {
-  JobStartError, jobEnvironment, jobScript,
+  JobStartError, jobCommandLine, jobEnvironment,
   type JobContext, type JobExecution, type JobExit, type JobRuntime, type RecoveredJob, type StopSignal,
 } from './runtime.js';
 import { createTar } from './tar.js';
@@ -68,6 +69,7 @@ export class DockerRuntime implements JobRuntime {
       throw new JobStartError(`could not create the container: ${engineMessage(error)}`);
     }
     try {
+      await requireShell(container, submission, image);
       if (reposArchive !== null) await container.putArchive(createReadStream(reposArchive), { path: '/' });
       if (submission.files.length > 0) {
         const archive = createTar(submission.files.map((file) => ({
@@ -131,9 +133,11 @@ export class DockerRuntime implements JobRuntime {
   private containerSpec(submission: JobSubmission, image: string, workingDir: string, binds: string[]): Docker.ContainerCreateOptions {
     const { instanceId, portHost, gpus } = this.options;
     const ports = submission.ports.map((port) => `${port}/tcp`);
+    const commandLine = jobCommandLine(submission);
     return {
       Image: image,
-      Cmd: submission.commands.length > 0 ? ['/bin/sh', '-c', jobScript(submission)] : undefined,
+      // The whole command line as the entrypoint, with no command after it: the image's own entrypoint would otherwise wrap it.
+      ...(commandLine === null ? {} : { Entrypoint: commandLine, Cmd: [] }),
       Env: Object.entries(jobEnvironment(submission)).map(([name, value]) => `${name}=${value}`),
       WorkingDir: workingDir,
       Labels: {
@@ -144,6 +148,8 @@ export class DockerRuntime implements JobRuntime {
       ExposedPorts: Object.fromEntries(ports.map((port) => [port, {}])),
       HostConfig: {
         Binds: binds.length > 0 ? binds : undefined,
+        Privileged: submission.privileged ?? false,
+        ShmSize: submission.shmSizeMib === undefined ? undefined : Math.round(submission.shmSizeMib * 1024 * 1024),
         PortBindings: Object.fromEntries(ports.map((port) => [port, [{ HostIp: portHost, HostPort: port.split('/')[0] }]])),
         DeviceRequests: gpus && submission.gpus > 0
           ? [{ Driver: 'nvidia', Count: submission.gpus, Capabilities: [['gpu']] }]
@@ -235,6 +241,19 @@ export function registryOf(image: string): string {
   const slash = image.indexOf('/');
   const first = slash < 0 ? '' : image.slice(0, slash);
   return first.includes('.') || first.includes(':') || first === 'localhost' ? first : 'docker.io';
+}
+
+/**
+ * Fails the job, saying why, when its commands go to a shell that its image lacks (`shell: bash` on an image
+ * without bash), which the engine would only report as an OCI error when the container starts.
+ */
+async function requireShell(container: Docker.Container, submission: JobSubmission, image: string): Promise<void> {
+  if (submission.entrypoint || submission.commands.length === 0) return;
+  const shell = submission.shell ?? DEFAULT_SHELL;
+  const missing = await container.infoArchive({ path: shell }).then(() => false, (error: unknown) => statusCode(error) === 404);
+  if (missing) {
+    throw new JobStartError(`the image ${image} has no ${shell}, the run's shell; use an image that has it, or another shell`);
+  }
 }
 
 /** The engine's bind mounts of the volumes; a missing instance directory fails the job unless the volume is optional. */

@@ -1,11 +1,12 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, realpath } from 'node:fs/promises';
 import { join } from 'node:path';
+import { DEFAULT_SHELL } from '../api/run-container.js';
 import { prepareJobDirectory } from './job-files.js';
 import { linkProcessVolumes, placeProcessRepos } from './job-inputs.js';
 import { OutputOrder } from './output-order.js';
 import {
-  JobStartError, jobEnvironment, jobScript, signalExitCode,
+  JobStartError, jobCommandLine, jobEnvironment, signalExitCode,
   type JobContext, type JobExecution, type JobExit, type JobRuntime, type RecoveredJob, type StopSignal,
 } from './runtime.js';
 
@@ -25,8 +26,9 @@ export interface ProcessJobPlace {
 }
 
 /**
- * Runs each job as `sh -c` on this machine, in its own process group so that a stop reaches every
- * process the job started. For the local backend and for machines without a container engine.
+ * Runs each job in its shell (`sh -c`), or through its entrypoint, on this machine, in its own process
+ * group so that a stop reaches every process the job started. For the local backend and for machines
+ * without a container engine.
  */
 export class ProcessRuntime implements JobRuntime {
   readonly kind = 'process' as const;
@@ -58,7 +60,9 @@ export class ProcessRuntime implements JobRuntime {
 
     const inherited = Object.entries(process.env).filter(([name]) => !name.startsWith(PRIVATE_PREFIX));
     const env: NodeJS.ProcessEnv = { ...Object.fromEntries(inherited), ...jobEnvironment(submission) };
-    const child = spawn('/bin/sh', ['-c', jobScript(submission)], {
+    // A job with nothing to run (an image's own command, which needs a container) ends at once.
+    const [program, ...args] = jobCommandLine(submission) ?? [DEFAULT_SHELL, '-c', ''];
+    const child = spawn(program!, args, {
       cwd: workingDir, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'],
     });
     // Read from the first moment: a pipe whose output waited for a listener would hand it over out of turn.
@@ -67,7 +71,7 @@ export class ProcessRuntime implements JobRuntime {
     child.stderr!.on('data', output.reader('stderr'));
     await new Promise<void>((resolveSpawn, rejectSpawn) => {
       child.once('spawn', resolveSpawn);
-      child.once('error', (error) => rejectSpawn(new JobStartError(`could not start /bin/sh: ${error.message}`)));
+      child.once('error', (error) => rejectSpawn(new JobStartError(`could not start ${program}: ${error.message}`)));
     });
     const startedAt = new Date().toISOString();
     this.running.add(child);

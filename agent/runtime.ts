@@ -1,5 +1,6 @@
 import { constants } from 'node:os';
 import type { JobSubmission } from '../api/agent.js';
+import { DEFAULT_SHELL } from '../api/run-container.js';
 import type { JobLog } from './job-log.js';
 
 export type RuntimeKind = 'docker' | 'process';
@@ -75,9 +76,15 @@ export function jobEnvironment(submission: JobSubmission): Record<string, string
   };
 }
 
-/** The shell command line of a job: its commands joined so that the first failure ends it. */
-export function jobScript(submission: JobSubmission): string {
-  return submission.commands.join(' && ');
+/**
+ * What a job runs: its entrypoint followed by its commands, each one argument, as dstack passes them; else its
+ * commands joined so that the first failure ends them, in its shell. Null when it has neither: a container then
+ * runs its image's own entrypoint and command.
+ */
+export function jobCommandLine(submission: JobSubmission): string[] | null {
+  if (submission.entrypoint) return [...submission.entrypoint, ...submission.commands];
+  if (submission.commands.length === 0) return null;
+  return [submission.shell ?? DEFAULT_SHELL, '-c', submission.commands.join(' && ')];
 }
 
 /** Exit status of a process killed by a signal, as shells and container engines report it. */

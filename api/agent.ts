@@ -60,6 +60,14 @@ export const JobSubmission = Type.Object({
   runName: Type.String({ minLength: 1 }),
   image: Type.Optional(Type.String()),
   commands: Type.Array(Type.String()),
+  /** The shell the commands run in (`<shell> -c`), an absolute path; /bin/sh when absent. */
+  shell: Type.Optional(Type.String({ pattern: '^/' })),
+  /** When given, the job runs these words followed by the commands, each one argument, instead of the shell; it replaces the image's entrypoint. */
+  entrypoint: Type.Optional(Type.Array(Type.String(), { minItems: 1 })),
+  /** Run the container in privileged mode (only a container can be). */
+  privileged: Type.Optional(Type.Boolean()),
+  /** The size of the container's /dev/shm in MiB; the engine's default when absent. */
+  shmSizeMib: Type.Optional(Type.Number({ exclusiveMinimum: 0 })),
   env: Type.Record(Type.String(), Type.String()),
   files: Type.Array(JobFile),
   workingDir: Type.Optional(Type.String()),

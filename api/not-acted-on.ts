@@ -24,31 +24,27 @@ interface Entry {
 }
 
 const RUNS: readonly SpecType[] = ['task', 'service', 'dev-environment'];
-const NOT_YET = 'not acted on yet;';
 
 /**
- * Fields the schemas accept that nothing acts on yet. When a field gets its behaviour, its line goes;
- * the plans of `apply` show what is left here, so that nobody believes a setting is in force.
+ * Fields the schemas accept that have no effect on some specs, and why. The plans of `apply` show
+ * them, so that nobody believes a setting is in force.
  */
 const NOT_ACTED_ON: readonly Entry[] = [
   { kinds: ['service'], field: 'retry', message: 'not used by services: a service replaces a failed replica itself' },
-  { kinds: RUNS, field: 'python', message: `${NOT_YET} the commands get whatever Python the image (or, without a container, the machine) has` },
-  { kinds: RUNS, field: 'privileged', message: `${NOT_YET} the container runs unprivileged` },
-  { kinds: RUNS, field: 'entrypoint', message: `${NOT_YET} the commands run in the shell, not through this entrypoint` },
-  { kinds: RUNS, field: 'shell', message: `${NOT_YET} the commands run in /bin/sh` },
-  { kinds: RUNS, field: 'backends', message: `${NOT_YET} the run may land on a fleet of any backend; set backends on the fleet instead` },
-  { kinds: RUNS, field: 'fleets', message: `${NOT_YET} the run may land on any fleet that fits` },
   {
     kinds: RUNS, field: 'utilization_policy', message: 'not acted on: it watches the run\'s GPUs, and this run asks for none (resources.gpu: 0)',
     when: (spec) => normalizeResources((spec as { resources?: Parameters<typeof normalizeResources>[0] }).resources, 'run').gpu.count.max === 0,
   },
-  { kinds: ['fleet', ...RUNS], field: 'resources.shm_size', message: `${NOT_YET} the container gets the runtime's default shared memory` },
+  { kinds: ['fleet'], field: 'resources.shm_size', message: 'not used on a fleet: each run sets the shared memory of its own container with resources.shm_size' },
 ];
 
 /** What the process runtime, which has no containers, leaves unused. */
 const UNUSED_BY_PROCESS_RUNTIME: readonly Entry[] = [
   { kinds: RUNS, field: 'image', message: 'not used: this instance runs jobs as processes on the machine itself, without a container (a backend with runtime: docker runs images)' },
   { kinds: RUNS, field: 'registry_auth', message: 'not used: this instance pulls no image, as it runs jobs as processes on the machine itself' },
+  { kinds: RUNS, field: 'python', message: 'not used: this instance runs jobs as processes on the machine itself, without the Python image; the commands get the machine\'s own Python' },
+  { kinds: RUNS, field: 'privileged', message: 'not used: this instance runs jobs as processes on the machine itself, with the agent\'s own privileges; only a container can be made privileged' },
+  { kinds: RUNS, field: 'resources.shm_size', message: 'not used: this instance runs jobs as processes on the machine itself, which share its /dev/shm' },
 ];
 
 /** Whether the spec sets the entry's field to something other than what happens anyway (false, off, an empty list). */

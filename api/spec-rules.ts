@@ -2,6 +2,7 @@ import type { TObject } from '@sinclair/typebox';
 import { parseDuration } from './duration.js';
 import { parsePortMapping } from './mappings.js';
 import { parseCountRange } from './quantity.js';
+import { entrypointWords } from './run-container.js';
 import type { SpecType } from './spec.js';
 import type { IssueAt, Path } from './validate.js';
 
@@ -34,6 +35,19 @@ function checkPorts(ports: unknown, report: Report): void {
       seen[side].add(port);
     }
   });
+}
+
+function checkEntrypoint(type: unknown, entrypoint: string, report: Report): void {
+  if (type === 'dev-environment') {
+    report(['entrypoint'], 'not supported for a dev environment (nor in dstack): its init runs in the shell, and it stays up until stopped', 'key');
+    return;
+  }
+  try {
+    if (entrypointWords(entrypoint).length === 0) report(['entrypoint'], 'expected a command line such as "python -m http.server"; it has no words', 'value');
+  } catch (error) {
+    const why = (error as Error).message.replace(/^Got EOF while in /, 'it ends inside ');
+    report(['entrypoint'], `expected a command line such as "python -m http.server", split into words as a shell splits it; ${why}`, 'value');
+  }
 }
 
 function checkScaling(spec: Record<string, unknown>, report: Report): void {
@@ -69,6 +83,7 @@ export function checkSpecRules(spec: Record<string, unknown>, report: Report): v
   if ((type === 'task' || type === 'service') && spec.commands === undefined && spec.image === undefined) {
     report(['commands'], `required field is missing; a ${type} without an image needs commands`, 'parent');
   }
+  if (typeof spec.entrypoint === 'string') checkEntrypoint(type, spec.entrypoint, report);
   checkPorts(spec.ports, report);
   if (type === 'service') checkScaling(spec, report);
   if (spec.schedule !== undefined && typeof spec.name === 'string' && spec.name.length > MAX_SCHEDULED_NAME_LENGTH) {

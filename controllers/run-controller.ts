@@ -2,6 +2,7 @@ import type { Logger } from 'winston';
 import type { JobStatus, JobSubmission } from '../api/agent.js';
 import { parseDurationOrOff } from '../api/duration.js';
 import { parsePortMapping, parseVolumeMount } from '../api/mappings.js';
+import { jobContainer } from '../api/run-container.js';
 import { fillJobSecrets, jobSecretNames } from '../api/interpolation.js';
 import type { RunStatus, RunTerminationReason } from '../api/status.js';
 import { AgentClient, AgentError, AgentUnreachableError } from '../agent/client.js';
@@ -268,7 +269,7 @@ function jobFor(run: RunRecord, instance: InstanceRecord, ips: string[]): JobSub
   return {
     jobId: run.id,
     runName: run.name,
-    image: spec.image,
+    ...jobContainer(spec),
     commands: run.kind === 'dev-environment' ? devEnvironmentCommands(spec.init) : spec.commands ?? [],
     env: spec.env ?? {},
     files: run.files,

@@ -12,6 +12,7 @@ import { insertNode, nodeCount, NODE_JOB } from '../store/nodes.js';
 import { SERVICE_PARENT } from '../store/services.js';
 import type { BackendPool, OfferListing } from './backend-pool.js';
 import type { Controller } from './manager.js';
+import { chooseFleets, type RunPlaces } from './placement-filter.js';
 import { retryDecision } from './retry-policy.js';
 
 
@@ -219,18 +220,21 @@ async function queuedRuns(db: Queryable): Promise<QueuedRun[]> {
 }
 
 /** Decides where one run goes, given what earlier runs of this pass already took. */
-export function place(run: Pick<QueuedRun, 'requirement'>, fleets: FleetRecord[], instances: InstanceRecord[], offers: Map<string, OfferListing>): SinglePlacement {
+export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }, fleets: FleetRecord[], instances: InstanceRecord[], offers: Map<string, OfferListing>): SinglePlacement {
   if (fleets.length === 0) {
     return { kind: 'fail', reason: 'no_fleet_matches', message: 'no fleet: this project has no active fleet; apply one first (e.g. examples/fleets/local.yml)' };
   }
-  const candidates = fleets
+  const choice = chooseFleets(run.spec ?? {}, fleets);
+  if (choice.none) return { kind: 'wait', message: `waiting: ${choice.none}` };
+  const elsewhere = choice.excluded.map((reason) => `; ${reason}`).join('');
+  const candidates = choice.fleets
     .map((fleet) => ({ fleet, requirement: intersectRequirements(fleet.requirement, run.requirement) }))
     .filter((c): c is { fleet: FleetRecord; requirement: ResourceRequirement } => c.requirement !== null);
   if (candidates.length === 0) {
-    const offered = fleets.map((f) => `${f.name} (${describeRequirement(f.requirement)})`).join(', ');
-    return { kind: 'fail', reason: 'no_fleet_matches', message: `no fleet matches: the run needs ${describeRequirement(run.requirement)}; the fleets offer ${offered}` };
+    const offered = choice.fleets.map((f) => `${f.name} (${describeRequirement(f.requirement)})`).join(', ');
+    return { kind: 'fail', reason: 'no_fleet_matches', message: `no fleet matches: the run needs ${describeRequirement(run.requirement)}; the fleets offer ${offered}${elsewhere}` };
   }
-  const fits = (i: InstanceRecord, fleet: FleetRecord) => i.fleetId === fleet.id && i.runId === null
+  const fits = (i: InstanceRecord, fleet: FleetRecord) => i.fleetId === fleet.id && i.runId === null && choice.allows(i.backend)
     && (i.offer ? offerSatisfies(i.offer, run.requirement) : intersectRequirements(i.requirement, run.requirement) !== null);
   const idle = candidates.flatMap(({ fleet }) => instances.filter((i) => i.status === 'idle' && fits(i, fleet)).map((instance) => ({ fleet, instance })))
     .sort((a, b) => (a.instance.offer?.pricePerHour ?? 0) - (b.instance.offer?.pricePerHour ?? 0))[0];
@@ -243,10 +247,11 @@ export function place(run: Pick<QueuedRun, 'requirement'>, fleets: FleetRecord[]
   let onlyNoOffers = true;
   for (const { fleet, requirement } of candidates) {
     const listing = offers.get(fleet.id) ?? { offers: [], backends: [], errors: [] };
-    const matching = listing.offers.filter((o: Offer) => offerSatisfies(o, requirement));
+    const allowed = listing.offers.filter((o: Offer) => choice.allows(o.backend));
+    const matching = allowed.filter((o) => offerSatisfies(o, requirement));
     const fleetInstances = instances.filter((i) => i.fleetId === fleet.id);
     if (matching.length === 0 && listing.errors.length === 0 && !fleetInstances.some((i) => i.offer && offerSatisfies(i.offer, run.requirement))) {
-      const unoffered = unofferedModels(requirement, listing.offers);
+      const unoffered = unofferedModels(requirement, allowed);
       reasons.push(`no offers: no ${fleet.backends.join('/')} offer matches ${describeRequirement(requirement)} in fleet ${fleet.name}${unoffered ? ` (${unoffered})` : ''}`);
       continue;
     }
@@ -263,19 +268,19 @@ export function place(run: Pick<QueuedRun, 'requirement'>, fleets: FleetRecord[]
       reasons.push(`fleet ${fleet.name}: ${listing.errors.join('; ')}`);
     }
   }
-  if (onlyNoOffers) return { kind: 'fail', reason: 'no_offers', message: reasons.join('; ') };
-  return { kind: 'wait', message: `waiting: ${reasons.join('; ')}` };
+  if (onlyNoOffers) return { kind: 'fail', reason: 'no_offers', message: `${reasons.join('; ')}${elsewhere}` };
+  return { kind: 'wait', message: `waiting: ${reasons.join('; ')}${elsewhere}` };
 }
 
 /**
  * Decides where every node of a multi-node task goes, all in one fleet, or that they wait: never a part of them.
  * Each node is placed as a run of its own would be, given what the nodes before it took.
  */
-export function placeNodes(run: Pick<QueuedRun, 'requirement' | 'nodes'>, fleets: FleetRecord[], instances: InstanceRecord[], offers: Map<string, OfferListing>): Placement {
+export function placeNodes(run: Pick<QueuedRun, 'requirement' | 'nodes'> & { spec?: RunPlaces }, fleets: FleetRecord[], instances: InstanceRecord[], offers: Map<string, OfferListing>): Placement {
   const single = place(run, fleets, instances, offers);
   if (single.kind === 'fail') return single;
   const reasons: string[] = [];
-  for (const fleet of fleets.filter((f) => intersectRequirements(f.requirement, run.requirement) !== null)) {
+  for (const fleet of chooseFleets(run.spec ?? {}, fleets).fleets.filter((f) => intersectRequirements(f.requirement, run.requirement) !== null)) {
     if (fleet.nodesMax !== null && fleet.nodesMax < run.nodes) {
       reasons.push(`fleet ${fleet.name} has at most ${fleet.nodesMax} node${fleet.nodesMax === 1 ? '' : 's'} and the task needs ${run.nodes} (nodes: ${run.nodes})`);
       continue;

@@ -128,6 +128,16 @@ describe('agent (process runtime)', function () {
     expect((await waitForState(client, passing.jobId, ['exited'])).exitCode).to.equal(0);
   });
 
+  it('runs the commands in the job\'s shell, or passes each to its entrypoint as one argument', async () => {
+    const bash = submission({ shell: '/bin/bash', commands: ['[[ -n "$BASH_VERSION" ]] && echo "in bash"'] });
+    const entrypoint = submission({ entrypoint: ['printf', '<%s>\\n'], commands: ['one two', '$HOME'] });
+    const missing = submission({ shell: '/no/such/shell', commands: ['true'] });
+    for (const job of [bash, entrypoint, missing]) await client.submit(job);
+    expect((await collectLogs(client, bash.jobId)).map((entry) => entry.text)).to.deep.equal(['in bash']);
+    expect((await collectLogs(client, entrypoint.jobId)).map((entry) => entry.text)).to.deep.equal(['<one two>', '<$HOME>']);
+    expect((await waitForState(client, missing.jobId, ['failed'])).reason).to.equal('could not start /no/such/shell: spawn /no/such/shell ENOENT');
+  });
+
   it('tags stdout and stderr, numbers entries from 1 and flushes a trailing partial line', async () => {
     const job = submission({ commands: ['echo out', 'echo err >&2', 'sleep 0.1', 'printf "no newline"'] });
     await client.submit(job);

@@ -77,12 +77,14 @@ for (const kind of DATABASE_KINDS) {
       const yaml = [
         'type: task', 'name: train', 'commands:', '  - "true"', 'retry: true', 'python: "3.12"', 'ports: [8080]',
         'utilization_policy:', '  min_gpu_utilization: 10', '  time_window: 30m', 'max_duration: 1h', 'priority: 5',
+        'privileged: true', 'shell: bash', 'entrypoint: /usr/bin/env', 'backends: [local]', 'fleets: [local]',
         'resources:', '  shm_size: 1GB', '',
       ].join('\n');
       const applied = await apply('train', yaml);
       expect(ignoredLines(applied.stderr)).to.deep.equal([
-        'python: not acted on yet; the commands get whatever Python the image (or, without a container, the machine) has',
-        'resources.shm_size: not acted on yet; the container gets the runtime\'s default shared memory',
+        'python: not used: this instance runs jobs as processes on the machine itself, without the Python image; the commands get the machine\'s own Python',
+        'privileged: not used: this instance runs jobs as processes on the machine itself, with the agent\'s own privileges; only a container can be made privileged',
+        'resources.shm_size: not used: this instance runs jobs as processes on the machine itself, which share its /dev/shm',
       ]);
       const json = await plan({ type: 'service', commands: ['true'], port: 80, retry: { duration: '2h' }, max_duration: '1h', priority: 5 });
       expect(json.notActedOn).to.deep.equal([{ field: 'retry', message: 'not used by services: a service replaces a failed replica itself' }]);
@@ -137,7 +139,7 @@ for (const kind of DATABASE_KINDS) {
 
     it('lists the fleet fields nothing acts on in the fleet\'s plan', async () => {
       const applied = await apply('shm', 'type: fleet\nname: shm\nbackends: [local]\nnodes: 0..1\nresources:\n  shm_size: 8GB\n');
-      expect(ignoredLines(applied.stderr)).to.deep.equal(['resources.shm_size: not acted on yet; the container gets the runtime\'s default shared memory']);
+      expect(ignoredLines(applied.stderr)).to.deep.equal(['resources.shm_size: not used on a fleet: each run sets the shared memory of its own container with resources.shm_size']);
     });
   });
 

@@ -1,15 +1,12 @@
 import { expect } from 'chai';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import type { Run } from '../api/objects.js';
-import { addProject, endCliSuite, makeHome, runCli, show, startLocalCliSuite, type CliResult, type LocalCliSuite } from './helpers/cli.js';
+import { endCliSuite, runCli, show, startLocalCliSuite, type CliResult, type LocalCliSuite } from './helpers/cli.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { ensurePodman, TEST_IMAGE } from './helpers/podman.js';
-import { startTestServer } from './helpers/server.js';
-
-const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+import { LOCAL_DOCKER_CONFIG } from './helpers/server.js';
 
 /** Writes the YAML into the suite's work folder and applies it, following the run to its end. */
 async function applyTask(suite: LocalCliSuite, name: string, yaml: string): Promise<CliResult> {
@@ -93,12 +90,7 @@ describe('volumes: bind mounts into containers (local backend, runtime docker on
 
   before(async () => {
     process.env.DOCKER_HOST = await ensurePodman();
-    const server = await startTestServer('pglite', 'projects:\n- name: main\n  backends:\n  - type: local\n    runtime: docker\n');
-    const home = makeHome();
-    suite = { server, home, work: mkdtempSync(join(tmpdir(), 'orch-volume-work-')) };
-    await addProject(home.home, server.url);
-    const fleet = await runCli(['apply', '-f', 'examples/fleets/local.yml', '-y'], { home: home.home, cwd: REPO_ROOT });
-    expect(fleet.code, show(fleet)).to.equal(0);
+    suite = await startLocalCliSuite('pglite', LOCAL_DOCKER_CONFIG);
     instanceDir = mkdtempSync(join(tmpdir(), 'orch-volume-'));
     mkdirSync(join(instanceDir, 'sub'));
     writeFileSync(join(instanceDir, 'sub', 'weights.txt'), 'cached weights\n');

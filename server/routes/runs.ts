@@ -12,6 +12,7 @@ import { CHANNELS } from '../../store/channels.js';
 import { agentOf } from '../../controllers/run-controller.js';
 import { place, placeNodes } from '../../controllers/scheduler.js';
 import type { OfferListing } from '../../controllers/backend-pool.js';
+import { chooseFleets } from '../../controllers/placement-filter.js';
 import type { Queryable } from '../../store/db.js';
 import { recordEvent } from '../../store/events.js';
 import { listActiveFleets, type FleetDesired, type FleetRecord } from '../../store/fleets.js';
@@ -208,11 +209,12 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
   const listings = new Map<string, OfferListing>();
   for (const fleet of fleets) listings.set(fleet.id, await pool.offers(project.id, fleet.backends, { fresh: true }));
   const nodes = spec.type === 'task' ? spec.nodes ?? 1 : 1;
-  const placement = nodes > 1 ? placeNodes({ requirement, nodes }, fleets, instances, listings) : place({ requirement }, fleets, instances, listings);
-  const candidates = fleets.filter((f) => intersectRequirements(f.requirement, requirement) !== null);
+  const placement = nodes > 1 ? placeNodes({ requirement, nodes, spec }, fleets, instances, listings) : place({ requirement, spec }, fleets, instances, listings);
+  const choice = chooseFleets(spec, fleets);
+  const candidates = choice.fleets.filter((f) => intersectRequirements(f.requirement, requirement) !== null);
   const matching = candidates.flatMap((fleet) => {
     const both = intersectRequirements(fleet.requirement, requirement)!;
-    return (listings.get(fleet.id)?.offers ?? []).filter((o) => offerSatisfies(o, both)).map((o) => ({ ...o, fleet: fleet.name }));
+    return (listings.get(fleet.id)?.offers ?? []).filter((o) => choice.allows(o.backend) && offerSatisfies(o, both)).map((o) => ({ ...o, fleet: fleet.name }));
   }).sort((a, b) => a.pricePerHour - b.pricePerHour);
   const offers = matching.slice(0, PLANNED_OFFERS);
   const existing = spec.name ? await getRunByName(db, project.id, spec.name) : null;

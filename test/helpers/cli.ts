@@ -139,9 +139,12 @@ export interface LocalCliSuite {
   work: string;
 }
 
-/** Starts a LocalCliSuite with the local fleet (examples/fleets/local.yml) applied through the CLI; end it with endCliSuite. */
-export async function startLocalCliSuite(kind: DatabaseKind): Promise<LocalCliSuite> {
-  const server = await startTestServer(kind, LOCAL_CONFIG);
+/**
+ * Starts a LocalCliSuite with the local fleet (examples/fleets/local.yml) applied through the CLI; end it with endCliSuite.
+ * The server's config is LOCAL_CONFIG (the process runtime) unless given, e.g. LOCAL_DOCKER_CONFIG.
+ */
+export async function startLocalCliSuite(kind: DatabaseKind, config = LOCAL_CONFIG): Promise<LocalCliSuite> {
+  const server = await startTestServer(kind, config);
   const home = makeHome();
   const work = mkdtempSync(join(tmpdir(), 'orch-cli-work-'));
   await addProject(home.home, server.url);

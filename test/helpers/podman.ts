@@ -1,8 +1,8 @@
 import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AgentClient } from '../../agent/client.js';
 import { removeInstanceContainers } from '../../agent/instance-containers.js';
@@ -63,4 +63,40 @@ export async function startPodmanAgent(name: string, workDir = '.'): Promise<Pod
       rmSync(scratch, { recursive: true, force: true });
     },
   };
+}
+
+/** TEST_IMAGE's busybox with this machine's bash beside it, /bin a link to usr/bin as in Debian's images: built by ensureBashImage. */
+export const BASH_TEST_IMAGE = 'localhost/orchestrator-test:bash';
+
+/** Builds BASH_TEST_IMAGE from this machine's bash and the libraries it loads (about a second), once per machine. */
+export async function ensureBashImage(): Promise<string> {
+  await ensurePodman();
+  if (await run('podman', ['image', 'exists', BASH_TEST_IMAGE]).then(() => true, () => false)) return BASH_TEST_IMAGE;
+  const root = mkdtempSync(join(tmpdir(), 'orch-bash-image-'));
+  try {
+    for (const dir of ['usr/bin', 'etc', 'tmp', 'proc', 'sys', 'dev', 'root']) mkdirSync(join(root, dir), { recursive: true });
+    symlinkSync('usr/bin', join(root, 'bin'));
+    copyFileSync('/bin/busybox', join(root, 'usr/bin/busybox'));
+    for (const applet of (await run('/bin/busybox', ['--list'])).split('\n').filter((name) => name && name !== 'busybox')) {
+      symlinkSync('busybox', join(root, 'usr/bin', applet));
+    }
+    const bash = realpathSync('/usr/bin/bash');
+    copyFileSync(bash, join(root, 'usr/bin/bash'));
+    for (const library of (await run('ldd', [bash])).matchAll(/(\/\S+) \(0x/g)) {
+      mkdirSync(join(root, dirname(library[1]!)), { recursive: true });
+      copyFileSync(library[1]!, join(root, library[1]!));
+    }
+    writeFileSync(join(root, 'etc/passwd'), 'root:x:0:0:root:/root:/bin/sh\n');
+    await run('tar', ['-C', root, '-cf', join(root, 'rootfs.tar'), '--exclude', './rootfs.tar', '.']);
+    await run('podman', ['import', '--change', 'CMD ["/bin/sh"]', '--change', 'ENV PATH=/usr/bin:/bin', join(root, 'rootfs.tar'), BASH_TEST_IMAGE]);
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+  return BASH_TEST_IMAGE;
+}
+
+function run(command: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(command, args, { maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => (error ? reject(new Error(`${command} failed: ${stderr || error.message}`)) : resolve(stdout)));
+  });
 }

@@ -55,6 +55,14 @@ export const LOCAL_CONFIG = `projects:
     runtime: process
 `;
 
+/** The local backend running jobs in containers, through the engine that DOCKER_HOST names when the server starts. */
+export const LOCAL_DOCKER_CONFIG = `projects:
+- name: main
+  backends:
+  - type: local
+    runtime: docker
+`;
+
 export function gpucloudConfig(apiUrl: string, apiKey: string): string {
   return `projects:
 - name: main

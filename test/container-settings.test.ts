@@ -1,0 +1,94 @@
+import { expect } from 'chai';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Run, RunLogsPage } from '../api/objects.js';
+import { FINISHED_RUN_STATUSES } from '../api/status.js';
+import { endCliSuite, runCli, show, startLocalCliSuite, type LocalCliSuite } from './helpers/cli.js';
+import { BASH_TEST_IMAGE, ensureBashImage, ensurePodman, TEST_IMAGE } from './helpers/podman.js';
+import { eventually, LOCAL_DOCKER_CONFIG } from './helpers/server.js';
+
+/** CAP_SYS_ADMIN, which mount needs: a privileged container has it, a default one does not. */
+const CAP_SYS_ADMIN = 21n;
+const PROBE = ['commands:', '  - grep CapEff /proc/self/status', '  - df -k /dev/shm | tail -n 1'];
+
+/** One task per setting, applied together so that they run side by side on the local fleet's instances. */
+const TASKS: Record<string, string[]> = {
+  'privileged': [`image: ${TEST_IMAGE}`, 'privileged: true', 'resources:', '  shm_size: 256MB', ...PROBE],
+  'unprivileged': [`image: ${TEST_IMAGE}`, ...PROBE],
+  'entrypoint': [`image: ${TEST_IMAGE}`, `entrypoint: printf '<%s>\\n'`, 'commands:', '  - one two', '  - $HOME && false'],
+  'bash': [`image: ${BASH_TEST_IMAGE}`, 'shell: bash', 'commands:', '  - \'[[ -n "$BASH_VERSION" ]] && echo "bash $BASH_VERSION"\''],
+  'ash': [`image: ${TEST_IMAGE}`, 'shell: /bin/ash', 'commands:', '  - echo "shell $0"'],
+  'no-bash': [`image: ${TEST_IMAGE}`, 'shell: bash', 'commands:', '  - echo never'],
+  'python': ['python: "3.12"', 'commands:', '  - python --version'],
+};
+
+describe('container settings: privileged, resources.shm_size, entrypoint, shell, python (local backend, runtime docker on Podman)', function () {
+  this.timeout(60_000);
+  let suite: LocalCliSuite;
+  let planned: string;
+  const runs = new Map<string, Run>();
+  const output = new Map<string, string>();
+  const previousDockerHost = process.env.DOCKER_HOST;
+
+  before(async function () {
+    this.timeout(600_000);
+    process.env.DOCKER_HOST = await ensurePodman();
+    await ensureBashImage();
+    suite = await startLocalCliSuite('pglite', LOCAL_DOCKER_CONFIG);
+    const file = join(suite.work, 'tasks.yml');
+    writeFileSync(file, Object.entries(TASKS).map(([name, lines]) => ['type: task', `name: ${name}`, ...lines, ''].join('\n')).join('---\n'));
+    const applied = await runCli(['apply', '-f', file, '-y', '-d', '--no-ssh-config'], { home: suite.home.home, cwd: suite.work });
+    expect(applied.code, show(applied)).to.equal(0);
+    planned = applied.stderr;
+    for (const name of Object.keys(TASKS)) {
+      runs.set(name, await eventually(async () => {
+        const run = (await suite.server.api('GET', `/api/projects/main/runs/${name}`)).body as Run;
+        return FINISHED_RUN_STATUSES.includes(run.status) && run;
+      }, 90_000, `${name} to end`));
+      const page = (await suite.server.api('GET', `/api/projects/main/runs/${name}/logs`)).body as RunLogsPage;
+      output.set(name, page.lines.map((line) => `${line.text}\n`).join(''));
+    }
+  });
+  after(async function () {
+    this.timeout(60_000);
+    await endCliSuite(suite?.server, suite?.home, suite?.work);
+    if (previousDockerHost === undefined) delete process.env.DOCKER_HOST;
+    else process.env.DOCKER_HOST = previousDockerHost;
+  });
+
+  const done = (name: string) => {
+    expect(runs.get(name)!.status, `${name}: ${runs.get(name)!.statusMessage}\n${output.get(name)}`).to.equal('done');
+    return output.get(name)!;
+  };
+
+  it('makes the container privileged and sizes its /dev/shm as asked; without them, the engine\'s defaults', () => {
+    const sysAdmin = (text: string) => (BigInt(`0x${/CapEff:\s*([0-9a-f]+)/.exec(text)![1]}`) >> CAP_SYS_ADMIN) & 1n;
+    const shmKib = (text: string) => Number(/^shm\s+(\d+)/m.exec(text)![1]);
+    const [asked, plain] = [done('privileged'), done('unprivileged')];
+    expect(sysAdmin(asked), asked).to.equal(1n);
+    expect(sysAdmin(plain), plain).to.equal(0n);
+    expect(shmKib(asked), asked).to.equal(256 * 1024);
+    expect(shmKib(plain), plain).to.be.below(256 * 1024);
+    expect(planned, 'the plans list no field as ignored').not.to.match(/ignored/);
+  });
+
+  it('passes each command to the entrypoint as one argument, in place of the shell', () => {
+    expect(done('entrypoint')).to.equal('<one two>\n<$HOME && false>\n');
+  });
+
+  it('runs the commands in bash, or in a shell named by its path, and fails clearly on an image without bash', () => {
+    expect(done('bash')).to.match(/^bash \d+\.\d+/);
+    expect(done('ash')).to.equal('shell /bin/ash\n');
+    const missing = runs.get('no-bash')!;
+    expect(missing.status).to.equal('failed');
+    expect(missing.statusMessage).to.contain(`the image ${TEST_IMAGE} has no /bin/bash, the run's shell; use an image that has it, or another shell`);
+    expect(output.get('no-bash')).to.equal('');
+  });
+
+  it('runs a task that gives python and no image in python:<version>-slim', () => {
+    const run = runs.get('python')!;
+    // The test machines reach no registry; where one is reachable, the image is pulled and runs.
+    if (run.status === 'done') expect(output.get('python')).to.match(/^Python 3\.12\.\d+$/m);
+    else expect(run.statusMessage).to.contain('could not pull image python:3.12-slim from registry docker.io');
+  });
+});
