@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { stringify } from 'yaml';
+import { ResourceStatus } from './kubernetes.js';
 import { MAX_NAME_LENGTH, NAME_PATTERN } from './names.js';
 import { SPEC_SCHEMAS, SPEC_TYPES, type SpecType } from './spec.js';
 
@@ -9,7 +10,7 @@ export const CRD_GROUP = 'orchestrator.dev';
 export const CRD_VERSION = 'v1alpha1';
 export const CRD_REGENERATE_COMMAND = 'node --import tsx api/crd.ts';
 
-const KINDS: Record<SpecType, { kind: string; plural: string; singular: string }> = {
+export const CRD_NAMES: Record<SpecType, { kind: string; plural: string; singular: string }> = {
   'fleet': { kind: 'Fleet', plural: 'fleets', singular: 'fleet' },
   'task': { kind: 'Task', plural: 'tasks', singular: 'task' },
   'service': { kind: 'Service', plural: 'services', singular: 'service' },
@@ -90,8 +91,21 @@ function specSchema(type: SpecType): Json {
   return toStructural({ ...schema, properties, required });
 }
 
+const STATUS_COLUMN = { name: 'Status', type: 'string', jsonPath: '.status.status' };
+const GPU_COLUMN = { name: 'GPU', type: 'string', jsonPath: '.status.gpu' };
+const INSTANCE_COLUMN = { name: 'Instance', type: 'string', jsonPath: '.status.instance', priority: 1 };
+const MESSAGE_COLUMN = { name: 'Message', type: 'string', jsonPath: '.status.statusMessage', priority: 1 };
+
+/** What `kubectl get` shows of each kind; priority 1 columns only with `-o wide`. */
+const PRINTER_COLUMNS: Record<SpecType, Json[]> = {
+  'fleet': [STATUS_COLUMN, { name: 'Instances', type: 'integer', jsonPath: '.status.instances' }, MESSAGE_COLUMN],
+  'task': [STATUS_COLUMN, GPU_COLUMN, { name: 'Exit', type: 'integer', jsonPath: '.status.exitCode' }, INSTANCE_COLUMN, MESSAGE_COLUMN],
+  'service': [STATUS_COLUMN, GPU_COLUMN, { name: 'URL', type: 'string', jsonPath: '.status.serviceUrl' }, INSTANCE_COLUMN, MESSAGE_COLUMN],
+  'dev-environment': [STATUS_COLUMN, GPU_COLUMN, INSTANCE_COLUMN, MESSAGE_COLUMN],
+};
+
 function crdFor(type: SpecType): Json {
-  const names = KINDS[type];
+  const names = CRD_NAMES[type];
   return {
     apiVersion: 'apiextensions.k8s.io/v1',
     kind: 'CustomResourceDefinition',
@@ -106,7 +120,8 @@ function crdFor(type: SpecType): Json {
         storage: true,
         subresources: { status: {} },
         additionalPrinterColumns: [
-          { name: 'Status', type: 'string', jsonPath: '.status.status' },
+          ...PRINTER_COLUMNS[type],
+          { name: 'Ready', type: 'string', jsonPath: '.status.conditions[?(@.type=="Ready")].status' },
           { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
         ],
         schema: {
@@ -119,7 +134,7 @@ function crdFor(type: SpecType): Json {
               kind: { type: 'string' },
               metadata: { type: 'object' },
               spec: specSchema(type),
-              status: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true, description: 'Written by the orchestrator' },
+              status: { ...toStructural(ResourceStatus as unknown as Json), description: 'Written by the orchestrator' },
             },
             'x-kubernetes-validations': [{
               rule: `self.metadata.name.size() <= ${MAX_NAME_LENGTH} && self.metadata.name.matches('${NAME_PATTERN}')`,
@@ -136,7 +151,7 @@ function crdFor(type: SpecType): Json {
 export function generateCrds(): Record<string, string> {
   const header = `# Generated from api/spec.ts by \`${CRD_REGENERATE_COMMAND}\`; do not edit.\n`;
   return Object.fromEntries(SPEC_TYPES.map((type) => [
-    `${KINDS[type].plural}.${CRD_GROUP}.yaml`,
+    `${CRD_NAMES[type].plural}.${CRD_GROUP}.yaml`,
     header + stringify(crdFor(type), { lineWidth: 0 }),
   ]));
 }

@@ -7,6 +7,7 @@
 # of those with the same release's published v0.Y.Z module, then builds only cmd/kube-apiserver.
 # The binary lands in ~/.cache/orchestrator/kubernetes/<version>/ (Go's module and build caches beside it),
 # so a second run finds it and does nothing. Run as root (apt-get). Prints the binaries' folder.
+# `install-kubernetes.sh etcd` or `install-kubernetes.sh kube-apiserver` does one part only.
 #
 # The build is the slow part of a fresh machine's set-up (several minutes of CPU on two cores), so it compiles
 # without optimisations or inlining (-N -l: about a third less compile time, and the server still starts in
@@ -17,12 +18,13 @@ version=v1.34.4
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/orchestrator/kubernetes"
 binaries="$cache/$version"
 
-if ! command -v etcd >/dev/null 2>&1; then
+part=${1:-all}
+if [ "$part" != kube-apiserver ] && ! command -v etcd >/dev/null 2>&1; then
   apt-get -o DPkg::Lock::Timeout=600 update >/dev/null
   apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends etcd-server >/dev/null
 fi
 
-if [ ! -x "$binaries/kube-apiserver" ]; then
+if [ "$part" != etcd ] && [ ! -x "$binaries/kube-apiserver" ]; then
   echo "kubernetes: building kube-apiserver $version from its Go modules into $binaries" >&2
   export GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
   module=$(mktemp -d)

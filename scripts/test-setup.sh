@@ -7,9 +7,14 @@
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/postgres-setup.sh
+# The API server's first build takes minutes of CPU and little network: it runs beside the downloads below, and
+# is waited for at the end.
+sh scripts/install-kubernetes.sh etcd >/dev/null
+kubernetes_log=$(mktemp)
+sh scripts/install-kubernetes.sh kube-apiserver >"$kubernetes_log" 2>&1 &
+kubernetes=$!
 sh scripts/podman-setup.sh >/dev/null
 sh scripts/install-image-server-deps.sh
-sh scripts/install-kubernetes.sh >/dev/null
 # Command-line tools the tests run: the OpenSSH client (ssh, scp, ssh-keygen), curl, tmux, git (its daemon
 # serves the repos tests), and the reference image registry with htpasswd for the registry_auth tests.
 missing=""
@@ -23,3 +28,5 @@ if [ -n "$missing" ]; then
   apt-get update >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y $missing >/dev/null
 fi
+wait "$kubernetes" || { cat "$kubernetes_log" >&2; exit 1; }
+rm -f "$kubernetes_log"

@@ -21,6 +21,19 @@ const SecretsConfig = Type.Object({
   key: Type.Optional(Type.String()),
 }, { additionalProperties: false });
 
+const KubernetesConfig = Type.Object({
+  /** A kubeconfig file; without it, $KUBECONFIG, ~/.kube/config, or the service account of the pod the server runs in. */
+  kubeconfig: Type.Optional(Type.String({ minLength: 1 })),
+  /** Apply the custom resources (Fleet, Task, Service, DevEnvironment) found in these namespaces. */
+  watch: Type.Object({
+    /** Every namespace when left out. */
+    namespaces: Type.Optional(Type.Array(Type.String({ pattern: '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$', maxLength: 63 }), { minItems: 1 })),
+    /** The project of a namespace without the orchestrator.dev/project label or annotation; the first project when left out. */
+    project: Type.Optional(Type.String()),
+  }, { additionalProperties: false }),
+}, { additionalProperties: false });
+export type KubernetesConfig = Static<typeof KubernetesConfig>;
+
 export const ServerConfig = Type.Object({
   projects: Type.Array(Type.Object({
     name: Type.String({ pattern: '^[a-z][-a-z0-9]{0,39}$' }),
@@ -29,6 +42,7 @@ export const ServerConfig = Type.Object({
   logs: Type.Optional(LogsConfig),
   metrics: Type.Optional(MetricsConfig),
   secrets: Type.Optional(SecretsConfig),
+  kubernetes: Type.Optional(KubernetesConfig),
 }, { additionalProperties: false });
 export type ServerConfig = Static<typeof ServerConfig>;
 
@@ -53,6 +67,13 @@ projects:
 # database need the same key: give it here (openssl rand -base64 32) on each of them.
 # secrets:
 #   key: <32 bytes in base64>
+# Apply the orchestrator.dev custom resources of these namespaces (all when left out) from a Kubernetes
+# cluster: the kubeconfig named, else $KUBECONFIG, ~/.kube/config or the pod's service account.
+# kubernetes:
+#   kubeconfig: /path/to/kubeconfig
+#   watch:
+#     namespaces: [ml-team]
+#     project: main
 `;
 
 /** More alias expansions than a hand-written config needs; beyond it a file is taken for an attack. */
@@ -118,6 +139,7 @@ const Outline = Type.Object({
   logs: Type.Optional(LogsConfig),
   metrics: Type.Optional(MetricsConfig),
   secrets: Type.Optional(SecretsConfig),
+  kubernetes: Type.Optional(KubernetesConfig),
 }, { additionalProperties: false });
 
 interface Problem {
@@ -142,6 +164,11 @@ function configProblems(value: unknown): Problem[] {
     } catch (error) {
       add(['logs', 'max_size_per_run'], (error as Error).message);
     }
+  }
+  const watchedProject = (value as ServerConfig).kubernetes?.watch.project;
+  const projects = (value as ServerConfig).projects.map((project) => project.name);
+  if (watchedProject !== undefined && !projects.includes(watchedProject)) {
+    add(['kubernetes', 'watch', 'project'], `no project ${JSON.stringify(watchedProject)} in this file; expected one of: ${projects.join(', ')}`);
   }
   (value as ServerConfig).projects.forEach((project, p) => project.backends.forEach((backend, b) => {
     const at = ['projects', p, 'backends', b];

@@ -19,6 +19,8 @@ import { openDatabase } from '../store/open.js';
 import { newToken, upsertProject, upsertUser } from '../store/projects.js';
 import { SecretBox } from '../store/secrets.js';
 import { createApp } from './app.js';
+import { KubernetesSource } from './kubernetes/source-controller.js';
+import { kubernetesSourceOptions } from './kubernetes/start.js';
 import { SshRelay } from './routes/ssh.js';
 import { loadServerConfig, maxLogBytesPerRun, StartupError } from './config.js';
 import { serverDir } from './paths.js';
@@ -58,6 +60,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   mkdirSync(dir, { recursive: true });
   const configPath = join(dir, 'config.yml');
   const config = loadServerConfig(configPath);
+  const kubernetesOptions = kubernetesSourceOptions(config);
   const secrets = new SecretBox(loadSecretsKey(dir, config.secrets?.key));
   const logger = winston.createLogger({
     level: options.logLevel ?? process.env.ORCHESTRATOR_LOG_LEVEL ?? 'info',
@@ -107,6 +110,9 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     new ScheduleController(db, owner, logger),
   ], logger, options.controllerIntervalMs);
   await manager.start();
+  // Custom resources mirror the database; a look every five controller loops is the safety net under watches and NOTIFYs.
+  const kubernetes = kubernetesOptions ? new KubernetesSource(db, logger, { ...kubernetesOptions, resyncMs: 5 * (options.controllerIntervalMs ?? 1000) }) : null;
+  await kubernetes?.start();
   const address = http.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   logger.info(`serving on http://${host}:${address.port} (${db.driver} database, controllers as ${owner})`);
@@ -118,6 +124,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     db,
     close: async () => {
       ssh.close();
+      await kubernetes?.stop();
       await gateway.close();
       http.closeAllConnections();
       await new Promise((r) => http.close(r));

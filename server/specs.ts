@@ -139,7 +139,8 @@ export interface ItemProblem {
 
 const ITEM_FIELDS = ['spec', 'files', 'repos'];
 
-function checkedItem(item: unknown, project: ProjectRecord, problem: (path: string, message: string) => void): ApplyingItem | null {
+/** Validates one object of an apply, `{spec, files?, repos?}`; null when it has a problem, each told by its field. */
+export function checkedItem(item: unknown, project: ProjectRecord, problem: (path: string, message: string) => void): ApplyingItem | null {
   if (typeof item !== 'object' || item === null || Array.isArray(item)) {
     problem('', `expected {spec, files?}, got ${describeValue(item)}`);
     return null;

@@ -1,0 +1,59 @@
+import type { FleetPlan } from '../api/objects.js';
+import { describeRequirement } from '../api/resources.js';
+import { CHANNELS } from '../store/channels.js';
+import type { Db, Queryable } from '../store/db.js';
+import { recordEvent } from '../store/events.js';
+import { applyFleet, type FleetDesired, type FleetRecord } from '../store/fleets.js';
+import type { ProjectRecord } from '../store/projects.js';
+import type { RunRecord } from '../store/runs.js';
+import { HttpError } from './http-errors.js';
+import { submitRun } from './routes/runs.js';
+import type { ApplyingItem } from './specs.js';
+
+export type Written =
+  | { kind: 'fleet'; fleet: FleetRecord; action: FleetPlan['action'] }
+  | { kind: 'run'; run: RunRecord };
+
+/** Writes a fleet's new generation (or the fleet) and its event; nothing when the spec is unchanged. */
+async function writeFleet(q: Queryable, project: ProjectRecord, desired: FleetDesired): Promise<Written> {
+  const { fleet, created, changed } = await applyFleet(q, project.id, desired);
+  if (changed) {
+    await recordEvent(q, { projectId: project.id, objectKind: 'fleet', objectId: fleet.id, objectName: fleet.name, reason: created ? 'Created' : 'Updated', message: `generation ${fleet.generation}: nodes ${desired.nodesMin}..${desired.nodesMax ?? ''}, ${describeRequirement(desired.requirement)}` });
+  }
+  return { kind: 'fleet', fleet, action: created ? 'create' : changed ? 'update' : 'unchanged' };
+}
+
+/** An item that could not be written (a run name still in use), so that nothing was: says which, and why. */
+export class ApplyItemError extends HttpError {
+  /** The cause's message, without the item's place in the batch. */
+  readonly reason: string;
+
+  constructor(cause: HttpError, readonly index: number) {
+    super(cause.status, cause.code, `nothing was applied: items[${index}]: ${cause.message}`, { index });
+    this.reason = cause.message;
+  }
+}
+
+/**
+ * Writes validated fleets and runs (`checkedApplyItems`) in one transaction, all or nothing: a run name still in
+ * use (409) leaves no fleet behind either. After the commit, the controllers that look after them are told.
+ * `orchestrator apply` and the Kubernetes source controller both write through here.
+ */
+export async function applyItems(db: Db, project: ProjectRecord, userId: string, items: ApplyingItem[]): Promise<Written[]> {
+  const written = await db.transaction(async (tx) => {
+    const done: Written[] = [];
+    for (const [index, item] of items.entries()) {
+      try {
+        done.push(item.kind === 'fleet' ? await writeFleet(tx, project, item.desired) : { kind: 'run', run: await submitRun(tx, project, userId, item.spec, item.files, item.repos) });
+      } catch (error) {
+        if (error instanceof HttpError) throw new ApplyItemError(error, index);
+        throw error;
+      }
+    }
+    return done;
+  });
+  const fleetsChanged = written.some((w) => w.kind === 'fleet' && w.action !== 'unchanged');
+  if (fleetsChanged) await db.notify(CHANNELS.fleets);
+  if (fleetsChanged || written.some((w) => w.kind === 'run')) await db.notify(CHANNELS.runs);
+  return written;
+}

@@ -1,0 +1,112 @@
+import { ApiException, CoreV1Api, CustomObjectsApi, KubeConfig, ListWatch, Watch, type KubernetesObject, type V1Namespace } from '@kubernetes/client-node';
+import { CRD_GROUP, CRD_NAMES, CRD_VERSION } from '../../api/crd.js';
+import type { ResourceStatus } from '../../api/kubernetes.js';
+import type { SpecType } from '../../api/spec.js';
+
+/** A custom resource of one of the four kinds, as the API server holds it. */
+export interface CustomResource extends KubernetesObject {
+  metadata: NonNullable<KubernetesObject['metadata']> & { name: string; namespace: string; generation?: number; resourceVersion?: string; uid?: string };
+  spec?: Record<string, unknown>;
+  status?: ResourceStatus;
+}
+
+const FIELD_MANAGER = 'orchestrator';
+
+/** The kubeconfig file named, or else the default: $KUBECONFIG, ~/.kube/config, or the pod's service account. */
+export function loadKubeConfig(path: string | undefined): KubeConfig {
+  const config = new KubeConfig();
+  if (path) config.loadFromFile(path);
+  else config.loadFromDefault();
+  return config;
+}
+
+/** The HTTP status of a failed call, or undefined for a failure that is not an answer (the server unreachable). */
+export function statusCodeOf(error: unknown): number | undefined {
+  return error instanceof ApiException ? error.code : undefined;
+}
+
+/**
+ * Watches that also ask for bookmarks, so that a watch resumed after a quiet spell starts from a recent
+ * resourceVersion, and that say when the API server has accepted one (the informer's own `connect` comes before).
+ */
+class BookmarkingWatch extends Watch {
+  constructor(config: KubeConfig, private readonly onWatching: () => void) {
+    super(config);
+  }
+
+  override async watch(path: string, queryParams: Record<string, unknown>, callback: (phase: string, apiObj: any, watchObj?: any) => void, done: (err: any) => void): Promise<AbortController> {
+    let ended = false;
+    const controller = await super.watch(path, { ...queryParams, allowWatchBookmarks: true }, callback, (error) => {
+      ended = true;
+      done(error);
+    });
+    if (!ended) this.onWatching();
+    return controller;
+  }
+}
+
+/** The calls the source controller makes: list+watch of the custom resources and namespaces, their status and finalizers. */
+export class Cluster {
+  private readonly objects: CustomObjectsApi;
+  private readonly core: CoreV1Api;
+
+  constructor(private readonly config: KubeConfig) {
+    this.objects = config.makeApiClient(CustomObjectsApi);
+    this.core = config.makeApiClient(CoreV1Api);
+  }
+
+  /**
+   * A list+watch of one kind in one namespace (or all of them): it lists, then watches from the list's
+   * resourceVersion, and lists again when the API server answers 410 Gone. It stops on any other error;
+   * `start()` resumes it.
+   */
+  informer(type: SpecType, namespace: string | null, onWatching: () => void): ListWatch<CustomResource> {
+    const { plural } = CRD_NAMES[type];
+    const base = `/apis/${CRD_GROUP}/${CRD_VERSION}`;
+    const path = namespace === null ? `${base}/${plural}` : `${base}/namespaces/${namespace}/${plural}`;
+    const list = () => namespace === null
+      ? this.objects.listClusterCustomObject({ group: CRD_GROUP, version: CRD_VERSION, plural })
+      : this.objects.listNamespacedCustomObject({ group: CRD_GROUP, version: CRD_VERSION, namespace, plural });
+    return new ListWatch<CustomResource>(path, new BookmarkingWatch(this.config, onWatching), list, false);
+  }
+
+  namespaceInformer(onWatching: () => void): ListWatch<V1Namespace> {
+    return new ListWatch<V1Namespace>('/api/v1/namespaces', new BookmarkingWatch(this.config, onWatching), () => this.core.listNamespace(), false);
+  }
+
+  /** The object as the API server has it now; null when it is gone. */
+  async get(type: SpecType, namespace: string, name: string): Promise<CustomResource | null> {
+    try {
+      return await this.objects.getNamespacedCustomObject({ group: CRD_GROUP, version: CRD_VERSION, namespace, plural: CRD_NAMES[type].plural, name });
+    } catch (error) {
+      if (statusCodeOf(error) === 404) return null;
+      throw error;
+    }
+  }
+
+  /** Replaces the status of the object at its resourceVersion: a 409 means someone wrote it since. */
+  writeStatus(type: SpecType, object: CustomResource, status: ResourceStatus): Promise<CustomResource> {
+    const { namespace, name } = object.metadata;
+    return this.objects.replaceNamespacedCustomObjectStatus({
+      group: CRD_GROUP, version: CRD_VERSION, namespace, plural: CRD_NAMES[type].plural, name,
+      body: { apiVersion: object.apiVersion, kind: object.kind, metadata: { name, namespace, resourceVersion: object.metadata.resourceVersion }, status },
+      fieldManager: FIELD_MANAGER,
+    });
+  }
+
+  /**
+   * Changes the finalizers with a JSON patch that first tests the resourceVersion, so a patch made from an old
+   * copy fails (422) instead of dropping another controller's finalizer.
+   */
+  setFinalizers(type: SpecType, object: CustomResource, finalizers: string[]): Promise<CustomResource> {
+    const { namespace, name } = object.metadata;
+    return this.objects.patchNamespacedCustomObject({
+      group: CRD_GROUP, version: CRD_VERSION, namespace, plural: CRD_NAMES[type].plural, name,
+      body: [
+        { op: 'test', path: '/metadata/resourceVersion', value: object.metadata.resourceVersion },
+        { op: 'add', path: '/metadata/finalizers', value: finalizers },
+      ],
+      fieldManager: FIELD_MANAGER,
+    });
+  }
+}

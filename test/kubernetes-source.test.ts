@@ -1,0 +1,245 @@
+import { ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, loadYaml, PatchStrategy, setHeaderOptions, type KubeConfig, type V1CustomResourceDefinition } from '@kubernetes/client-node';
+import { expect } from 'chai';
+import { readdirSync, readFileSync } from 'node:fs';
+import { request } from 'node:https';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parse } from 'yaml';
+import { CRD_GROUP, CRD_NAMES, CRD_VERSION } from '../api/crd.js';
+import { FINALIZER, PROJECT_LABEL, type Condition, type ResourceStatus } from '../api/kubernetes.js';
+import type { Fleet, Run } from '../api/objects.js';
+import { parseSpecText } from '../api/parse.js';
+import { startServer, type RunningServer } from '../server/server.js';
+import { startKubeCluster, type KubeCluster } from './helpers/kube-apiserver.js';
+import { eventually, FAST_TIMINGS, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const NAMESPACE = 'gitops';
+
+interface Resource {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string; generation?: number; finalizers?: string[]; deletionTimestamp?: string; resourceVersion?: string };
+  spec: Record<string, unknown>;
+  status?: ResourceStatus;
+}
+
+const PLURALS = Object.fromEntries(Object.values(CRD_NAMES).map((names) => [names.kind, names.plural]));
+
+function serverConfig(kubeconfig: string): string {
+  return `${LOCAL_CONFIG}kubernetes:
+  kubeconfig: ${kubeconfig}
+  watch:
+    project: main
+`;
+}
+
+function condition(object: Resource | null, type: Condition['type']): Condition | undefined {
+  return object?.status?.conditions.find((c) => c.type === type);
+}
+
+/** `kubectl get`'s table of a kind: the printer columns and each row's cells. */
+function table(kubeConfig: KubeConfig, path: string): Promise<{ columns: string[]; rows: unknown[][] }> {
+  const options = { method: 'GET', headers: { accept: 'application/json;as=Table;v=v1;g=meta.k8s.io' } as Record<string, string> };
+  return kubeConfig.applyToHTTPSOptions(options).then(() => new Promise((resolve, reject) => {
+    const server = new URL(kubeConfig.getCurrentCluster()!.server);
+    request({ ...options, host: server.hostname, port: server.port, path }, (response) => {
+      let body = '';
+      response.on('data', (chunk) => { body += chunk; });
+      response.on('end', () => {
+        const parsed = JSON.parse(body);
+        resolve({ columns: parsed.columnDefinitions.map((c: { name: string }) => c.name), rows: parsed.rows.map((r: { cells: unknown[] }) => r.cells) });
+      });
+    }).on('error', reject).end();
+  }));
+}
+
+describe('kubernetes source controller, against a real kube-apiserver', function () {
+  this.timeout(120_000);
+  let cluster: KubeCluster;
+  let server: TestServer;
+  let objects: CustomObjectsApi;
+
+  const read = async (kind: string, name: string): Promise<Resource | null> => {
+    try {
+      return await objects.getNamespacedCustomObject({ group: CRD_GROUP, version: CRD_VERSION, namespace: NAMESPACE, plural: PLURALS[kind], name });
+    } catch (error) {
+      if ((error as { code?: number }).code === 404) return null;
+      throw error;
+    }
+  };
+  const create = (object: Resource, api = objects): Promise<Resource> =>
+    api.createNamespacedCustomObject({ group: CRD_GROUP, version: CRD_VERSION, namespace: NAMESPACE, plural: PLURALS[object.kind], body: object });
+  const mergePatch = (kind: string, name: string, body: object): Promise<Resource> =>
+    objects.patchNamespacedCustomObject({ group: CRD_GROUP, version: CRD_VERSION, namespace: NAMESPACE, plural: PLURALS[kind], name, body }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+  const remove = (kind: string, name: string, api = objects) =>
+    api.deleteNamespacedCustomObject({ group: CRD_GROUP, version: CRD_VERSION, namespace: NAMESPACE, plural: PLURALS[kind], name });
+  const task = (name: string, spec: Record<string, unknown>): Resource => ({ apiVersion: `${CRD_GROUP}/${CRD_VERSION}`, kind: 'Task', metadata: { name }, spec });
+  const example = (file: string): Resource => parse(readFileSync(join(ROOT, 'examples', 'kubernetes', file), 'utf8'));
+  /** Waits until the object's status satisfies `check`, for the generation it has then. */
+  const statusOf = (kind: string, name: string, check: (object: Resource) => boolean, what: string, timeoutMs = 60_000) =>
+    eventually(async () => {
+      const object = await read(kind, name);
+      return object && object.status?.observedGeneration === object.metadata.generation && check(object) ? object : undefined;
+    }, timeoutMs, `${kind} ${name}: ${what}`);
+  const run = async (name: string): Promise<Run> => (await server.api('GET', `/api/projects/main/runs/${name}`)).body;
+
+  before(async function () {
+    this.timeout(300_000);
+    cluster = await startKubeCluster();
+    objects = cluster.kubeConfig.makeApiClient(CustomObjectsApi);
+    await cluster.kubeConfig.makeApiClient(CoreV1Api).createNamespace({ body: { metadata: { name: NAMESPACE } } });
+  });
+
+  after(async function () {
+    this.timeout(60_000);
+    if (server) {
+      for (const fleet of (await server.api('GET', '/api/projects/main/fleets')).body as Fleet[]) await server.api('DELETE', `/api/projects/main/fleets/${fleet.name}`);
+      await server.stop();
+    }
+    await cluster?.stop();
+  });
+
+  it('installs the generated CRDs: structural schemas the API server accepts, established', async () => {
+    const extensions = cluster.kubeConfig.makeApiClient(ApiextensionsV1Api);
+    const files = readdirSync(join(ROOT, 'crds')).filter((name) => name.endsWith('.yaml'));
+    for (const file of files) {
+      // Read into the client's own model, whose fields (xKubernetesIntOrString...) it writes back out with their JSON names.
+      await extensions.createCustomResourceDefinition({ body: loadYaml<V1CustomResourceDefinition>(readFileSync(join(ROOT, 'crds', file), 'utf8')) });
+    }
+    for (const file of files) {
+      const name = file.replace(/\.yaml$/, '');
+      await eventually(async () => {
+        const crd = await extensions.readCustomResourceDefinition({ name });
+        const conditions = crd.status?.conditions ?? [];
+        expect(conditions.find((c) => c.type === 'NonStructuralSchema'), `${name} is not structural`).to.equal(undefined);
+        return conditions.some((c) => c.type === 'Established' && c.status === 'True');
+      }, 20_000, `${name} to be established`);
+    }
+    server = await startTestServer('postgres', serverConfig(cluster.kubeconfigPath));
+  });
+
+  it('applies the examples: the fleet, then the task runs to its exit code, with kstatus conditions and printer columns', async () => {
+    await create(example('fleet.yaml'));
+    const created = await create(example('task.yaml'));
+    const done = await statusOf('Task', 'hello', (o) => o.status?.status === 'done', 'done');
+    expect(done.status!.exitCode).to.equal(0);
+    expect(condition(done, 'Ready')).to.include({ status: 'True', reason: 'Succeeded', observedGeneration: 1 });
+    expect(condition(done, 'Reconciling')).to.equal(undefined);
+    expect(condition(done, 'Stalled')).to.equal(undefined);
+    expect(done.status!.project).to.equal('main');
+    expect(done.status!.instance).to.be.a('string');
+    expect(done.metadata.finalizers).to.include(FINALIZER);
+    // The controller never writes the spec: the generation and the spec are what the API server made of the file.
+    expect(done.metadata.generation).to.equal(1);
+    expect(done.spec).to.deep.equal(created.spec);
+
+    const hello = await run('hello');
+    expect(hello).to.include({ status: 'done', exitCode: 0, user: 'kubernetes' });
+    const fleet = await statusOf('Fleet', 'local', (o) => condition(o, 'Ready')?.status === 'True', 'ready');
+    expect(fleet.status!.status).to.equal('active');
+
+    const failing = await create(task('exit-three', { commands: ['echo about to fail', 'exit 3'] }));
+    const failed = await statusOf('Task', failing.metadata.name, (o) => o.status?.status === 'failed', 'failed');
+    expect(failed.status!.exitCode).to.equal(3);
+    expect(condition(failed, 'Stalled')).to.include({ status: 'True', reason: 'FailedByUserCode' });
+    expect(condition(failed, 'Ready')).to.include({ status: 'False', reason: 'FailedByUserCode' });
+
+    const shown = await table(cluster.kubeConfig, `/apis/${CRD_GROUP}/${CRD_VERSION}/namespaces/${NAMESPACE}/tasks`);
+    expect(shown.columns).to.deep.equal(['Name', 'Status', 'GPU', 'Exit', 'Instance', 'Message', 'Ready', 'Age']);
+    const row = (name: string) => shown.rows.find((cells) => cells[0] === name)!;
+    expect(row('hello').slice(1, 4)).to.deep.equal(['done', '-', 0]);
+    expect(row('exit-three')[3]).to.equal(3);
+    expect(row('exit-three')[6]).to.equal('False');
+  });
+
+  it('sets Stalled with the message the CLI prints for an invalid spec, applies nothing, and runs the corrected generation', async () => {
+    const body = { resources: { gpu: 'H10' }, commands: ['echo fixed'] };
+    await create(task('bad-gpu', body));
+    const stalled = await statusOf('Task', 'bad-gpu', (o) => condition(o, 'Stalled')?.status === 'True', 'stalled');
+    const [cliError] = parseSpecText('type: task\nname: bad-gpu\nresources:\n  gpu: H10\ncommands: [echo fixed]\n', 'bad-gpu.yml', {}).errors;
+    expect(condition(stalled, 'Stalled')).to.include({ reason: 'InvalidSpec', message: `spec.${cliError.path}: ${cliError.message}` });
+    expect(condition(stalled, 'Stalled')!.message).to.match(/^spec\.resources\.gpu: .*H10.*H100/);
+    expect(condition(stalled, 'Ready')).to.include({ status: 'False', reason: 'InvalidSpec' });
+    expect((await server.api('GET', '/api/projects/main/runs/bad-gpu')).status).to.equal(404);
+
+    await mergePatch('Task', 'bad-gpu', { spec: { resources: null } });
+    const fixed = await statusOf('Task', 'bad-gpu', (o) => o.status?.status === 'done', 'done after the fix');
+    expect(fixed.metadata.generation).to.equal(2);
+    expect(condition(fixed, 'Stalled')).to.equal(undefined);
+  });
+
+  it('stops a running task when its object is deleted, and lets the object go only then', async () => {
+    await create(task('sleeper', { commands: ['sleep 600'] }));
+    await statusOf('Task', 'sleeper', (o) => o.status?.status === 'running', 'running');
+    await remove('Task', 'sleeper');
+    const held = await read('Task', 'sleeper');
+    expect(held?.metadata.deletionTimestamp, 'the finalizer holds the object').to.be.a('string');
+    await eventually(async () => (await read('Task', 'sleeper')) === null, 60_000, 'the object to go');
+    expect(await run('sleeper')).to.include({ status: 'terminated', terminationReason: 'stopped_by_user' });
+  });
+
+  it('applies a fleet spec change as a new generation, and deletes the fleet before its object', async () => {
+    await create({ apiVersion: `${CRD_GROUP}/${CRD_VERSION}`, kind: 'Fleet', metadata: { name: 'growing' }, spec: { backends: ['local'], nodes: '0..1' } });
+    await statusOf('Fleet', 'growing', (o) => o.status?.instances === 0 && condition(o, 'Ready')?.status === 'True', 'ready and empty');
+    await mergePatch('Fleet', 'growing', { spec: { nodes: '1..2' } });
+    const grown = await statusOf('Fleet', 'growing', (o) => o.status?.instances === 1 && condition(o, 'Reconciling') === undefined, 'one instance up', 60_000);
+    expect(grown.metadata.generation).to.equal(2);
+    const fleet: Fleet = (await server.api('GET', '/api/projects/main/fleets/growing')).body;
+    expect(fleet).to.include({ generation: 2 });
+    expect(fleet.spec.nodes).to.equal('1..2');
+
+    await remove('Fleet', 'growing');
+    await eventually(async () => (await read('Fleet', 'growing')) === null, 60_000, 'the fleet object to go');
+    const fleets: Fleet[] = (await server.api('GET', '/api/projects/main/fleets')).body;
+    expect(fleets.map((f) => f.name)).to.not.include('growing');
+  });
+
+  it('runs each object once with two servers on one cluster and one database', async () => {
+    let second: RunningServer | undefined;
+    try {
+      // The same folder: its local backend knows the first server's instances, and so does not take them for orphans.
+      second = await startServer({ port: 0, dir: server.dir, databaseUrl: server.databaseUrl, adminToken: 'test-admin-token', logLevel: 'error', instanceTimings: FAST_TIMINGS, controllerIntervalMs: 200 });
+      const names = ['twin-a', 'twin-b', 'twin-c'];
+      await Promise.all(names.map((name) => create(task(name, { commands: [`echo ${name}`] }))));
+      for (const name of names) {
+        const done = await statusOf('Task', name, (o) => o.status?.status === 'done', 'done');
+        expect(done.status!.exitCode).to.equal(0);
+        const events = (await server.api('GET', `/api/projects/main/events?object=${name}`)).body as { reason: string }[];
+        expect(events.filter((e) => e.reason === 'Submitted'), `${name} was submitted once`).to.have.length(1);
+        expect((await run(name)).attempt).to.equal(1);
+      }
+    } finally {
+      await second?.close();
+    }
+  });
+
+  it('keeps applying after an API server restart, re-listing what changed while it was away', async () => {
+    await cluster.stopApiServer();
+    const other = await cluster.startOtherApiServer();
+    const otherObjects = other.kubeConfig.makeApiClient(CustomObjectsApi);
+    try {
+      await create(task('while-away', { commands: ['echo written while the first API server was down'] }), otherObjects);
+      await remove('Task', 'exit-three', otherObjects);
+    } finally {
+      await other.stop();
+    }
+    await cluster.startApiServer();
+    const done = await statusOf('Task', 'while-away', (o) => o.status?.status === 'done', 'done after the restart');
+    expect(condition(done, 'Ready')).to.include({ status: 'True' });
+    await eventually(async () => (await read('Task', 'exit-three')) === null, 30_000, 'the object deleted meanwhile to go');
+  });
+
+  it('sets Stalled for a namespace whose project the server does not have', async () => {
+    const core = cluster.kubeConfig.makeApiClient(CoreV1Api);
+    await core.patchNamespace({ name: NAMESPACE, body: { metadata: { labels: { [PROJECT_LABEL]: 'elsewhere' } } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+    try {
+      await create(task('homeless', { commands: ['true'] }));
+      const stalled = await statusOf('Task', 'homeless', (o) => condition(o, 'Stalled')?.status === 'True', 'stalled');
+      expect(condition(stalled, 'Stalled')).to.include({ reason: 'UnknownProject' });
+      expect(condition(stalled, 'Stalled')!.message).to.contain('project elsewhere is not in the orchestrator server\'s config.yml');
+    } finally {
+      await core.patchNamespace({ name: NAMESPACE, body: { metadata: { labels: { [PROJECT_LABEL]: null } } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+    }
+  });
+});
