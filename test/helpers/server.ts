@@ -1,8 +1,11 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { cpSync, existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { LocalBackend } from '../../backends/local/local.js';
 import { startServer, type RunningServer, type ServerOptions } from '../../server/server.js';
+import { openDatabase } from '../../store/open.js';
 import { createScratchDatabase, type DatabaseKind } from './databases.js';
 
 export interface TestServer extends RunningServer {
@@ -15,10 +18,29 @@ export interface TestServer extends RunningServer {
 
 export const FAST_TIMINGS = { provisioningTimeoutMs: 30_000, unreachableGraceMs: 3000, healthIntervalMs: 500, orphanSweepMs: 2000 };
 
+/**
+ * A migrated PGlite data folder, made once per version of the migrations and copied for each server:
+ * a new PGlite folder costs seconds of CPU (initdb in WebAssembly), a copy a few milliseconds.
+ */
+async function pgliteTemplate(): Promise<string> {
+  const migrations = readFileSync(fileURLToPath(new URL('../../store/migrations.ts', import.meta.url)));
+  const template = join(tmpdir(), `orch-pglite-template-${createHash('sha256').update(migrations).digest('hex').slice(0, 16)}`);
+  if (existsSync(template)) return template;
+  const making = mkdtempSync(join(tmpdir(), 'orch-pglite-making-'));
+  await (await openDatabase({ dataDir: making })).close();
+  try {
+    renameSync(making, template);
+  } catch {
+    rmSync(making, { recursive: true, force: true });
+  }
+  return template;
+}
+
 /** A server on a free loopback port with its own folder and database, and the config given. */
 export async function startTestServer(kind: DatabaseKind, config: string, options: ServerOptions = {}): Promise<TestServer> {
   const dir = mkdtempSync(join(tmpdir(), 'orch-server-'));
   writeFileSync(join(dir, 'config.yml'), config);
+  if (kind === 'pglite') cpSync(await pgliteTemplate(), join(dir, 'data'), { recursive: true });
   const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
   const server = await startServer({
     port: 0, dir, databaseUrl: scratch?.url, adminToken: 'test-admin-token', logLevel: 'error',
