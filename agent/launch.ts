@@ -32,42 +32,48 @@ export interface StartedAgent {
 }
 
 /** Starts `orchestrator agent` on a free port and resolves once it prints the URL it listens on. */
-export function startAgentProcess(launch: AgentLaunch, timeoutMs = 20_000): Promise<StartedAgent> {
-  const { command, args } = orchestratorCommand();
-  const agentArgs = [...args, 'agent', '--host', launch.host ?? '127.0.0.1', '--port', '0',
+export async function startAgentProcess(launch: AgentLaunch, timeoutMs = 20_000): Promise<StartedAgent> {
+  const agentArgs = ['agent', '--host', launch.host ?? '127.0.0.1', '--port', '0',
     '--instance-id', launch.instanceId, '--runtime', launch.runtime ?? 'auto'];
   if (launch.gpu) agentArgs.push('--gpu', launch.gpu);
   if (launch.workDir) agentArgs.push('--work-dir', launch.workDir);
   if (launch.orphanTimeoutSeconds !== undefined) agentArgs.push('--orphan-timeout', String(launch.orphanTimeoutSeconds));
   if (launch.exitWhenMissing) agentArgs.push('--exit-when-missing', launch.exitWhenMissing);
-  const child = spawn(command, agentArgs, {
-    env: { ...process.env, ...launch.env, ORCHESTRATOR_AGENT_TOKEN: launch.token },
-    stdio: ['ignore', 'pipe', 'pipe'],
-    detached: launch.detached ?? false,
-  });
+  const { child, announced } = await startUntilListening(agentArgs, { ...launch.env, ORCHESTRATOR_AGENT_TOKEN: launch.token }, launch.detached ?? false, timeoutMs);
+  return { child, url: announced.url as string };
+}
+
+/**
+ * Starts an `orchestrator` command that prints `{"event":"listening",...}` once it serves, and resolves with that
+ * line's fields; the command's stderr is the error when it exits or takes longer than `timeoutMs` first.
+ */
+export function startUntilListening(args: string[], env: NodeJS.ProcessEnv, detached: boolean, timeoutMs: number): Promise<{ child: ChildProcess; announced: Record<string, unknown> }> {
+  const { command, args: base } = orchestratorCommand();
+  const child = spawn(command, [...base, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached });
+  const what = args[0];
   return new Promise((resolve, reject) => {
     let stdout = '';
     let stderr = '';
-    const timer = setTimeout(() => fail(new Error(`agent did not start within ${timeoutMs} ms: ${stderr.trim()}`)), timeoutMs);
+    const timer = setTimeout(() => fail(new Error(`${what} did not start within ${timeoutMs} ms: ${stderr.trim()}`)), timeoutMs);
     const fail = (error: Error) => {
       clearTimeout(timer);
       child.kill('SIGKILL');
       reject(error);
     };
     child.stderr!.on('data', (chunk: Buffer) => { stderr += chunk.toString(); });
-    child.once('exit', (code) => fail(new Error(`agent exited with code ${code} before listening: ${stderr.trim()}`)));
+    child.once('exit', (code) => fail(new Error(`${what} exited with code ${code} before listening: ${stderr.trim()}`)));
     child.stdout!.on('data', (chunk: Buffer) => {
       stdout += chunk.toString();
       const line = stdout.split('\n').find((l) => l.includes('"listening"'));
       if (!line) return;
       clearTimeout(timer);
       child.removeAllListeners('exit');
-      // From here the agent's own log file has everything: drain the pipes without keeping their text.
+      // From here the process's own log file has everything: drain the pipes without keeping their text.
       child.stdout!.removeAllListeners('data');
       child.stderr!.removeAllListeners('data');
       child.stdout!.resume();
       child.stderr!.resume();
-      resolve({ child, url: (JSON.parse(line) as { url: string }).url });
+      resolve({ child, announced: JSON.parse(line) as Record<string, unknown> });
     });
   });
 }

@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { JobFile, JobRepo } from './agent.js';
+import { Gateway } from './gateways.js';
 import { FieldNotActedOn, JobRuntime } from './not-acted-on.js';
 import { GpuInfo, Offer } from './offer.js';
 import { ServiceInfo } from './services.js';
@@ -282,6 +283,7 @@ export const ApplyResult = Type.Object({
   items: Type.Array(Type.Union([
     Type.Object({ kind: Type.Literal('fleet'), action: FleetPlan.properties.action, fleet: Fleet }),
     Type.Object({ kind: Type.Literal('run'), run: Run }),
+    Type.Object({ kind: Type.Literal('gateway'), action: FleetPlan.properties.action, gateway: Gateway }),
   ])),
 });
 export type ApplyResult = Static<typeof ApplyResult>;

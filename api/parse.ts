@@ -1,8 +1,9 @@
-import { Type, type Static } from '@sinclair/typebox';
+import { Type, type Static, type TObject } from '@sinclair/typebox';
 import { isAlias, isMap, isScalar, isSeq, LineCounter, parseAllDocuments, type Document } from 'yaml';
 import { interpolateSpec } from './interpolation.js';
+import { checkGatewayRules, GatewaySpec } from './gateways.js';
 import { checkSpecRules, otherKindsHint, refuseUnsupported, UNSUPPORTED_TYPES } from './spec-rules.js';
-import { SPEC_SCHEMAS, SPEC_TYPES, type AnySpec, type SpecType } from './spec.js';
+import { SPEC_SCHEMAS, type AnySpec, type SpecType } from './spec.js';
 import { isDnsLabel } from './names.js';
 import { closestMatch, quoteList } from './suggest.js';
 import { describeValue, report, reportNulCharacters, validateValue, type Issue, type IssueAt, type Path, type ValidationContext } from './validate.js';
@@ -32,14 +33,20 @@ export function formatSpecError(e: SpecError): string {
   return [place, e.path, e.message].filter((part) => part !== '').join(': ');
 }
 
-export function specKind(spec: { type: AnySpec['type'] }): 'fleet' | 'run' {
-  return spec.type === 'fleet' ? 'fleet' : 'run';
+/** Every kind a configuration file may hold: the kinds of runs and fleets, which are also custom resources, and gateways. */
+export type ConfigSpec = AnySpec | GatewaySpec;
+export type ConfigType = ConfigSpec['type'];
+const CONFIG_SCHEMAS: Record<ConfigType, TObject> = { ...SPEC_SCHEMAS, gateway: GatewaySpec };
+const CONFIG_TYPES = Object.keys(CONFIG_SCHEMAS) as ConfigType[];
+
+export function specKind(spec: { type: ConfigType }): 'fleet' | 'gateway' | 'run' {
+  return spec.type === 'fleet' || spec.type === 'gateway' ? spec.type : 'run';
 }
 
-function checkDocument(value: unknown, environment: ValidationContext['environment'], runArgs: readonly string[] = []): { spec: AnySpec | null; issues: Issue[] } {
+function checkDocument(value: unknown, environment: ValidationContext['environment'], runArgs: readonly string[] = []): { spec: ConfigSpec | null; issues: Issue[] } {
   const issues: Issue[] = [];
   const context: ValidationContext = { environment, issues };
-  const types = quoteList(SPEC_TYPES);
+  const types = quoteList(CONFIG_TYPES);
   reportNulCharacters(value, context);
   if (issues.length > 0) return { spec: null, issues };
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
@@ -55,10 +62,15 @@ function checkDocument(value: unknown, environment: ValidationContext['environme
     report(context, ['type'], `dstack's ${type} configurations are not supported: ${UNSUPPORTED_TYPES[type]}`);
     return { spec: null, issues };
   }
-  if (typeof type !== 'string' || !(SPEC_TYPES as string[]).includes(type)) {
-    const suggestion = typeof type === 'string' ? closestMatch(type, SPEC_TYPES) : null;
+  if (typeof type !== 'string' || !(CONFIG_TYPES as string[]).includes(type)) {
+    const suggestion = typeof type === 'string' ? closestMatch(type, CONFIG_TYPES) : null;
     report(context, ['type'], `expected one of ${types}, got ${describeValue(type)}${suggestion ? `; did you mean "${suggestion}"?` : ''}`);
     return { spec: null, issues };
+  }
+  if (type === 'gateway') {
+    const spec = validateValue(GatewaySpec, value, context) as Record<string, unknown>;
+    checkGatewayRules(spec, (path, message, at) => report(context, path, message, at));
+    return { spec: issues.length === 0 ? (spec as GatewaySpec) : null, issues };
   }
   context.unknownFieldHint = (path, field) => otherKindsHint(path, field, type as SpecType, SPEC_SCHEMAS);
   const supported = refuseUnsupported(value as Record<string, unknown>, type as SpecType, SPEC_SCHEMAS[type as SpecType].properties, (path, message, at) => report(context, path, message, at));
@@ -80,7 +92,7 @@ function checkDocument(value: unknown, environment: ValidationContext['environme
  * Validates a spec that arrived as JSON (the server's API), with the same rules as files.
  * `env` must be a map or a list whose entries all carry values; the result has `env` as a map.
  */
-export function validateSpec(value: unknown): { spec: AnySpec | null; errors: SpecError[] } {
+export function validateSpec(value: unknown): { spec: ConfigSpec | null; errors: SpecError[] } {
   const { spec, issues } = checkDocument(value, null);
   return { spec, errors: issues.map((issue) => ({ file: null, line: null, column: null, path: formatPath(issue.path), message: issue.message })) };
 }
@@ -128,8 +140,8 @@ function checkNameUnique(
   locate: () => { offset: number | null; line: number | null },
 ): { offset: number | null; message: string } | null {
   const { type, name } = (value ?? {}) as { type?: unknown; name?: unknown };
-  if (typeof name !== 'string' || !isDnsLabel(name) || typeof type !== 'string' || !(SPEC_TYPES as string[]).includes(type)) return null;
-  const kind = specKind({ type: type as SpecType });
+  if (typeof name !== 'string' || !isDnsLabel(name) || typeof type !== 'string' || !(CONFIG_TYPES as string[]).includes(type)) return null;
+  const kind = specKind({ type: type as ConfigType });
   const key = `${kind}:${name}`;
   const place = locate();
   if (!seen.has(key)) {
@@ -152,10 +164,10 @@ function lowerFirst(text: string): string {
  */
 export function parseSpecText(
   text: string, file: string, environment: Record<string, string | undefined>, runArgs: readonly string[] = [],
-): { specs: AnySpec[]; errors: SpecError[] } {
+): { specs: ConfigSpec[]; errors: SpecError[] } {
   const lineCounter = new LineCounter();
   const docs = parseAllDocuments(text, { lineCounter, prettyErrors: false });
-  const specs: AnySpec[] = [];
+  const specs: ConfigSpec[] = [];
   const errors: SpecError[] = [];
   const errorAt = (offset: number | null, path: Path, message: string): void => {
     const position = offset === null ? null : lineCounter.linePos(offset);

@@ -1,6 +1,6 @@
 import { parseDuration } from './duration.js';
 import { parseCountRange, parseSize } from './quantity.js';
-import type { ModelRoute } from './services.js';
+import type { ModelRoute, RateLimitRoute } from './services.js';
 import type { ServiceSpec } from './spec.js';
 
 /** A probe with its defaults filled in and its durations in milliseconds. */
@@ -39,6 +39,10 @@ export interface ServiceSettings {
   holdMs: number;
   startupTimeoutMs: number;
   drainTimeoutMs: number;
+  gateway: string | false | null;
+  https: boolean | 'auto';
+  /** Longest prefix first: the first that matches a request's path is its limit. */
+  rateLimits: RateLimitRoute[];
 }
 
 const ms = (value: string | number | undefined, fallback: string) => parseDuration(value ?? fallback) * 1000;
@@ -69,6 +73,13 @@ export function serviceSettings(spec: ServiceSpec): ServiceSettings {
     holdMs: ms(spec.cold_start_timeout, '5m'),
     startupTimeoutMs: ms(spec.startup_timeout, '10m'),
     drainTimeoutMs: ms(spec.drain_timeout, '1m'),
+    gateway: spec.gateway ?? null,
+    https: spec.https ?? 'auto',
+    rateLimits: (spec.rate_limits ?? [])
+      .map((limit) => ({
+        prefix: limit.prefix ?? '/', key: limit.key ?? 'ip', header: limit.header?.toLowerCase() ?? null, rps: limit.rps, burst: limit.burst ?? 0,
+      }))
+      .sort((a, b) => b.prefix.length - a.prefix.length),
   };
 }
 

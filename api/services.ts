@@ -30,6 +30,8 @@ export const ServiceInfo = Type.Object({
   /** The model's name on `/proxy/models/<project>/`, when the service declares one. */
   model: Type.Union([Type.String(), Type.Null()]),
   modelPath: Type.Union([Type.String(), Type.Null()]),
+  /** Where the service's gateway publishes it, `https://<run>.<domain>/`; null when no gateway does. */
+  gatewayUrl: Type.Union([Type.String(), Type.Null()]),
 });
 export type ServiceInfo = Static<typeof ServiceInfo>;
 
@@ -51,6 +53,17 @@ export const ModelRoute = Type.Object({
 });
 export type ModelRoute = Static<typeof ModelRoute>;
 
+/** A rate limit with its defaults filled in: a token bucket of `burst + 1` tokens per key, refilled at `rps`. */
+export const RateLimitRoute = Type.Object({
+  prefix: Type.String(),
+  key: Type.Union([Type.Literal('ip'), Type.Literal('header')]),
+  /** The header whose value keys the bucket, lowercase (key: header). */
+  header: Type.Union([Type.String(), Type.Null()]),
+  rps: Type.Number(),
+  burst: Type.Integer(),
+});
+export type RateLimitRoute = Static<typeof RateLimitRoute>;
+
 /** A service the gateway publishes, with what it needs to forward a request and to hold one. */
 export const ServiceRoute = Type.Object({
   runId: Type.String(),
@@ -66,6 +79,10 @@ export const ServiceRoute = Type.Object({
   idleTimeoutMs: Type.Integer(),
   /** How long a request waits for a replica when none is ready (scale from zero, or one starting). */
   holdMs: Type.Integer(),
+  /** The gateway that publishes it: a name, null for the project's default gateway, false for none. */
+  gateway: Type.Union([Type.String(), Type.Literal(false), Type.Null()]),
+  https: Type.Union([Type.Boolean(), Type.Literal('auto')]),
+  rateLimits: Type.Array(RateLimitRoute),
   replicas: Type.Array(ReplicaRoute),
 });
 export type ServiceRoute = Static<typeof ServiceRoute>;

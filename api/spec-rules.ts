@@ -146,9 +146,6 @@ export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: ['task'], path: ['groups'], message: 'node groups are not supported: the nodes of a multi-node task are alike; give nodes, commands and resources at the top level' },
   { kinds: ['service'], path: ['groups'], message: 'replica groups are not supported: a service has one kind of replica; give replicas, commands and resources at the top level' },
   { kinds: ['service'], path: ['replicas'], message: 'replica groups are not supported: replicas is a number or a range such as 1..4 here', sameMeaning: (v) => !Array.isArray(v) },
-  { kinds: ['service'], path: ['gateway'], message: 'gateways are not supported: the server\'s own proxy publishes every service at /proxy/services/<project>/<run>/', sameMeaning: (v) => v === false },
-  { kinds: ['service'], path: ['https'], message: 'https is not supported: the proxy serves services with the server\'s own scheme (put TLS in front of the server)', sameMeaning: (v) => v === false || v === 'auto' },
-  { kinds: ['service'], path: ['rate_limits'], message: 'rate_limits are not supported: the proxy passes every request on' },
   { kinds: ['service'], path: ['router'], message: 'routers are not supported: the proxy balances requests over the ready replicas itself' },
   { kinds: ['dev-environment'], path: ['version'], message: 'version (of the IDE) is not supported: the desktop IDE brings its own server when it connects over ssh' },
   { kinds: RUN_KINDS, path: ['resources', 'gpu', 'total_memory'], message: 'total_memory is not supported: give the memory of one card (memory) and count' },
@@ -163,10 +160,9 @@ const DSTACK_ONLY_BACKENDS = [
   'hotaisle', 'cloudrift', 'digitalocean', 'amddevcloud', 'tensordock', 'dstack', 'remote',
 ];
 
-/** dstack's configuration kinds besides the four, and why they are refused. */
+/** dstack's configuration kinds that are not taken here, and why they are refused. */
 export const UNSUPPORTED_TYPES: Record<string, string> = {
   volume: 'there are no network volumes here; a run mounts a directory of its instance with volumes (instance_path:path)',
-  gateway: 'there are no gateways here; the server\'s own proxy publishes every service',
 };
 
 function valueAt(spec: Record<string, unknown>, path: readonly string[]): { found: boolean; value: unknown } {

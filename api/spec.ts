@@ -8,7 +8,8 @@ import { BackendType } from './offer.js';
 export type CheckName =
   | 'name' | 'duration' | 'duration-or-off' | 'positive-duration' | 'size' | 'size-range'
   | 'gpu' | 'gpu-models' | 'gpu-vendor' | 'gpu-count' | 'cpu-range' | 'disk' | 'nodes' | 'replicas' | 'python' | 'env'
-  | 'port-mapping' | 'file-mapping' | 'volume-mount' | 'absolute-path' | 'url-path' | 'repo' | 'cron';
+  | 'port-mapping' | 'file-mapping' | 'volume-mount' | 'absolute-path' | 'url-path' | 'repo' | 'cron'
+  | 'wildcard-domain' | 'http-url' | 'rate-limit';
 
 /** `x-expected` is the phrase error messages use for what the field takes. */
 function checked(check: CheckName, expected: string, description: string): Record<string, unknown> {
@@ -166,6 +167,14 @@ export const Schedule = Type.Object({
   }),
 }, { additionalProperties: false, description: 'Submit a run of the task at each time the cron expressions name (UTC); a time that falls while the previous run is still active is skipped' });
 
+export const RateLimit = Type.Object({
+  prefix: Type.Optional(Type.String({ ...checked('url-path', 'a path starting with /', 'The requests it applies to: those whose path starts with it; the longest matching prefix wins'), default: '/' })),
+  key: Type.Optional(Type.Union([Type.Literal('ip'), Type.Literal('header')], { default: 'ip', description: 'ip: one bucket per client address; header: one per value of header' })),
+  header: Type.Optional(Type.String({ minLength: 1, pattern: '^[!#$%&\'*+.^_`|~0-9A-Za-z-]+$', 'x-expected': 'an HTTP header name such as X-Api-Key', description: 'The header whose value keys the bucket (key: header)' })),
+  rps: Type.Number({ exclusiveMinimum: 0, description: 'Requests per second each key may make, on average' }),
+  burst: Type.Optional(Type.Integer({ minimum: 0, default: 0, description: 'Requests a key may make at once above the rate; further ones get 429 with Retry-After' })),
+}, { additionalProperties: false, ...checked('rate-limit', 'a map with prefix, key, header, rps and burst', 'A token bucket per client address or header value') });
+
 export const SpotPolicy = Type.Union([Type.Literal('spot'), Type.Literal('on-demand'), Type.Literal('auto')], {
   default: 'on-demand', description: 'spot: only interruptible capacity at its lower price; on-demand: never it; auto: spot where offered, else on-demand',
 });
@@ -247,6 +256,14 @@ export const ServiceSpec = Type.Object({
   cold_start_timeout: Type.Optional(duration('duration', 'How long a request waits for a replica when none is ready (scale from zero), before 503', '5m')),
   startup_timeout: Type.Optional(duration('positive-duration', 'How long a replica may take to become ready before it is replaced', '10m')),
   drain_timeout: Type.Optional(duration('duration', 'How long a replica taken out of rotation keeps serving requests in flight before it stops', '1m')),
+  gateway: Type.Optional(Type.Union([Name, Type.Literal(false)], {
+    'x-expected': 'a gateway name, or false', description: 'The gateway that publishes the service at https://<run>.<domain>/: the project\'s default gateway when left out; false for none',
+  })),
+  https: Type.Optional(Type.Union([Type.Boolean(), Type.Literal('auto')], {
+    'x-expected': 'true, false or auto', default: 'auto',
+    description: 'On the gateway: true redirects HTTP to HTTPS once the certificate is issued (the gateway must issue certificates); false serves HTTP only; auto is true when the gateway issues certificates',
+  })),
+  rate_limits: Type.Optional(Type.Array(RateLimit, { description: 'Request rate limits, per client address or header value; a request over its limit gets 429 with Retry-After' })),
 }, { additionalProperties: false, description: 'A long-running server published behind the proxy' });
 export type ServiceSpec = Static<typeof ServiceSpec>;
 

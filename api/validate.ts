@@ -1,6 +1,7 @@
 import { FormatRegistry, type TSchema } from '@sinclair/typebox';
 import { checkCron } from './cron.js';
 import { parseDuration, parseDurationOrOff } from './duration.js';
+import { wildcardBase } from './domains.js';
 import { resolveEnv } from './env.js';
 import { parseGpu, parseGpuModels, parseGpuVendor } from './gpu.js';
 import { parseFileMapping, parsePortMapping, parseRepoEntry, parseVolumeMount } from './mappings.js';
@@ -127,6 +128,18 @@ const CHECKS: Record<CheckName, Check> = {
   },
   'repo': { check: (value: Parameters<typeof parseRepoEntry>[0]) => parseRepoEntry(value) },
   'cron': { check: (value: string) => checkCron(value) },
+  'wildcard-domain': { check: (value: string) => wildcardBase(value) },
+  'http-url': {
+    check: (value: string) => {
+      if (!URL.canParse(value) || !['http:', 'https:'].includes(new URL(value).protocol)) throw new Error(`"${value}" is not an http:// or https:// URL`);
+    },
+  },
+  'rate-limit': {
+    check: (value: { key?: string; header?: string }) => {
+      if ((value.key ?? 'ip') === 'header' && value.header === undefined) throw new Error('key: header needs header, the name of the header whose value keys the bucket (such as X-Api-Key)');
+      if ((value.key ?? 'ip') === 'ip' && value.header !== undefined) throw new Error('header is used only with key: header; with key: ip each client address has its bucket');
+    },
+  },
 };
 
 export function report(context: ValidationContext, path: Path, message: string, at: IssueAt = 'value'): void {
@@ -281,7 +294,13 @@ function walk(schema: Schema, value: unknown, path: Path, context: ValidationCon
     return value;
   }
   if (Array.isArray(schema.anyOf)) {
-    const branch = (schema.anyOf as Schema[]).find((candidate) => fits(candidate, value))!;
+    const fitting = (schema.anyOf as Schema[]).filter((candidate) => fits(candidate, value));
+    const branch = fitting.find((candidate) => !('const' in candidate) || candidate.const === value);
+    // A value of a literal's type but not the literal (true for `name or false`) is told what the whole union takes.
+    if (!branch) {
+      mismatch(schema, value, path, context);
+      return value;
+    }
     return validateValue(branch as TSchema, value, context, path);
   }
   if ('const' in schema) {

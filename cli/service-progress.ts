@@ -30,6 +30,7 @@ export function replicaLine(replica: Replica): string {
 /** The lines that say where the service is reached: under the server's URL as this client knows it. */
 export function serviceAddresses(serverUrl: string, service: ServiceInfo): string {
   const lines = [`Service:  ${serverUrl}${service.path}`];
+  if (service.gatewayUrl !== null) lines.push(`Gateway:  ${service.gatewayUrl}`);
   if (service.model !== null && service.modelPath !== null) {
     lines.push(`Model:    ${serverUrl}${service.modelPath}   (model: ${service.model}, OpenAI-compatible)`);
   }

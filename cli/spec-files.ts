@@ -1,19 +1,18 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { JobRepo } from '../api/agent.js';
-import { formatSpecError, parseSpecText, specKind, type SpecError } from '../api/parse.js';
-import type { AnySpec } from '../api/spec.js';
+import { formatSpecError, parseSpecText, specKind, type ConfigSpec, type SpecError } from '../api/parse.js';
 import { CliError } from './errors.js';
 import { collectRepos } from './repos.js';
 import { collectFiles, uploadBudget, type UploadBudget, type UploadFile } from './upload.js';
 
 export interface LoadedSpec {
-  spec: AnySpec;
+  spec: ConfigSpec;
   /** The file it came from, as given on the command line. */
   file: string;
-  /** The contents of the run's `files`, read when the configuration was loaded; none for a fleet. */
+  /** The contents of the run's `files`, read when the configuration was loaded; none for a fleet or gateway. */
   files: UploadFile[];
-  /** The run's `repos` as its instance checks them out (local ones read from this machine); none for a fleet. */
+  /** The run's `repos` as its instance checks them out (local ones read from this machine); none for a fleet or gateway. */
   repos: JobRepo[];
 }
 
@@ -36,8 +35,8 @@ function filesOf(path: string): string[] {
 }
 
 /** The run's `files` and `repos`, or the problem with them, prefixed with the configuration file it came from. */
-function readFiles(spec: AnySpec, file: string, budget: UploadBudget): { files: UploadFile[]; repos: JobRepo[]; error: string | null } {
-  if (spec.type === 'fleet') return { files: [], repos: [], error: null };
+function readFiles(spec: ConfigSpec, file: string, budget: UploadBudget): { files: UploadFile[]; repos: JobRepo[]; error: string | null } {
+  if (spec.type === 'fleet' || spec.type === 'gateway') return { files: [], repos: [], error: null };
   try {
     const files = spec.files ? collectFiles(spec.files, dirname(file), budget) : [];
     return { files, repos: spec.repos ? collectRepos(spec.repos, dirname(file), budget) : [], error: null };
@@ -50,7 +49,7 @@ function readFiles(spec: AnySpec, file: string, budget: UploadBudget): { files: 
 /**
  * Reads and validates every configuration in `paths`, and reads every file its runs name, before
  * anything is sent, with bare `env` names and `${{ env.NAME }}` resolved from `environment` and
- * `${{ run.args }}` from `runArgs`. Returns fleets first, then runs, each in file order, or every
+ * `${{ run.args }}` from `runArgs`. Returns gateways first, then fleets, then runs, each in file order, or every
  * problem found, formatted as `file:line:column: field: message`.
  */
 export function loadSpecs(
@@ -90,7 +89,6 @@ export function loadSpecs(
     if (error !== null) fileErrors.push(error);
   }
   if (errors.length > 0 || fileErrors.length > 0) return { specs: [], errors: [...errors.map(formatSpecError), ...fileErrors] };
-  const fleets = specs.filter((s) => s.spec.type === 'fleet');
-  const runs = specs.filter((s) => s.spec.type !== 'fleet');
-  return { specs: [...fleets, ...runs], errors: [] };
+  const order = (loaded: LoadedSpec) => ({ gateway: 0, fleet: 1, run: 2 })[specKind(loaded.spec)];
+  return { specs: specs.sort((a, b) => order(a) - order(b)), errors: [] };
 }

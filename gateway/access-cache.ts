@@ -2,6 +2,7 @@ import type { Logger } from 'winston';
 import type { Role } from '../api/objects.js';
 import type { Db } from '../store/db.js';
 import { hashToken, projectRole, userByToken, type UserRecord } from '../store/projects.js';
+import type { CallerAccess } from './access.js';
 
 /** NOTIFY on it after any change to users, their tokens or memberships: every gateway forgets what it knew. */
 export const AUTH_CHANNEL = 'orchestrator_auth';
@@ -30,7 +31,7 @@ export async function accessChanged(db: Db, logger: Logger): Promise<void> {
  * The gateway's memory of who a token is and which role a user has in a project, so that a proxied request
  * does not ask the database twice. Lookups are shared while they run; an unknown token is never remembered.
  */
-export class AccessCache {
+export class AccessCache implements CallerAccess {
   private users = new Map<string, Entry<UserRecord | null>>();
   private roles = new Map<string, Entry<Role | null>>();
   private unlisten: (() => Promise<void>) | undefined;
@@ -54,6 +55,11 @@ export class AccessCache {
   clear(): void {
     this.users = new Map();
     this.roles = new Map();
+  }
+
+  async roleOf(token: string, projectId: string): Promise<Role | null | undefined> {
+    const user = await this.user(token);
+    return user ? this.role(projectId, user) : undefined;
   }
 
   user(token: string): Promise<UserRecord | null> {

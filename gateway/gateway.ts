@@ -1,7 +1,9 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'winston';
+import { CHANNELS } from '../store/channels.js';
 import type { Db } from '../store/db.js';
+import { recordServiceSeconds } from '../store/service-stats.js';
 import { AccessCache } from './access-cache.js';
 import { GatewayError, refuseUpgrade, sendError, type ErrorShape } from './errors.js';
 import { modelRequest, MODELS_PREFIX, sendModelList } from './model-endpoint.js';
@@ -9,6 +11,7 @@ import { ProxyCore } from './proxy-core.js';
 import { RoutingTable } from './routing-table.js';
 import { serviceExchange, SERVICES_PREFIX } from './service-proxy.js';
 import { ServiceStatsRecorder } from './stats.js';
+import { storeRoutes } from './store-routes.js';
 
 export interface GatewayOptions {
   db: Db;
@@ -26,9 +29,9 @@ export class Gateway {
 
   constructor(private readonly options: GatewayOptions) {
     const { db, logger, source } = options;
-    this.table = new RoutingTable(db, logger);
-    this.stats = new ServiceStatsRecorder(db, source, logger);
-    this.core = new ProxyCore(db, this.table, this.stats, logger);
+    this.table = new RoutingTable(storeRoutes(db), logger);
+    this.stats = new ServiceStatsRecorder((seconds) => recordServiceSeconds(db, source, seconds), logger);
+    this.core = new ProxyCore(this.table, this.stats, () => db.notify(CHANNELS.runs), logger);
     this.access = new AccessCache(db);
   }
 

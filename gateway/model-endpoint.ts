@@ -4,8 +4,7 @@ import { isDnsLabel } from '../api/names.js';
 import type { ServiceRoute } from '../api/services.js';
 import type { Queryable } from '../store/db.js';
 import { runsCreatedAt } from '../store/gateway-models.js';
-import { admit, isMember } from './access.js';
-import type { AccessCache } from './access-cache.js';
+import { admit, isMember, type CallerAccess } from './access.js';
 import { GatewayError } from './errors.js';
 import type { Exchange } from './proxy-core.js';
 import type { RoutingTable } from './routing-table.js';
@@ -27,7 +26,7 @@ export type ModelRequest = { kind: 'list'; body: ModelList } | { kind: 'forward'
  * The OpenAI-compatible endpoint of a project: lists the models its services declare and sends each
  * request to the service whose model the body names, with the body's bytes unchanged.
  */
-export async function modelRequest(db: Queryable, access: AccessCache, table: RoutingTable, req: IncomingMessage): Promise<ModelRequest> {
+export async function modelRequest(db: Queryable, access: CallerAccess, table: RoutingTable, req: IncomingMessage): Promise<ModelRequest> {
   const match = MODELS_URL.exec(req.url ?? '');
   const [, project = '', route = '', query = ''] = match ?? [];
   if (!match || !isDnsLabel(project)) throw notFound(`no model endpoint at ${req.url}`);
@@ -44,7 +43,8 @@ export async function modelRequest(db: Queryable, access: AccessCache, table: Ro
   const service = services.find((candidate) => candidate.model?.name === model);
   if (!service) throw new GatewayError(404, 'model_not_found', `The model \`${model}\` does not exist in project ${project}.`);
   await admit(access, service, req.headers);
-  return { kind: 'forward', exchange: { route: service, path: `${service.model!.prefix}/${route}${query}`, body, errorShape: 'openai' } };
+  const servicePath = `${service.model!.prefix}/${route}`;
+  return { kind: 'forward', exchange: { route: service, path: `${servicePath}${query}`, servicePath, body, errorShape: 'openai' } };
 }
 
 export function sendModelList(res: ServerResponse, list: ModelList): void {
@@ -54,7 +54,7 @@ export function sendModelList(res: ServerResponse, list: ModelList): void {
 }
 
 /** Public models for anyone; the others only for members of the project, as their services would answer them. */
-async function modelList(db: Queryable, access: AccessCache, project: string, services: ServiceRoute[], req: IncomingMessage): Promise<ModelList> {
+async function modelList(db: Queryable, access: CallerAccess, project: string, services: ServiceRoute[], req: IncomingMessage): Promise<ModelList> {
   const member = services.some((service) => service.auth) && await isMember(access, services[0]!.projectId, req.headers);
   const shown = services.filter((service, index) => (!service.auth || member)
     && services.findIndex((other) => other.model!.name === service.model!.name) === index);

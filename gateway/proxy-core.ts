@@ -7,11 +7,10 @@ import { AGENT_FIRST_BYTE_TIMEOUT_HEADER } from '../api/agent.js';
 import type { ReplicaRoute, ServiceRoute } from '../api/services.js';
 import { AgentClient } from '../agent/client.js';
 import { awaitFirstByte, flushHeadIfQuiet, forwardingPool, hasNoBody, requestHeaders, responseHeaders, sendOn, staleConnection } from '../agent/http-forward.js';
-import { CHANNELS } from '../store/channels.js';
-import type { Db } from '../store/db.js';
 import { Balancer } from './balancer.js';
 import { coalesced } from './coalesce.js';
 import { GatewayError, refuseUpgrade, sendError, type ErrorShape } from './errors.js';
+import { RateLimiter } from './rate-limit.js';
 import type { RoutingTable } from './routing-table.js';
 import type { CountedRequest, ServiceStatsRecorder } from './stats.js';
 
@@ -20,6 +19,8 @@ export interface Exchange {
   route: ServiceRoute;
   /** Path and query the service receives. */
   path: string;
+  /** The path under the service's address, without the query: what `rate_limits` prefixes match. */
+  servicePath: string;
   /** The body when the gateway has read it (the model endpoint); otherwise the request's body streams through. */
   body?: Buffer;
   /** X-Forwarded-Prefix: the path the service is published under, when the service does not see it. */
@@ -97,17 +98,19 @@ export class ProxyCore {
   private readonly upstreamAgent = forwardingPool();
   private readonly proxy: RequestHandler;
   private readonly tunnels = new Set<Duplex>();
+  private readonly limiter = new RateLimiter();
   private closing = false;
   /** Tells the service controller at once that a service without replicas has a request waiting. */
   private readonly wakeScaler = coalesced(async () => {
     await this.stats.flush();
-    await this.db.notify(CHANNELS.runs).catch((error: Error) => this.logger.warn(`gateway: NOTIFY failed: ${error.message}`));
+    await this.wake().catch((error: Error) => this.logger.warn(`gateway: waking the service controller failed: ${error.message}`));
   });
 
+  /** `wake` tells the service controllers that a request waits for a replica: a NOTIFY in a server, a call to it in a gateway process. */
   constructor(
-    private readonly db: Db,
     private readonly table: RoutingTable,
     private readonly stats: ServiceStatsRecorder,
+    private readonly wake: () => Promise<void>,
     private readonly logger: Logger,
   ) {
     const events: Plugin = (server) => {
@@ -135,6 +138,8 @@ export class ProxyCore {
       }
       this.end(flight);
     });
+    const refusal = this.refusal(exchange, req);
+    if (refusal) return this.fail(flight, res, refusal);
     const size = exchange.body?.length ?? Number(req.headers['content-length'] ?? 0);
     if (size > exchange.route.maxBodyBytes) return this.fail(flight, res, tooLarge(exchange.route));
     const route = await this.readyRoute(exchange.route, () => res.destroyed);
@@ -150,6 +155,11 @@ export class ProxyCore {
     const flight = this.begin(exchange);
     this.flights.set(req, flight);
     socket.once('close', () => this.end(flight));
+    const refusal = this.refusal(exchange, req);
+    if (refusal) {
+      flight.counted.answered(refusal.status);
+      return refuseUpgrade(socket, refusal);
+    }
     const route = await this.readyRoute(exchange.route, () => socket.destroyed);
     if (socket.destroyed) return;
     if (!route) {
@@ -169,6 +179,17 @@ export class ProxyCore {
   track(socket: Duplex): void {
     this.tunnels.add(socket);
     socket.once('close', () => this.tunnels.delete(socket));
+  }
+
+  /** The rate limit's 429, when the request is over it. */
+  private refusal(exchange: Exchange, req: IncomingMessage): GatewayError | undefined {
+    try {
+      this.limiter.admit(exchange, req);
+      return undefined;
+    } catch (error) {
+      if (error instanceof GatewayError) return error;
+      throw error;
+    }
   }
 
   private begin(exchange: Exchange): Flight {

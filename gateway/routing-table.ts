@@ -1,12 +1,16 @@
 import type { Logger } from 'winston';
 import type { ServiceRoute } from '../api/services.js';
-import { CHANNELS } from '../store/channels.js';
-import type { Db } from '../store/db.js';
-import { loadRoutingTable } from '../store/services.js';
 import { coalesced } from './coalesce.js';
 
-/** The routing table is read again at least this often, whatever NOTIFY says: a lost notification costs at most this long. */
+/** The routing table is read again at least this often, whatever a change signal says: a lost one costs at most this long. */
 export const ROUTING_REFRESH_MS = 1000;
+
+/** Where the routes come from: the database in a server, the server's API in a gateway process. */
+export interface RouteSource {
+  read(): Promise<ServiceRoute[]>;
+  /** Calls `changed` whenever the routes may have changed; resolves to what stops it. */
+  watch(changed: () => void): Promise<() => Promise<void>>;
+}
 
 /**
  * The gateway's copy of the routing table: services and their ready replicas. It is read again on every
@@ -19,24 +23,27 @@ export class RoutingTable {
   readonly refresh = coalesced(() => this.read());
   private readonly waiters = new Set<() => void>();
   private timer: NodeJS.Timeout | undefined;
-  private unlisteners: Array<() => Promise<void>> = [];
+  private unwatch: (() => Promise<void>) | undefined;
 
-  constructor(private readonly db: Db, private readonly logger: Logger, private readonly intervalMs = ROUTING_REFRESH_MS) {}
+  constructor(private readonly source: RouteSource, private readonly logger: Logger, private readonly intervalMs = ROUTING_REFRESH_MS) {}
 
   async start(): Promise<void> {
-    for (const channel of [CHANNELS.serviceRoutes, CHANNELS.runs]) {
-      this.unlisteners.push(await this.db.listen(channel, () => void this.refresh()));
-    }
+    this.unwatch = await this.source.watch(() => void this.refresh());
     await this.refresh();
     this.timer = setInterval(() => void this.refresh(), this.intervalMs);
   }
 
   async stop(): Promise<void> {
     clearInterval(this.timer);
-    for (const unlisten of this.unlisteners) await unlisten().catch(() => {});
-    this.unlisteners = [];
+    await this.unwatch?.().catch(() => {});
+    this.unwatch = undefined;
     await this.refresh();
     this.wakeWaiters();
+  }
+
+  /** Every service in the table. */
+  routes(): ServiceRoute[] {
+    return [...this.byName.values()];
   }
 
   service(project: string, run: string): ServiceRoute | undefined {
@@ -68,7 +75,7 @@ export class RoutingTable {
 
   private async read(): Promise<void> {
     try {
-      const routes = await loadRoutingTable(this.db);
+      const routes = await this.source.read();
       this.byName = new Map(routes.map((route) => [`${route.project}/${route.run}`, route]));
       this.byRunId = new Map(routes.map((route) => [route.runId, route]));
     } catch (error) {

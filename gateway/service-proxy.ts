@@ -1,7 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import { isDnsLabel } from '../api/names.js';
-import { admit } from './access.js';
-import type { AccessCache } from './access-cache.js';
+import { admit, type CallerAccess } from './access.js';
 import { GatewayError } from './errors.js';
 import type { Exchange } from './proxy-core.js';
 import type { RoutingTable } from './routing-table.js';
@@ -15,7 +14,7 @@ export const SERVICES_PREFIX = '/proxy/services/';
 const SERVICE_URL = /^\/proxy\/services\/([^/?]*)\/([^/?]*)([^?]*)(\?.*)?$/;
 
 /** Where a request to `/proxy/services/...` goes: its service, after the service's own authentication. */
-export async function serviceExchange(access: AccessCache, table: RoutingTable, req: IncomingMessage): Promise<Exchange> {
+export async function serviceExchange(access: CallerAccess, table: RoutingTable, req: IncomingMessage): Promise<Exchange> {
   const url = req.url ?? '';
   const match = SERVICE_URL.exec(url);
   const [, project = '', run = '', rest = '', query = ''] = match ?? [];
@@ -24,7 +23,8 @@ export async function serviceExchange(access: AccessCache, table: RoutingTable, 
   if (!route) throw new GatewayError(404, 'not_found', `service ${run} not found in project ${project}`);
   await admit(access, route, req.headers);
   const prefix = `/proxy/services/${project}/${run}`;
+  const servicePath = rest || '/';
   return route.stripPrefix
-    ? { route, path: `${rest || '/'}${query}`, prefix, errorShape: 'api' }
-    : { route, path: `${prefix}${rest}${query}`, errorShape: 'api' };
+    ? { route, path: `${servicePath}${query}`, servicePath, prefix, errorShape: 'api' }
+    : { route, path: `${prefix}${rest}${query}`, servicePath, errorShape: 'api' };
 }

@@ -1,7 +1,6 @@
 import type { Logger } from 'winston';
 import { LATENCY_BUCKETS_MS } from '../api/services.js';
-import type { Queryable } from '../store/db.js';
-import { recordServiceSeconds, type ServiceSecond } from '../store/service-stats.js';
+import type { ServiceSecond } from '../store/service-stats.js';
 import { coalesced } from './coalesce.js';
 
 export const STATS_FLUSH_MS = 1000;
@@ -24,9 +23,12 @@ export interface CountedRequest {
   end(): void;
 }
 
+/** Where counted seconds go: the store under this server's name, or the server's API from a gateway process. Rejects when they did not. */
+export type StatsSink = (seconds: ServiceSecond[]) => Promise<void>;
+
 /**
  * Counts the requests of each service per second (requests, errors, most in flight, latency to the
- * answer's headers) and writes them to the store about once a second, under this process's source.
+ * answer's headers) and hands them to its sink about once a second.
  */
 export class ServiceStatsRecorder {
   private seconds = new Map<string, ServiceSecond>();
@@ -35,7 +37,7 @@ export class ServiceStatsRecorder {
   /** Writes the counted seconds; a failed write keeps its seconds for the next one. */
   readonly flush = coalesced(() => this.write());
 
-  constructor(private readonly db: Queryable, private readonly source: string, private readonly logger: Logger) {}
+  constructor(private readonly sink: StatsSink, private readonly logger: Logger) {}
 
   start(intervalMs = STATS_FLUSH_MS): void {
     this.timer = setInterval(() => void this.flush(), intervalMs);
@@ -92,7 +94,7 @@ export class ServiceStatsRecorder {
     const batch = [...this.seconds.values()];
     this.seconds = new Map();
     try {
-      await recordServiceSeconds(this.db, this.source, batch);
+      if (batch.length > 0) await this.sink(batch);
     } catch (error) {
       this.logger.warn(`gateway: writing request statistics failed, keeping them for the next write: ${(error as Error).message}`);
       for (const second of batch) this.merge(second);

@@ -4,6 +4,8 @@ import type { ServerContext } from './context.js';
 import { errorMiddleware } from './http-errors.js';
 import { applyRoutes } from './routes/apply.js';
 import { fleetRoutes } from './routes/fleets.js';
+import { gatewayApiRoutes } from './routes/gateway-api.js';
+import { gatewayRoutes } from './routes/gateways.js';
 import { logRoutes } from './routes/logs.js';
 import { metricsRoutes } from './routes/metrics.js';
 import { projectRoutes } from './routes/project.js';
@@ -20,14 +22,16 @@ export function createApp(server: ServerContext): Koa {
     server.logger.error(`http: ${error.stack ?? error.message}`);
   });
   app.use(errorMiddleware(server.logger));
-  for (const router of [projectRoutes(server), applyRoutes(server), fleetRoutes(server), runRoutes(server), logRoutes(server), serviceRoutes(server), sshKeyRoutes(server), secretRoutes(server)]) {
+  for (const router of [projectRoutes(server), applyRoutes(server), fleetRoutes(server), gatewayRoutes(server), runRoutes(server), logRoutes(server), serviceRoutes(server), sshKeyRoutes(server), secretRoutes(server)]) {
     authenticateEveryRoute(router, server.db);
     app.use(router.routes());
     app.use(router.allowedMethods());
   }
-  // Guarded by its own rule: a global admin, or no one when config.yml makes it public.
-  const metrics = metricsRoutes(server);
-  app.use(metrics.routes());
-  app.use(metrics.allowedMethods());
+  // Guarded by their own rules: gateway processes call with their own tokens; metrics need a global admin, or
+  // no one when config.yml makes them public.
+  for (const router of [gatewayApiRoutes(server), metricsRoutes(server)]) {
+    app.use(router.routes());
+    app.use(router.allowedMethods());
+  }
   return app;
 }

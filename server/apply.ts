@@ -6,13 +6,15 @@ import { recordEvent } from '../store/events.js';
 import { applyFleet, type FleetDesired, type FleetRecord } from '../store/fleets.js';
 import type { ProjectRecord } from '../store/projects.js';
 import type { RunRecord } from '../store/runs.js';
+import { checkServiceGateway, writeGateway, type WrittenGateway } from './gateways.js';
 import { HttpError } from './http-errors.js';
 import { submitRun } from './routes/runs.js';
-import type { ApplyingItem } from './specs.js';
+import type { BatchItem } from './specs.js';
 
 export type Written =
   | { kind: 'fleet'; fleet: FleetRecord; action: FleetPlan['action'] }
-  | { kind: 'run'; run: RunRecord };
+  | { kind: 'run'; run: RunRecord }
+  | WrittenGateway;
 
 /** Writes a fleet's new generation (or the fleet) and its event; nothing when the spec is unchanged. */
 async function writeFleet(q: Queryable, project: ProjectRecord, desired: FleetDesired): Promise<Written> {
@@ -39,12 +41,20 @@ export class ApplyItemError extends HttpError {
  * use (409) leaves no fleet behind either. After the commit, the controllers that look after them are told.
  * `orchestrator apply` and the Kubernetes source controller both write through here.
  */
-export async function applyItems(db: Db, project: ProjectRecord, userId: string, items: ApplyingItem[]): Promise<Written[]> {
+export async function applyItems(db: Db, project: ProjectRecord, userId: string, items: BatchItem[]): Promise<Written[]> {
   const written = await db.transaction(async (tx) => {
     const done: Written[] = [];
-    for (const [index, item] of items.entries()) {
+    // Gateways first, so that the services of the same apply find them.
+    const order = [...items.keys()].sort((a, b) => Number(items[b]!.kind === 'gateway') - Number(items[a]!.kind === 'gateway'));
+    for (const index of order) {
+      const item = items[index]!;
       try {
-        done.push(item.kind === 'fleet' ? await writeFleet(tx, project, item.desired) : { kind: 'run', run: await submitRun(tx, project, userId, item.spec, item.files, item.repos) });
+        if (item.kind === 'gateway') done[index] = await writeGateway(tx, project, item.spec);
+        else if (item.kind === 'fleet') done[index] = await writeFleet(tx, project, item.desired);
+        else {
+          if (item.spec.type === 'service') await checkServiceGateway(tx, project, item.spec);
+          done[index] = { kind: 'run', run: await submitRun(tx, project, userId, item.spec, item.files, item.repos) };
+        }
       } catch (error) {
         if (error instanceof HttpError) throw new ApplyItemError(error, index);
         throw error;
@@ -55,5 +65,6 @@ export async function applyItems(db: Db, project: ProjectRecord, userId: string,
   const fleetsChanged = written.some((w) => w.kind === 'fleet' && w.action !== 'unchanged');
   if (fleetsChanged) await db.notify(CHANNELS.fleets);
   if (fleetsChanged || written.some((w) => w.kind === 'run')) await db.notify(CHANNELS.runs);
+  if (written.some((w) => w.kind === 'gateway' && w.action !== 'unchanged')) await db.notify(CHANNELS.gateways);
   return written;
 }

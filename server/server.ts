@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import winston from 'winston';
 import { BackendPool } from '../controllers/backend-pool.js';
 import { FleetController } from '../controllers/fleet-controller.js';
+import { GatewayController } from '../controllers/gateway-controller.js';
 import { DEFAULT_INSTANCE_TIMINGS, InstanceController, type InstanceTimings } from '../controllers/instance-controller.js';
 import { ControllerManager } from '../controllers/manager.js';
 import { NodesController } from '../controllers/nodes-controller.js';
@@ -99,6 +100,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   });
 
   const timings = { ...DEFAULT_INSTANCE_TIMINGS, ...options.instanceTimings };
+  const listening = http.address() as AddressInfo;
+  const reachable = ['0.0.0.0', '::'].includes(listening.address) ? '127.0.0.1' : listening.family === 'IPv6' ? `[${listening.address}]` : listening.address;
   const manager = new ControllerManager(db, owner, [
     new Scheduler(db, pool, logger),
     new RunController(db, owner, logger, 'start', logLimit, secrets),
@@ -108,6 +111,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     new ServiceController(db, owner, logger, secrets),
     new NodesController(db, owner, logger),
     new ScheduleController(db, owner, logger),
+    new GatewayController(db, owner, logger, { serverUrl: `http://${reachable}:${listening.port}`, stateDir: join(dir, 'gateways') }),
   ], logger, options.controllerIntervalMs);
   await manager.start();
   // Custom resources mirror the database; a look every five controller loops is the safety net under watches and NOTIFYs.

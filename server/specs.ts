@@ -3,10 +3,11 @@ import { JobFile, JobRepo } from '../api/agent.js';
 import { parseDurationOrOff } from '../api/duration.js';
 import { parseRepoEntry, remotePathProblem } from '../api/mappings.js';
 import type { BackendType } from '../api/offer.js';
-import { formatPath, validateSpec, type SpecError } from '../api/parse.js';
+import type { GatewaySpec } from '../api/gateways.js';
+import { formatPath, validateSpec, type ConfigSpec, type SpecError } from '../api/parse.js';
 import { parseCountRange } from '../api/quantity.js';
 import { normalizeResources } from '../api/resources.js';
-import type { AnySpec, FleetSpec, RunSpec } from '../api/spec.js';
+import type { FleetSpec, RunSpec } from '../api/spec.js';
 import { describeValue, report, validateValue, type ValidationContext } from '../api/validate.js';
 import type { FleetDesired } from '../store/fleets.js';
 import type { ProjectRecord } from '../store/projects.js';
@@ -23,7 +24,7 @@ function unprocessable(what: string, errors: SpecError[]): HttpError {
 }
 
 /** Validates a spec the way the CLI does; every problem comes back at once as a 422. */
-export function checkedSpec(value: unknown): AnySpec {
+export function checkedSpec(value: unknown): ConfigSpec {
   const { spec, errors } = validateSpec(value);
   if (!spec || errors.length > 0) throw unprocessable('spec', errors);
   return spec;
@@ -84,6 +85,7 @@ export function checkedRepos(spec: RunSpec, value: unknown): JobRepo[] {
 export function checkedRunSpec(value: unknown): RunSpec {
   const spec = checkedSpec(value);
   if (spec.type === 'fleet') throw invalidSpec('this is a fleet; apply it under /fleets');
+  if (spec.type === 'gateway') throw invalidSpec('this is a gateway; apply it under /apply');
   return spec;
 }
 
@@ -130,6 +132,9 @@ export type ApplyingItem =
   | { kind: 'fleet'; desired: FleetDesired }
   | { kind: 'run'; spec: RunSpec; files: JobFile[]; repos: JobRepo[] };
 
+/** One valid object of `orchestrator apply`: a fleet or run, or a gateway, which is not a custom resource. */
+export type BatchItem = ApplyingItem | { kind: 'gateway'; spec: GatewaySpec };
+
 /** A problem of one object of a batch apply: its index, and the field within it (`spec.resources.gpu`, `files[0].path`). */
 export interface ItemProblem {
   index: number;
@@ -152,6 +157,10 @@ export function checkedItem(item: unknown, project: ProjectRecord, problem: (pat
   const files = validateFiles(fields.files ?? []);
   for (const error of files.errors) problem(error.path, error.message);
   if (!spec) return null;
+  if (spec.type === 'gateway') {
+    problem('spec.type', 'a gateway is applied with orchestrator apply, not as a custom resource');
+    return null;
+  }
   if (spec.type !== 'fleet') {
     const repos = validateRepos(spec, fields.repos);
     for (const error of repos.errors) problem(error.path, error.message);
@@ -168,13 +177,13 @@ export function checkedItem(item: unknown, project: ProjectRecord, problem: (pat
  * Validates every object of a batch apply (`{items: [{spec, files?}]}`) before anything is written:
  * one 422 names every problem with its item and field, and nothing is applied.
  */
-export function checkedApplyItems(body: Record<string, unknown>, project: ProjectRecord): ApplyingItem[] {
+export function checkedApplyItems(body: Record<string, unknown>, project: ProjectRecord): BatchItem[] {
   const problems: ItemProblem[] = [];
   const { items } = body;
   if (!Array.isArray(items) || items.length === 0) {
     throw invalidSpec(`items: expected a list of at least one {spec, files?}, got ${describeValue(items)}`);
   }
-  const checked = items.map((item, index) => checkedItem(item, project, (path, message) => problems.push({ index, path, message })));
+  const checked = items.map((item, index) => checkedBatchItem(item, project, (path, message) => problems.push({ index, path, message })));
   const names = new Map<string, number>();
   checked.forEach((item, index) => {
     if (!item) return;
@@ -189,5 +198,15 @@ export function checkedApplyItems(body: Record<string, unknown>, project: Projec
     const lines = problems.map((p) => `items[${p.index}]${p.path === '' ? '' : `.${p.path}`}: ${p.message}`);
     throw invalidSpec(`nothing was applied: ${lines.join('; ')}`, problems);
   }
-  return checked as ApplyingItem[];
+  return checked as BatchItem[];
+}
+
+/** A gateway item is `{spec}` alone; any other goes through `checkedItem`. */
+function checkedBatchItem(item: unknown, project: ProjectRecord, problem: (path: string, message: string) => void): BatchItem | null {
+  const fields = item as { spec?: { type?: unknown } } | null;
+  if (fields?.spec?.type !== 'gateway') return checkedItem(item, project, problem);
+  for (const key of Object.keys(fields).filter((k) => k !== 'spec')) problem(key, 'a gateway takes no files or repos; an item has spec alone');
+  const { spec, errors } = validateSpec(fields.spec);
+  for (const error of errors) problem(error.path === '' ? 'spec' : `spec.${error.path}`, error.message);
+  return spec?.type === 'gateway' ? { kind: 'gateway', spec } : null;
 }

@@ -5,4 +5,5 @@ export const CHANNELS = {
   runs: 'orchestrator_runs',
   /** Routing changed: a replica became ready or left rotation, or a service came or went. */
   serviceRoutes: 'orchestrator_service_routes',
+  gateways: 'orchestrator_gateways',
 } as const;

@@ -1,6 +1,6 @@
 import type { Queryable, Row } from './db.js';
 
-export type LeasedTable = 'fleets' | 'instances' | 'runs';
+export type LeasedTable = 'fleets' | 'instances' | 'runs' | 'gateways';
 
 /**
  * Claims up to `limit` due rows that nobody holds (or whose lease ran out), skipping rows another
@@ -27,7 +27,7 @@ export async function releaseLease(db: Queryable, table: LeasedTable, id: string
 }
 
 export async function releaseAllLeases(db: Queryable, owner: string): Promise<void> {
-  for (const table of ['fleets', 'instances', 'runs'] as const) {
+  for (const table of ['fleets', 'instances', 'runs', 'gateways'] as const) {
     await db.query(`UPDATE ${table} SET lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = $1`, [owner]);
   }
 }

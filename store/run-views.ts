@@ -5,6 +5,7 @@ import type { ServiceInfo } from '../api/services.js';
 import type { ServiceSpec } from '../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../api/status.js';
 import type { Queryable, Row } from './db.js';
+import { gatewayOfService, gatewayUrl, listGateways, type GatewayRecord } from './gateways.js';
 import { FINISHED, toRun } from './runs.js';
 import { isMultiNodeParent, nodeViews } from './nodes.js';
 import { replicaViews } from './services.js';
@@ -97,16 +98,24 @@ async function multiNodeView(db: Queryable, r: Row): Promise<Run> {
 
 /** Views of the rows, a service's with its replicas and paths, a multi-node task's with its nodes. */
 async function withServices(db: Queryable, rows: Row[]): Promise<Run[]> {
+  const gatewaysOf = new Map<string, Promise<GatewayRecord[]>>();
+  const projectGateways = (projectId: string) => {
+    if (!gatewaysOf.has(projectId)) gatewaysOf.set(projectId, listGateways(db, projectId));
+    return gatewaysOf.get(projectId)!;
+  };
   return Promise.all(rows.map(async (r) => {
     if (isMultiNodeParent(toRun(r))) return multiNodeView(db, r);
     if (r.kind !== 'service' || r.service_id !== null) return runView(r, null, taskSsh(r));
     const model = serviceSettings(r.spec as ServiceSpec).model?.name ?? null;
     const finished = FINISHED_RUN_STATUSES.includes(r.status);
+    const spec = r.spec as ServiceSpec;
+    const gateway = finished ? undefined : gatewayOfService(await projectGateways(r.project_id), spec);
     const service: ServiceInfo = {
       desiredReplicas: r.desired_replicas ?? 0,
       replicas: await replicaViews(db, r.id, finished),
       model,
       ...servicePaths(r.project_name, r.name, model),
+      gatewayUrl: gateway ? gatewayUrl(gateway, r.name, spec.https) : null,
     };
     return runView(r, service, await serviceSsh(db, r));
   }));

@@ -76,7 +76,7 @@ export async function loadRoutingTable(db: Queryable): Promise<ServiceRoute[]> {
       runId: service.id, projectId: service.project_id, project: service.project_name, run: service.name,
       port: settings.port, auth: settings.auth, stripPrefix: settings.stripPrefix, model: settings.model,
       maxBodyBytes: settings.maxBodyBytes, firstByteTimeoutMs: settings.firstByteTimeoutMs, idleTimeoutMs: settings.idleTimeoutMs,
-      holdMs: settings.holdMs,
+      holdMs: settings.holdMs, gateway: settings.gateway, https: settings.https, rateLimits: settings.rateLimits,
       replicas: replicas.filter((r) => r.service_id === service.id)
         .map((r) => ({ id: r.id, replica: r.replica, agentUrl: r.agent_url, agentToken: r.agent_token })),
     };

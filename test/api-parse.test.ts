@@ -13,7 +13,7 @@ function parseOk(text: string, env: Record<string, string | undefined> = USER_EN
   const { specs, errors } = parseSpecText(text, 'ok.yml', env);
   expect(errors.map(formatSpecError)).to.deep.equal([]);
   for (const spec of specs) expect(Value.Check(AnySpec, spec), JSON.stringify([...Value.Errors(AnySpec, spec)][0])).to.equal(true);
-  return specs;
+  return specs as AnySpec[];
 }
 
 function errorsOf(text: string, env: Record<string, string | undefined> = USER_ENV): string[] {
@@ -247,13 +247,13 @@ describe('api: validating JSON specs', () => {
       'port: expected an integer from 1 to 65535, got "http"',
       'commands[1]: expected a string, got 1',
       'resources.gpu: unknown GPU model "H10"; did you mean "H100"?',
-      'extra: unknown field; expected one of type, name, priority, resources, env, image, registry_auth, python, files, repos, working_dir, volumes, privileged, entrypoint, shell, max_duration, stop_duration, retry, utilization_policy, spot_policy, backends, fleets, commands, port, model, replicas, scaling, auth, strip_prefix, probes, max_body_size, first_byte_timeout, idle_timeout, cold_start_timeout, startup_timeout, drain_timeout',
+      'extra: unknown field; expected one of type, name, priority, resources, env, image, registry_auth, python, files, repos, working_dir, volumes, privileged, entrypoint, shell, max_duration, stop_duration, retry, utilization_policy, spot_policy, backends, fleets, commands, port, model, replicas, scaling, auth, strip_prefix, probes, max_body_size, first_byte_timeout, idle_timeout, cold_start_timeout, startup_timeout, drain_timeout, gateway, https, rate_limits',
     ]);
   });
 
   it('rejects what is not a spec at all', () => {
-    expect(validateSpec('task').errors.map(formatSpecError)).to.deep.equal(['expected a map with a type field ("fleet", "dev-environment", "task", "service"), got "task"']);
-    expect(validateSpec({ type: 3 }).errors.map(formatSpecError)).to.deep.equal(['type: expected one of "fleet", "dev-environment", "task", "service", got 3']);
+    expect(validateSpec('task').errors.map(formatSpecError)).to.deep.equal(['expected a map with a type field ("fleet", "dev-environment", "task", "service", "gateway"), got "task"']);
+    expect(validateSpec({ type: 3 }).errors.map(formatSpecError)).to.deep.equal(['type: expected one of "fleet", "dev-environment", "task", "service", "gateway", got 3']);
   });
 
   it('requires commands or an image for tasks and services, and a range of replicas to come with scaling', () => {

@@ -79,7 +79,7 @@ for (const kind of DATABASE_KINDS) {
       });
       expect(response.status, JSON.stringify(response.body)).to.equal(201);
       const result = response.body as ApplyResult;
-      expect(result.items.map((item) => item.kind === 'fleet' ? [item.kind, item.fleet.name, item.action] : [item.kind, item.run.name]))
+      expect(result.items.map((item) => item.kind === 'run' ? [item.kind, item.run.name] : item.kind === 'fleet' ? [item.kind, item.fleet.name, item.action] : [item.kind]))
         .to.deep.equal([['fleet', 'local', 'create'], ['run', 'greet']]);
       const run = result.items[1]!;
       expect(run.kind === 'run' && run.run.status, 'the scheduler may have taken the run already').to.be.oneOf(['submitted', 'provisioning', 'running', 'done']);

@@ -46,13 +46,12 @@ for (const kind of DATABASE_KINDS) {
       }
     });
 
-    it('keeps what dstack means: a fleet\'s nodes map is its range, a task\'s nodes its instances, placement any and gateway false ask for nothing more', async () => {
+    it('keeps what dstack means: a fleet\'s nodes map is its range, a task\'s nodes its instances, placement any asks for nothing more, gateway false keeps a service off gateways', async () => {
       const fleet = await api<Fleet>('/fleets/h100s');
       expect(fleet.spec).to.include({ nodes: '0..2', idle_duration: '1h' });
       expect(fleet.spec).not.to.have.property('placement');
       const service = await api<Run>('/runs/llama');
-      expect(service.spec).to.include({ replicas: '1..2', port: 8000 });
-      expect(service.spec).not.to.have.any.keys('gateway', 'https');
+      expect(service.spec).to.include({ replicas: '1..2', port: 8000, gateway: false, https: false });
       expect((await api<Run>('/runs/distributed')).spec).to.include({ nodes: 2 });
     });
 

@@ -11,7 +11,6 @@ import { AgentClient } from '../agent/client.js';
 import { ProxyCore } from '../gateway/proxy-core.js';
 import type { RoutingTable } from '../gateway/routing-table.js';
 import { ServiceStatsRecorder } from '../gateway/stats.js';
-import type { Db } from '../store/db.js';
 import { base64, randomToken, submission, waitForLine } from './helpers/agent-jobs.js';
 import { freePort } from './helpers/ports.js';
 
@@ -49,7 +48,7 @@ describe('gateway core: a replica that has just gone', function () {
     const unreachableAgent = `http://127.0.0.1:${await freePort()}`;
     route = {
       runId: 'service', projectId: 'project', project: 'main', run: 'svc', port, auth: false, stripPrefix: true, model: null,
-      maxBodyBytes: 1024 * 1024, firstByteTimeoutMs: 5000, idleTimeoutMs: 5000, holdMs: 0,
+      maxBodyBytes: 1024 * 1024, firstByteTimeoutMs: 5000, idleTimeoutMs: 5000, holdMs: 0, gateway: null, https: 'auto', rateLimits: [],
       replicas: [
         { id: 'stopped-and-removed', replica: 0, agentUrl: agent.url, agentToken: token },
         { id: jobId, replica: 1, agentUrl: agent.url, agentToken: token },
@@ -58,9 +57,8 @@ describe('gateway core: a replica that has just gone', function () {
     };
     const table = { serviceById: () => route, nextRead: async () => {} } as unknown as RoutingTable;
     const logger = winston.createLogger({ silent: true });
-    const db = { query: async () => [], notify: async () => {} } as unknown as Db;
-    core = new ProxyCore(db, table, new ServiceStatsRecorder(db, 'test', logger), logger);
-    gateway = createServer((req, res) => void core.web(req, res, { route, path: req.url!, errorShape: 'api', ...(req.headers['x-read'] ? { body: Buffer.from('{}') } : {}) }));
+    core = new ProxyCore(table, new ServiceStatsRecorder(async () => {}, logger), async () => {}, logger);
+    gateway = createServer((req, res) => void core.web(req, res, { route, path: req.url!, servicePath: req.url!, errorShape: 'api', ...(req.headers['x-read'] ? { body: Buffer.from('{}') } : {}) }));
     await new Promise<void>((resolve) => gateway.listen(0, '127.0.0.1', resolve));
     gatewayUrl = `http://127.0.0.1:${(gateway.address() as AddressInfo).port}`;
   });

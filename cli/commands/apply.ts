@@ -1,12 +1,16 @@
 import type { CAC } from 'cac';
 import { formatUtc } from '../../api/cron.js';
+import { isDeepStrictEqual } from 'node:util';
+import type { Gateway, GatewaySpec } from '../../api/gateways.js';
 import type { ApplyItem, ApplyResult, Fleet, FleetPlan, Run, RunPlan, RunSchedule } from '../../api/objects.js';
-import type { AnySpec, FleetSpec, RunSpec } from '../../api/spec.js';
+import type { ConfigSpec } from '../../api/parse.js';
+import type { FleetSpec, RunSpec } from '../../api/spec.js';
 import { optionTexts } from '../args.js';
 import { ApiRequestError, type ApiClient } from '../client.js';
 import { connect, projectFlag } from '../connect.js';
 import { action, CliError } from '../errors.js';
 import { renderFleets } from '../fleet-table.js';
+import { renderGateways } from '../gateway-table.js';
 import { exitCodeOf, followRun } from '../follow.js';
 import { renderFleetPlan, renderRunPlan } from '../plan.js';
 import { StatusDisplay } from '../progress.js';
@@ -50,11 +54,13 @@ async function apply(flags: ApplyFlags): Promise<number> {
   const confirmed: LoadedSpec[] = [];
   for (const loaded of specs) {
     const fleets = confirmed.map((c) => c.spec).filter((spec): spec is FleetSpec => spec.type === 'fleet');
-    const wanted = loaded.spec.type === 'fleet' ? await planFleet(client, loaded.spec, yes) : await planRun(client, loaded.spec, fleets, yes);
+    const { spec } = loaded;
+    const wanted = spec.type === 'gateway' ? await planGateway(client, spec, yes)
+      : spec.type === 'fleet' ? await planFleet(client, spec, yes) : await planRun(client, spec, fleets, yes);
     if (wanted) confirmed.push(loaded);
   }
   if (confirmed.length === 0) return 0;
-  const confirmedRuns = confirmed.map((c) => c.spec).filter((spec) => spec.type !== 'fleet');
+  const confirmedRuns = confirmed.map((c) => c.spec).filter((spec): spec is RunSpec => spec.type !== 'fleet' && spec.type !== 'gateway');
   // A busy explicit local port is said before anything is submitted.
   if (flags.detach !== true && confirmedRuns.length === 1) await choosePorts(portRequests(forwardedPorts(confirmedRuns[0]!)));
   if (confirmedRuns.length > 0) await prepareSsh(client, yes, flags.sshConfig === false || process.env.ORCHESTRATOR_NO_SSH_CONFIG === '1');
@@ -125,6 +131,32 @@ async function planFleet(client: ApiClient, spec: FleetSpec, yes: boolean): Prom
   return true;
 }
 
+/** Says what applying the gateway does (create, update, nothing); whether the user wants it applied. */
+async function planGateway(client: ApiClient, spec: GatewaySpec, yes: boolean): Promise<boolean> {
+  const path = client.projectPath(`/gateways/${encodeURIComponent(spec.name)}`);
+  const current = await client.get<Gateway>(path).catch((error: unknown) => {
+    if (error instanceof ApiRequestError && error.status === 404) return null;
+    throw error;
+  });
+  if (current && isDeepStrictEqual(current.spec, spec)) {
+    process.stderr.write(`gateway ${spec.name} is already up to date\n\n`);
+    return false;
+  }
+  const certificates = spec.certificate?.type ?? 'lets-encrypt';
+  process.stderr.write([
+    `gateway ${spec.name}: ${current ? 'update (its process restarts)' : 'create'}`,
+    `  domain:       ${spec.domain}${spec.default ? ' (the project\'s default)' : ''}`,
+    `  backend:      ${spec.backend ?? 'local'}, HTTP on ${spec.http_port ?? 80}, HTTPS on ${spec.https_port ?? 443}`,
+    `  certificates: ${certificates === 'none' ? 'none, HTTP only' : certificates === 'manual' ? `from ${spec.certificate!.cert_file}` : `per service from ${spec.certificate?.acme_server ?? 'Let\'s Encrypt'}`}`,
+    '',
+  ].join('\n'));
+  if (!(await confirm(`${current ? 'Update' : 'Create'} gateway ${spec.name}?`, yes))) {
+    process.stderr.write(`gateway ${spec.name} not applied\n\n`);
+    return false;
+  }
+  return true;
+}
+
 /** Shows the run's plan, counting the fleets of this apply as already there; whether the user wants it submitted. */
 async function planRun(client: ApiClient, spec: RunSpec, fleets: FleetSpec[], yes: boolean): Promise<boolean> {
   const plan = await client.post<RunPlan>(client.projectPath('/runs/plan'), { spec, ...(fleets.length > 0 ? { fleets } : {}) });
@@ -139,7 +171,7 @@ async function planRun(client: ApiClient, spec: RunSpec, fleets: FleetSpec[], ye
 
 /** Sends everything confirmed in one request: the server writes all of it, or none. */
 async function applyTogether(client: ApiClient, confirmed: LoadedSpec[]): Promise<ApplyResult> {
-  const items: ApplyItem[] = confirmed.map(({ spec, files, repos }) => (spec.type === 'fleet' ? { spec } : { spec, files, repos }));
+  const items: ApplyItem[] = confirmed.map(({ spec, files, repos }) => (spec.type === 'fleet' || spec.type === 'gateway' ? { spec } : { spec, files, repos }));
   try {
     return await client.post<ApplyResult>(client.projectPath('/apply'), { items });
   } catch (error) {
@@ -163,6 +195,13 @@ function reportApplied(result: ApplyResult): Run[] {
       runs.push(item.run);
       continue;
     }
+    if (item.kind === 'gateway') {
+      const { gateway, action } = item;
+      process.stderr.write(`gateway ${gateway.name}: ${{ create: 'created', update: 'updated', unchanged: 'already up to date' }[action]}\n`);
+      process.stdout.write(renderGateways([gateway]));
+      process.stderr.write('\n');
+      continue;
+    }
     const { fleet, action } = item;
     const outcome = { create: 'created', update: `updated to generation ${fleet.generation}`, unchanged: 'already up to date' }[action];
     process.stderr.write(`fleet ${fleet.name}: ${outcome}\n`);
@@ -184,7 +223,7 @@ function scheduledLines(run: Run, schedule: RunSchedule): string {
 }
 
 /** The ports that following the run forwards: a service's are published by the proxy instead, and a scheduled task is not followed. */
-function forwardedPorts(spec: AnySpec): (number | string)[] {
+function forwardedPorts(spec: ConfigSpec): (number | string)[] {
   if (spec.type === 'task' && spec.schedule) return [];
   return spec.type === 'task' || spec.type === 'dev-environment' ? spec.ports ?? [] : [];
 }

@@ -1,6 +1,7 @@
 import Router from '@koa/router';
 import type { ApplyResult } from '../../api/objects.js';
 import { fleetView } from '../../store/fleets.js';
+import { gatewayView, listCertificates } from '../../store/gateways.js';
 import { listInstanceViews } from '../../store/instances.js';
 import { getRunView } from '../../store/run-views.js';
 import { applyItems } from '../apply.js';
@@ -10,7 +11,7 @@ import { readJsonObject } from '../http-errors.js';
 import { checkedApplyItems } from '../specs.js';
 
 /**
- * `POST /api/projects/:project/apply {items: [{spec, files?}]}`: fleets and runs together, all or nothing.
+ * `POST /api/projects/:project/apply {items: [{spec, files?}]}`: gateways, fleets and runs together, all or nothing.
  * Every item is validated first (one 422 lists every problem); then all are written together (`applyItems`).
  */
 export function applyRoutes(server: ServerContext): Router {
@@ -22,9 +23,11 @@ export function applyRoutes(server: ServerContext): Router {
     const items = checkedApplyItems(await readJsonObject(ctx), project);
     const written = await applyItems(db, project, (ctx.state as AuthState).user.id, items);
     const result: ApplyResult = {
-      items: await Promise.all(written.map(async (w) => w.kind === 'run'
-        ? { kind: 'run' as const, run: await getRunView(db, w.run.id) }
-        : { kind: 'fleet' as const, action: w.action, fleet: fleetView(w.fleet, project.name, await listInstanceViews(db, project.id, { fleetId: w.fleet.id, includeTerminated: false })) })),
+      items: await Promise.all(written.map(async (w): Promise<ApplyResult['items'][number]> => {
+        if (w.kind === 'run') return { kind: 'run', run: await getRunView(db, w.run.id) };
+        if (w.kind === 'gateway') return { kind: 'gateway', action: w.action, gateway: gatewayView(w.gateway, project.name, await listCertificates(db, w.gateway.id)) };
+        return { kind: 'fleet', action: w.action, fleet: fleetView(w.fleet, project.name, await listInstanceViews(db, project.id, { fleetId: w.fleet.id, includeTerminated: false })) };
+      })),
     };
     ctx.status = written.some((w) => w.kind === 'run' || w.action === 'create') ? 201 : 200;
     ctx.body = result;

@@ -1,0 +1,108 @@
+import { rm } from 'node:fs/promises';
+import { networkInterfaces } from 'node:os';
+import { join } from 'node:path';
+import type { Logger } from 'winston';
+import { isProcessAlive, processStartTime, stopProcessGroup, waitForExit } from '../backends/processes.js';
+import { startGatewayProcess } from '../gateway/edge/launch.js';
+import { CHANNELS } from '../store/channels.js';
+import type { Db, Row } from '../store/db.js';
+import { recordEvent } from '../store/events.js';
+import {
+  setGatewayProcess, setGatewayToken, setGatewayUnreachable, toGateway, type GatewayRecord, type LocalGatewayProcess,
+} from '../store/gateways.js';
+import { hashToken, newToken } from '../store/projects.js';
+import { LeasedController } from './leased.js';
+
+/** How often a running gateway's process is looked at. */
+const SUPERVISE_MS = 2000;
+/** A gateway process polls its server every second; silent for this long, it is shown unreachable. */
+const UNREACHABLE_AFTER_MS = 10_000;
+const RETRY_START_MS = 10_000;
+const STOP_GRACE_MS = 5000;
+
+export interface GatewayLaunchSettings {
+  /** The server's URL as the gateway process on this machine reaches it. */
+  serverUrl: string;
+  /** Each gateway's folder (its log) goes under it. */
+  stateDir: string;
+}
+
+function alive(process: LocalGatewayProcess | null): process is LocalGatewayProcess {
+  if (!process || !isProcessAlive(process.pid)) return false;
+  return process.startTime === null || processStartTime(process.pid) === process.startTime;
+}
+
+/** An address of this machine that DNS records may point at: the first external IPv4 address, else loopback. */
+function machineAddress(): string {
+  const external = Object.values(networkInterfaces()).flat().find((entry) => entry && entry.family === 'IPv4' && !entry.internal);
+  return external?.address ?? '127.0.0.1';
+}
+
+/**
+ * Runs each gateway with backend local as an `orchestrator gateway-server` process on this machine: starts it
+ * with a fresh token, restarts it when it is gone or its spec has a new generation, shows it unreachable when it
+ * stops calling, and stops it when the gateway is deleted. The process is detached: it serves on while the server
+ * restarts, and the restarted server finds it by its pid and start time instead of starting another.
+ */
+export class GatewayController extends LeasedController<GatewayRecord> {
+  readonly name = 'gateway';
+
+  constructor(db: Db, owner: string, logger: Logger, private readonly launch: GatewayLaunchSettings) {
+    super(db, owner, logger, { table: 'gateways', channel: CHANNELS.gateways, where: `status <> 'deleted'` });
+  }
+
+  protected toRecord(row: Row): GatewayRecord {
+    return toGateway(row);
+  }
+
+  protected async reconcile(gateway: GatewayRecord): Promise<number> {
+    const running = alive(gateway.process) ? gateway.process : null;
+    if (gateway.status === 'deleting') {
+      if (running) await stopProcessGroup(running.pid, STOP_GRACE_MS, waitForExit(running.pid));
+      await rm(this.stateDirOf(gateway), { recursive: true, force: true });
+      if (await setGatewayProcess(this.db, gateway.id, this.owner, null, null, 'deleted', 'deleted')) await this.event(gateway, 'Deleted', 'its process stopped');
+      return 60_000;
+    }
+    if (running?.generation === gateway.generation) {
+      const silentMs = Date.now() - (gateway.lastSeenAt?.getTime() ?? 0);
+      if (gateway.status === 'running' && silentMs > UNREACHABLE_AFTER_MS) {
+        await setGatewayUnreachable(this.db, gateway.id, this.owner, `the gateway process (pid ${running.pid}) has not called the server for ${Math.round(silentMs / 1000)} s`);
+      }
+      return SUPERVISE_MS;
+    }
+    if (running) await stopProcessGroup(running.pid, STOP_GRACE_MS, waitForExit(running.pid));
+    return this.start(gateway, running ? `restarting for generation ${gateway.generation}` : gateway.process ? 'its process was gone; starting it again' : 'starting');
+  }
+
+  private async start(gateway: GatewayRecord, why: string): Promise<number> {
+    const token = newToken();
+    if (!await setGatewayToken(this.db, gateway.id, this.owner, hashToken(token), why)) return SUPERVISE_MS;
+    const { spec } = gateway;
+    const httpPort = spec.http_port ?? 80;
+    const httpsPort = spec.https_port ?? 443;
+    const publicIp = spec.public_ip ?? true;
+    try {
+      const started = await startGatewayProcess({
+        serverUrl: this.launch.serverUrl, token, host: publicIp ? '0.0.0.0' : '127.0.0.1', httpPort, httpsPort, stateDir: this.stateDirOf(gateway),
+      });
+      const host = publicIp ? machineAddress() : '127.0.0.1';
+      const address = `http://${host}:${httpPort} https://${host}:${httpsPort}`;
+      await setGatewayProcess(this.db, gateway.id, this.owner, { ...started, generation: gateway.generation }, address, 'running', '');
+      await this.event(gateway, 'Started', `gateway-server pid ${started.pid} on ${address}`);
+      return SUPERVISE_MS;
+    } catch (error) {
+      const message = `the gateway process did not start: ${(error as Error).message}`;
+      await setGatewayProcess(this.db, gateway.id, this.owner, null, null, 'failed', message);
+      await this.event(gateway, 'Failed', message);
+      return RETRY_START_MS;
+    }
+  }
+
+  private stateDirOf(gateway: GatewayRecord): string {
+    return join(this.launch.stateDir, gateway.id);
+  }
+
+  private async event(gateway: GatewayRecord, reason: string, message: string): Promise<void> {
+    await recordEvent(this.db, { projectId: gateway.projectId, objectKind: 'gateway', objectId: gateway.id, objectName: gateway.name, reason, message });
+  }
+}
