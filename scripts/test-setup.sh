@@ -16,7 +16,8 @@ kubernetes=$!
 sh scripts/podman-setup.sh >/dev/null
 sh scripts/install-image-server-deps.sh
 # Command-line tools the tests run: the OpenSSH client (ssh, scp, ssh-keygen), curl, tmux, git (its daemon
-# serves the repos tests), and the reference image registry with htpasswd for the registry_auth tests.
+# serves the repos tests), the reference image registry with htpasswd for the registry_auth tests, and Lua 5.1
+# (the version Argo CD's health checks are written in) for manifests/argocd/health.lua.
 missing=""
 command -v scp >/dev/null 2>&1 || missing="$missing openssh-client"
 command -v curl >/dev/null 2>&1 || missing="$missing curl"
@@ -24,6 +25,11 @@ command -v tmux >/dev/null 2>&1 || missing="$missing tmux"
 command -v git >/dev/null 2>&1 || missing="$missing git"
 command -v docker-registry >/dev/null 2>&1 || missing="$missing docker-registry"
 command -v htpasswd >/dev/null 2>&1 || missing="$missing apache2-utils"
+command -v lua5.1 >/dev/null 2>&1 || missing="$missing lua5.1"
+# pebble (Let's Encrypt's test ACME server, with pebble-challtestsrv as its DNS) and openssl (its own certificate)
+# for the gateway tests.
+command -v pebble >/dev/null 2>&1 || missing="$missing pebble"
+command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
 if [ -n "$missing" ]; then
   apt-get update >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y $missing >/dev/null

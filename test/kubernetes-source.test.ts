@@ -1,4 +1,4 @@
-import { ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, loadYaml, PatchStrategy, setHeaderOptions, type KubeConfig, type V1CustomResourceDefinition } from '@kubernetes/client-node';
+import { ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, KubernetesObjectApi, loadYaml, PatchStrategy, setHeaderOptions, type KubeConfig, type KubernetesObject, type V1CustomResourceDefinition } from '@kubernetes/client-node';
 import { expect } from 'chai';
 import { readdirSync, readFileSync } from 'node:fs';
 import { request } from 'node:https';
@@ -10,11 +10,15 @@ import { FINALIZER, PROJECT_LABEL, type Condition, type ResourceStatus } from '.
 import type { Fleet, Run } from '../api/objects.js';
 import { parseSpecText } from '../api/parse.js';
 import { startServer, type RunningServer } from '../server/server.js';
+import { argoCdHealth } from './helpers/argocd-health.js';
 import { startKubeCluster, type KubeCluster } from './helpers/kube-apiserver.js';
 import { eventually, FAST_TIMINGS, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const NAMESPACE = 'gitops';
+/** The server calls the API server as the service account of manifests/, with the ClusterRole given there and no more. */
+const SERVER_ACCOUNT = 'system:serviceaccount:orchestrator:orchestrator-server';
+const RBAC_MANIFESTS = ['namespace.yaml', 'service-account.yaml', 'cluster-role.yaml', 'cluster-role-binding.yaml'];
 
 interface Resource {
   apiVersion: string;
@@ -86,9 +90,11 @@ describe('kubernetes source controller, against a real kube-apiserver', function
 
   before(async function () {
     this.timeout(300_000);
-    cluster = await startKubeCluster();
+    cluster = await startKubeCluster([SERVER_ACCOUNT]);
     objects = cluster.kubeConfig.makeApiClient(CustomObjectsApi);
     await cluster.kubeConfig.makeApiClient(CoreV1Api).createNamespace({ body: { metadata: { name: NAMESPACE } } });
+    const manifests = KubernetesObjectApi.makeApiClient(cluster.kubeConfig);
+    for (const file of RBAC_MANIFESTS) await manifests.create(loadYaml<KubernetesObject>(readFileSync(join(ROOT, 'manifests', file), 'utf8')));
   });
 
   after(async function () {
@@ -116,7 +122,7 @@ describe('kubernetes source controller, against a real kube-apiserver', function
         return conditions.some((c) => c.type === 'Established' && c.status === 'True');
       }, 20_000, `${name} to be established`);
     }
-    server = await startTestServer('postgres', serverConfig(cluster.kubeconfigPath));
+    server = await startTestServer('postgres', serverConfig(cluster.kubeconfigPathOf(SERVER_ACCOUNT)));
   });
 
   it('applies the examples: the fleet, then the task runs to its exit code, with kstatus conditions and printer columns', async () => {
@@ -133,6 +139,7 @@ describe('kubernetes source controller, against a real kube-apiserver', function
     // The controller never writes the spec: the generation and the spec are what the API server made of the file.
     expect(done.metadata.generation).to.equal(1);
     expect(done.spec).to.deep.equal(created.spec);
+    expect(argoCdHealth(done).status).to.equal('Healthy');
 
     const hello = await run('hello');
     expect(hello).to.include({ status: 'done', exitCode: 0, user: 'kubernetes' });
@@ -144,6 +151,7 @@ describe('kubernetes source controller, against a real kube-apiserver', function
     expect(failed.status!.exitCode).to.equal(3);
     expect(condition(failed, 'Stalled')).to.include({ status: 'True', reason: 'FailedByUserCode' });
     expect(condition(failed, 'Ready')).to.include({ status: 'False', reason: 'FailedByUserCode' });
+    expect(argoCdHealth(failed).status).to.equal('Degraded');
 
     const shown = await table(cluster.kubeConfig, `/apis/${CRD_GROUP}/${CRD_VERSION}/namespaces/${NAMESPACE}/tasks`);
     expect(shown.columns).to.deep.equal(['Name', 'Status', 'GPU', 'Exit', 'Instance', 'Message', 'Ready', 'Age']);

@@ -31,6 +31,8 @@ interface Container {
 }
 interface Volume { name: string; emptyDir?: object; secret?: { secretName: string; items?: { key: string; path: string }[] } }
 interface PodSpec {
+  serviceAccountName?: string;
+  automountServiceAccountToken?: boolean;
   securityContext?: { runAsNonRoot?: boolean; runAsUser?: number; fsGroup?: number };
   affinity?: { podAntiAffinity?: { preferredDuringSchedulingIgnoredDuringExecution?: { podAffinityTerm: { labelSelector: { matchLabels: Labels } } }[] } };
   containers: Container[];
@@ -70,6 +72,9 @@ const deployment = only<Deployment>('deployment.yaml');
 const service = only<Service>('service.yaml');
 const secret = only<Secret>('secret.yaml');
 const namespace = only<Manifest>('namespace.yaml');
+const serviceAccount = only<Manifest>('service-account.yaml');
+const binding = only<Manifest & { roleRef: { kind: string; name: string }; subjects: { kind: string; name: string; namespace: string }[] }>('cluster-role-binding.yaml');
+const clusterRole = only<Manifest>('cluster-role.yaml');
 const pod = deployment.spec.template.spec;
 const container = pod.containers[0];
 const envValue = (name: string) => container.env.find((e) => e.name === name)?.value;
@@ -99,15 +104,25 @@ describe('kubernetes manifests', () => {
   it('are one object of the expected kind and apiVersion per file', () => {
     const kinds = Object.fromEntries([...byFile].map(([file, documents]) => [file, documents.map((d) => `${d.apiVersion} ${d.kind}`)]));
     expect(kinds).to.deep.equal({
+      'cluster-role-binding.yaml': ['rbac.authorization.k8s.io/v1 ClusterRoleBinding'],
+      'cluster-role.yaml': ['rbac.authorization.k8s.io/v1 ClusterRole'],
       'deployment.yaml': ['apps/v1 Deployment'],
       'namespace.yaml': ['v1 Namespace'],
+      'service-account.yaml': ['v1 ServiceAccount'],
       'secret.yaml': ['v1 Secret'],
       'service.yaml': ['v1 Service'],
     });
   });
 
+  it('run the server as a service account bound to the cluster role that lets it apply the custom resources', () => {
+    expect(pod.serviceAccountName).to.equal(serviceAccount.metadata.name);
+    expect(pod.automountServiceAccountToken).to.equal(true);
+    expect(binding.roleRef).to.deep.include({ kind: 'ClusterRole', name: clusterRole.metadata.name });
+    expect(binding.subjects).to.deep.equal([{ kind: 'ServiceAccount', name: serviceAccount.metadata.name, namespace: namespace.metadata.name }]);
+  });
+
   it('put every namespaced object in the namespace they create', () => {
-    for (const object of [deployment, service, secret]) {
+    for (const object of [deployment, service, secret, serviceAccount]) {
       expect(object.metadata.namespace, `${object.kind} ${object.metadata.name}`).to.equal(namespace.metadata.name);
     }
   });

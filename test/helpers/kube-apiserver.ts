@@ -17,6 +17,8 @@ export interface KubeCluster {
   kubeConfig: KubeConfig;
   /** The same, as a kubeconfig file the orchestrator's config.yml can name. */
   kubeconfigPath: string;
+  /** A kubeconfig file of one of the users given to `startKubeCluster`, who may do what RBAC grants them. */
+  kubeconfigPathOf(user: string): string;
   /** Stops the API server, leaving etcd and what it holds. */
   stopApiServer(): Promise<void>;
   /** Starts the API server again on the same address. */
@@ -73,14 +75,16 @@ async function waitReady(port: number, token: string, child: ChildProcess, outpu
 }
 
 /**
- * Starts etcd and a kube-apiserver on free loopback ports: static-token authentication, every request
- * allowed, serving certificates the API server makes for itself, no admission webhooks.
+ * Starts etcd and a kube-apiserver on free loopback ports: static-token authentication, RBAC authorization (the
+ * administrator is in system:masters; `users`, such as system:serviceaccount:<namespace>:<name>, have what roles
+ * grant them), serving certificates the API server makes for itself, no admission webhooks.
  */
-export async function startKubeCluster(): Promise<KubeCluster> {
+export async function startKubeCluster(users: string[] = []): Promise<KubeCluster> {
   const bin = binaries();
   const dir = mkdtempSync(join(tmpdir(), 'orch-kube-'));
   const token = randomBytes(16).toString('hex');
-  writeFileSync(join(dir, 'tokens.csv'), `${token},admin,admin,system:masters\n`);
+  const tokens = new Map(users.map((user) => [user, randomBytes(16).toString('hex')]));
+  writeFileSync(join(dir, 'tokens.csv'), [`${token},admin,admin,system:masters`, ...users.map((user) => `${tokens.get(user)},${user},${user}`)].join('\n') + '\n');
   const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
   writeFileSync(join(dir, 'service-account.key'), privateKey.export({ type: 'pkcs8', format: 'pem' }));
 
@@ -95,7 +99,7 @@ export async function startKubeCluster(): Promise<KubeCluster> {
     let output = '';
     const child = spawn(join(bin, 'kube-apiserver'), [
       `--etcd-servers=${etcdUrl}`, '--bind-address=127.0.0.1', `--secure-port=${port}`,
-      `--cert-dir=${join(dir, `certs-${port}`)}`, `--token-auth-file=${join(dir, 'tokens.csv')}`, '--authorization-mode=AlwaysAllow',
+      `--cert-dir=${join(dir, `certs-${port}`)}`, `--token-auth-file=${join(dir, 'tokens.csv')}`, '--authorization-mode=RBAC',
       '--service-account-issuer=https://kubernetes.default.svc', `--service-account-key-file=${join(dir, 'service-account.key')}`,
       `--service-account-signing-key-file=${join(dir, 'service-account.key')}`, '--service-cluster-ip-range=10.0.0.0/24',
       '--enable-priority-and-fairness=false', '--disable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ServiceAccount',
@@ -126,9 +130,14 @@ export async function startKubeCluster(): Promise<KubeCluster> {
   const kubeConfig = kubeConfigFor(apiPort, token, caFile(apiPort));
   const kubeconfigPath = join(dir, 'kubeconfig');
   writeFileSync(kubeconfigPath, kubeConfig.exportConfig());
+  users.forEach((user, index) => writeFileSync(join(dir, `kubeconfig-${index}`), kubeConfigFor(apiPort, tokens.get(user)!, caFile(apiPort)).exportConfig()));
   return {
     kubeConfig,
     kubeconfigPath,
+    kubeconfigPathOf: (user) => {
+      if (!tokens.has(user)) throw new Error(`${user} was not given to startKubeCluster`);
+      return join(dir, `kubeconfig-${users.indexOf(user)}`);
+    },
     stopApiServer: () => stopProcess(apiServer, 'SIGKILL'),
     startApiServer: async () => { apiServer = await startOn(apiPort); },
     startOtherApiServer: async () => {
