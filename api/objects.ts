@@ -213,7 +213,11 @@ export type RunLogsPage = Static<typeof RunLogsPage>;
 /** One line of a followed log stream (NDJSON): a log line, or the run's status when it changes. */
 export const LogStreamItem = Type.Union([
   Type.Object({ type: Type.Literal('log'), line: LogLine }),
-  Type.Object({ type: Type.Literal('status'), status: RunStatus, statusMessage: Type.String(), exitCode: Type.Union([Type.Integer(), Type.Null()]) }),
+  Type.Object({
+    type: Type.Literal('status'), status: RunStatus, statusMessage: Type.String(), exitCode: Type.Union([Type.Integer(), Type.Null()]),
+    /** Which attempt of the run under `retry` the stream follows; a later attempt is followed by asking again. */
+    attempt: Type.Integer({ minimum: 1 }),
+  }),
 ]);
 export type LogStreamItem = Static<typeof LogStreamItem>;
 

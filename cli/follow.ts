@@ -73,13 +73,15 @@ export function droppedLinesNote(count: number): string {
  * a multi-node task (every node, each line after its rank, when left out).
  */
 export async function followRun(client: ApiClient, name: string, display: StatusDisplay | null, pick: JobPick = {}): Promise<FollowOutcome> {
-  const pickQuery = jobPickQuery(pick);
   const controller = new AbortController();
   const interrupt = () => controller.abort();
   process.on('SIGINT', interrupt);
-  const after = new LogCursors();
+  let after = new LogCursors();
   let broken = 0;
   let started = false;
+  /** The attempt whose lines are printed, once the stream has named it, and how it ended. */
+  let attempt = pick.attempt;
+  let attemptEnd: { status: RunStatus; statusMessage: string } | null = null;
   const showStarted = () => {
     if (!started) display?.update('running', '');
     started = true;
@@ -87,10 +89,12 @@ export async function followRun(client: ApiClient, name: string, display: Status
   try {
     for (;;) {
       try {
-        for await (const item of client.stream(runPath(client, name, `/logs?follow=true&after=${after.query()}${pickQuery}`), controller.signal)) {
+        for await (const item of client.stream(runPath(client, name, `/logs?follow=true&after=${after.query()}${jobPickQuery({ ...pick, attempt })}`), controller.signal)) {
           if (item.type === 'status') {
+            attempt = item.attempt;
+            if (isFinished(item)) attemptEnd = item;
             // The end is shown from the run itself once the stream closes, after every line.
-            if (!isFinished(item)) display?.update(item.status, item.statusMessage);
+            else display?.update(item.status, item.statusMessage);
             if (STARTED_RUN_STATUSES.includes(item.status)) started = true;
           } else {
             showStarted();
@@ -107,6 +111,16 @@ export async function followRun(client: ApiClient, name: string, display: Status
         }
         if (controller.signal.aborted) return { kind: 'interrupted' };
         const run = await client.get<Run>(runPath(client, name));
+        if (pick.attempt === undefined && attempt !== undefined && run.attempt > attempt) {
+          const note = `attempt ${attempt} ${attemptEnd ? `${attemptEnd.status}: ${attemptEnd.statusMessage}` : 'ended'}; following attempt ${run.attempt}, submitted under the run's retry`;
+          if (display) display.around(() => process.stderr.write(`${note}\n`));
+          else process.stderr.write(`${note}\n`);
+          attempt = run.attempt;
+          attemptEnd = null;
+          after = new LogCursors();
+          started = false;
+          continue;
+        }
         if (isFinished(run)) {
           if (run.startedAt !== null) showStarted();
           display?.update(run.status, run.statusMessage);
@@ -126,14 +140,15 @@ export async function followRun(client: ApiClient, name: string, display: Status
   }
 }
 
-/** Which job's lines to read: a replica of a service, or a node of a multi-node task. */
+/** Which job's lines to read: a replica of a service, a node of a multi-node task, an attempt of a run under `retry`. */
 export interface JobPick {
   replica?: number;
   node?: number;
+  attempt?: number;
 }
 
 export function jobPickQuery(pick: JobPick): string {
-  return `${pick.replica === undefined ? '' : `&replica=${pick.replica}`}${pick.node === undefined ? '' : `&node=${pick.node}`}`;
+  return (['replica', 'node', 'attempt'] as const).map((key) => (pick[key] === undefined ? '' : `&${key}=${pick[key]}`)).join('');
 }
 
 function isConnectionProblem(error: unknown): error is CliError {

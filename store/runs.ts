@@ -113,6 +113,16 @@ export async function getRunByName(db: Queryable, projectId: string, name: strin
   return rows[0] ? toRun(rows[0]) : null;
 }
 
+/** Another attempt of `run` under its `retry`: the row of that number among those submitted since its first attempt. */
+export async function getRunAttempt(db: Queryable, run: RunRecord, attempt: number): Promise<RunRecord | null> {
+  const rows = await db.query(
+    `SELECT * FROM runs WHERE project_id = $1 AND name = $2 AND attempt = $3 AND service_id IS NULL
+       AND coalesce(first_submitted_at, submitted_at) = (SELECT coalesce(first_submitted_at, submitted_at) FROM runs WHERE id = $4)
+     ORDER BY submitted_at DESC LIMIT 1`,
+    [run.projectId, run.name, attempt, run.id]);
+  return rows[0] ? toRun(rows[0]) : null;
+}
+
 export async function getRun(db: Queryable, id: string): Promise<RunRecord | null> {
   const rows = await db.query('SELECT * FROM runs WHERE id = $1', [id]);
   return rows[0] ? toRun(rows[0]) : null;

@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { useGpucloudSuite, type GpucloudSuite } from './helpers/gpucloud-suite.js';
@@ -25,8 +26,12 @@ for (const kind of DATABASE_KINDS) {
 
     useGpucloudSuite(kind, (started) => { suite = started; });
 
-    it('resubmits a task that failed with an error as attempt 2, with its own logs, shown in ps and events', async () => {
-      await suite.apply('flaky', flakyTask('flaky', join(suite.work, 'flaky-marker'), 'retry:\n  on_events: [error]\n  duration: 10m'));
+    it('resubmits a task that failed with an error as attempt 2, with its own logs, shown in ps and events; apply follows it to the end', async () => {
+      writeFileSync(join(suite.work, 'flaky.yml'), flakyTask('flaky', join(suite.work, 'flaky-marker'), 'retry:\n  on_events: [error]\n  duration: 10m'));
+      const applied = await suite.cli(['apply', '-f', join(suite.work, 'flaky.yml'), '-y']);
+      expect(applied.code, show(applied)).to.equal(0);
+      expect(applied.stdout).to.match(/first try fails\n(.*\n)*second try works\n/);
+      expect(applied.stderr).to.match(/attempt 1 failed: exited with code 3; following attempt 2, submitted under the run's retry\n/);
       const done = await suite.waitFor('flaky', (run) => run.status === 'done', 'attempt 2 of flaky to finish');
       expect(done.attempt).to.equal(2);
       expect(done.terminationReason).to.equal('done_by_user_code');
@@ -35,6 +40,13 @@ for (const kind of DATABASE_KINDS) {
       expect(logs.code, show(logs)).to.equal(0);
       expect(logs.stdout).to.contain('second try works');
       expect(logs.stdout).not.to.contain('first try fails');
+      const first = await suite.cli(['logs', 'flaky', '--attempt', '1']);
+      expect(first.code, show(first)).to.equal(0);
+      expect(first.stdout).to.contain('first try fails');
+      expect(first.stdout).not.to.contain('second try works');
+      const third = await suite.cli(['logs', 'flaky', '--attempt', '3']);
+      expect(third.code, show(third)).to.equal(1);
+      expect(third.stderr).to.contain('run flaky has attempts 1 to 2');
 
       const ps = await suite.cli(['ps', '-a']);
       expect(ps.stdout).to.match(/^flaky\s+task\s+done \(attempt 2\)\s+L4/m);

@@ -11,6 +11,7 @@ interface LogsFlags {
   follow?: boolean;
   replica?: string | number;
   node?: string | number;
+  attempt?: string | number;
 }
 
 export function registerLogs(cli: CAC): void {
@@ -18,14 +19,20 @@ export function registerLogs(cli: CAC): void {
     .option('-f, --follow', 'Keep printing new lines until the run finishes')
     .option('--replica <n>', 'For a service: which replica (default: the lowest-numbered running one)')
     .option('--node <rank>', 'For a multi-node task: only this node\'s lines (default: every node\'s, each after [rank N])')
+    .option('--attempt <n>', 'For a run resubmitted under its retry: that attempt\'s lines (default: the latest attempt)')
     .option('--project <name>', 'Project to use (default: the default project)')
     .example('orchestrator logs -f hello')
     .example('orchestrator logs echo-llm --replica 1')
     .example('orchestrator logs train --node 1')
+    .example('orchestrator logs flaky --attempt 1')
     .action(action(async (name: string, flags: LogsFlags) => {
       const client = connect();
       const run = String(name);
-      const pick = { replica: replicaFlag(flags.replica), node: wholeNumberFlag('--node', 'a node rank', flags.node) };
+      const pick = {
+        replica: replicaFlag(flags.replica),
+        node: wholeNumberFlag('--node', 'a node rank', flags.node),
+        attempt: wholeNumberFlag('--attempt', 'an attempt number', flags.attempt),
+      };
       if (flags.follow === true) {
         const followed = await latestRunOfSchedule(client, run);
         const outcome = await followRun(client, followed, null, pick);

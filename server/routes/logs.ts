@@ -8,7 +8,7 @@ import { agentOf } from '../../controllers/run-controller.js';
 import { getInstance } from '../../store/instances.js';
 import { lastLogSeq, logLinesAfter, readLogPage, readLogs } from '../../store/logs.js';
 import { isMultiNodeParent, listNodes, nodeCount } from '../../store/nodes.js';
-import { getRun, type RunRecord } from '../../store/runs.js';
+import { getRun, getRunAttempt, type RunRecord } from '../../store/runs.js';
 import { isSchedule, latestScheduledRun } from '../../store/schedules.js';
 import { replicaForLogs } from '../../store/services.js';
 import type { ServerContext } from '../context.js';
@@ -108,11 +108,22 @@ async function logsOf(server: ServerContext, ctx: Context): Promise<RunRecord> {
   }
   if (run.kind !== 'service' || run.jobId) {
     if (raw !== undefined) throw badRequest(`replica: run ${run.name} is a ${run.kind}, not a service with replicas`);
-    return run;
+    return attemptOf(server, ctx, run);
   }
   const replica = await replicaForLogs(server.db, run.id, raw === undefined ? null : Number(raw));
   if (!replica) throw notFound(raw === undefined ? `service ${run.name} has no replica yet` : `service ${run.name} has no replica ${raw}`);
   return replica;
+}
+
+/** `attempt=N`: an attempt of a run that its `retry` submitted again (the latest when left out); each keeps its own lines. */
+async function attemptOf(server: ServerContext, ctx: Context, run: RunRecord): Promise<RunRecord> {
+  const raw = ctx.query.attempt;
+  if (raw === undefined) return run;
+  if (typeof raw !== 'string' || !/^[1-9]\d{0,5}$/.test(raw)) throw badRequest('attempt: expected an attempt number such as 1');
+  const attempt = Number(raw);
+  const found = attempt === run.attempt ? run : attempt < run.attempt ? await getRunAttempt(server.db, run, attempt) : null;
+  if (!found) throw notFound(`run ${run.name} has ${run.attempt === 1 ? 'one attempt' : `attempts 1 to ${run.attempt}`}`);
+  return found;
 }
 
 /** A job whose lines a follower reads: a run's own, or a node's, whose lines then carry its rank. */
@@ -149,7 +160,7 @@ async function follow(server: ServerContext, runId: string, sources: (now: RunRe
   const writeStatus = (run: RunRecord) => {
     const status = `${run.status}|${run.statusMessage}`;
     if (status === lastStatus) return;
-    write({ type: 'status', status: run.status, statusMessage: run.statusMessage, exitCode: run.exitCode });
+    write({ type: 'status', status: run.status, statusMessage: run.statusMessage, exitCode: run.exitCode, attempt: run.attempt });
     lastStatus = status;
   };
   while (!closed()) {
