@@ -3,7 +3,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConfigError, loadServerConfig } from '../server/config.js';
+import { ConfigError, loadServerConfig, StartupError } from '../server/config.js';
+import { startServer } from '../server/server.js';
 
 function tempDir(): string {
   return mkdtempSync(join(tmpdir(), 'orch-config-'));
@@ -68,6 +69,22 @@ describe('server configuration', function () {
     expect(configError('projects:\n  - name: main\n   backends: [\n')).to.match(/^config\.yml:\d+:\d+: /);
     expect(configError('projects:\n- name: main\n  backends: *missing\n')).to.equal(
       'config.yml: Unresolved alias (the anchor must be set before the alias): missing');
+  });
+
+  it('names the mistakes of the kubernetes section, and stops the start on a kubeconfig it cannot read', async () => {
+    const local = 'projects:\n- name: main\n  backends:\n  - type: local\n';
+    expect(configError(`${local}kubernetes:\n  watch:\n    project: research\n`)).to.equal(
+      'invalid server config:\nconfig.yml:7:14: kubernetes.watch.project: no project "research" in this file; expected one of: main');
+    expect(configError(`${local}kubernetes:\n  watch:\n    namespaces: [ML_Team]\n`)).to.match(/^config\.yml:7:18: kubernetes\.watch\.namespaces\[0\]: /m);
+    const misplaced = configError(`${local}kubernetes:\n  namespaces: [ml]\n`);
+    expect(misplaced).to.match(/^config\.yml:6:3: kubernetes\.watch: missing; this field is required$/m);
+    expect(misplaced).to.match(/^config\.yml:6:\d+: kubernetes\.namespaces: unknown field$/m);
+    const dir = tempDir();
+    writeFileSync(join(dir, 'config.yml'), `${local}kubernetes:\n  kubeconfig: ${join(dir, 'no-such-kubeconfig')}\n  watch: {}\n`);
+    const failed = await startServer({ dir, port: 0 }).then(() => null, (error: Error) => error);
+    expect(failed).to.be.instanceOf(StartupError);
+    expect(failed!.message).to.match(new RegExp(`^kubernetes: cannot load ${join(dir, 'no-such-kubeconfig')}: .*ENOENT`));
+    rmSync(dir, { recursive: true, force: true });
   });
 
   it('refuses a config whose aliases expand exponentially, naming the file, without a stack trace', async () => {
