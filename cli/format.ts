@@ -61,3 +61,8 @@ export function formatTime(timestamp: string): string {
 export function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
 }
+
+/** `spot` for capacity the backend may interrupt, else `-`; tables show the column only when some offer is spot. */
+export function formatSpot(offer: { spot?: boolean }): string {
+  return offer.spot === true ? 'spot' : '-';
+}

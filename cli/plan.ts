@@ -2,7 +2,7 @@ import { formatUtc } from '../api/cron.js';
 import { fieldsNotActedOn, type FieldNotActedOn } from '../api/not-acted-on.js';
 import type { FleetPlan, RunPlan } from '../api/objects.js';
 import type { FleetSpec, RunSpec } from '../api/spec.js';
-import { formatGpuInfo, formatPrice, formatSize, formatTimeLeft } from './format.js';
+import { formatGpuInfo, formatPrice, formatSize, formatSpot, formatTimeLeft } from './format.js';
 import { outputWidth, renderTable } from './table.js';
 
 const INDENT = '    ';
@@ -17,10 +17,12 @@ function indented(table: string): string {
 
 function offersTable(offers: FleetPlan['offers'] | RunPlan['offers'], total: number, stream: NodeJS.WriteStream): string {
   const withFleet = offers.some((o) => 'fleet' in o);
-  const headers = [...(withFleet ? ['fleet'] : []), 'backend', 'gpu', 'cpus', 'memory', 'disk', 'region', '$/h', 'availability'];
+  const withSpot = offers.some((o) => o.spot === true);
+  const headers = [...(withFleet ? ['fleet'] : []), 'backend', 'gpu', 'cpus', 'memory', 'disk', 'region', '$/h', ...(withSpot ? ['spot'] : []), 'availability'];
   const rows = offers.map((o) => [
     ...(withFleet ? [(o as RunPlan['offers'][number]).fleet] : []),
-    o.backend, formatGpuInfo(o.gpu), String(o.cpus), formatSize(o.memoryMib), formatSize(o.diskMib), o.region, formatPrice(o.pricePerHour), o.availability,
+    o.backend, formatGpuInfo(o.gpu), String(o.cpus), formatSize(o.memoryMib), formatSize(o.diskMib), o.region, formatPrice(o.pricePerHour),
+    ...(withSpot ? [formatSpot(o)] : []), o.availability,
   ]);
   const limit = { maxRows: rows.length, total, seeAll: 'orchestrator offer' };
   return indented(renderTable(headers, rows, outputWidth(stream) - INDENT.length, limit));

@@ -30,6 +30,10 @@ for (const kind of DATABASE_KINDS) {
       const offers = JSON.parse((await suite.cli(['offer', '-b', 'gpucloud', '--gpu', 'L4:1', '--json'])).stdout) as { offers: { pricePerHour: number; spot?: boolean; region: string }[] };
       const east = offers.offers.filter((o) => o.region === 'us-east-1');
       expect(east.map((o) => [o.spot, o.pricePerHour])).to.have.deep.members([[false, 0.8], [true, 0.32]]);
+      const table = await suite.cli(['offer', '-b', 'gpucloud', '--gpu', 'L4:1']);
+      expect(table.stdout).to.match(/^GPU\s+MEMORY\s+COUNT\s+VCPUS\s+RAM\s+DISK\s+REGION\s+\$\/H\s+SPOT\s+AVAILABILITY\n/);
+      expect(table.stdout).to.match(/\sus-east-1\s+\$0\.32\s+spot\s/);
+      expect(table.stdout).to.match(/\sus-east-1\s+\$0\.80?\s+-\s/);
 
       await suite.apply('on-demand', sleeper('on-demand', ''));
       const onDemand = await machineOf('on-demand');

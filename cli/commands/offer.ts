@@ -3,7 +3,7 @@ import type { OfferListing } from '../../api/offer.js';
 import { optionText } from '../args.js';
 import { connect } from '../connect.js';
 import { action } from '../errors.js';
-import { formatAge, formatPrice, formatSize, printJson } from '../format.js';
+import { formatAge, formatPrice, formatSize, formatSpot, printJson } from '../format.js';
 import { renderTable } from '../table.js';
 
 interface OfferFlags {
@@ -38,7 +38,8 @@ export function registerOffer(cli: CAC): void {
         return exitCode;
       }
       const staleAge = new Map(listing.backends.filter((b) => b.error !== null && b.fetchedAt !== null).map((b) => [b.backend, formatAge(b.fetchedAt!)]));
-      const headers = [...(backend === undefined ? ['backend'] : []), 'gpu', 'memory', 'count', 'vcpus', 'ram', 'disk', 'region', '$/h', 'availability'];
+      const withSpot = offers.some((o) => o.spot === true);
+      const headers = [...(backend === undefined ? ['backend'] : []), 'gpu', 'memory', 'count', 'vcpus', 'ram', 'disk', 'region', '$/h', ...(withSpot ? ['spot'] : []), 'availability'];
       const rows = offers.map((o) => [
         ...(backend === undefined ? [o.backend] : []),
         o.gpu.count === 0 ? '-' : o.gpu.name,
@@ -49,6 +50,7 @@ export function registerOffer(cli: CAC): void {
         formatSize(o.diskMib),
         o.region,
         formatPrice(o.pricePerHour),
+        ...(withSpot ? [formatSpot(o)] : []),
         staleAge.has(o.backend) ? `${o.availability} ${staleAge.get(o.backend)}` : o.availability,
       ]);
       process.stdout.write(renderTable(headers, rows));
