@@ -135,6 +135,15 @@ const CHECKS: Record<CheckName, Check> = {
     },
   },
   'rate-limit': {
+    // dstack's form of the key: {type: ip_address} or {type: header, header: X-Api-Key}.
+    coerce: (value) => {
+      if (!isMap(value) || !isMap(value.key) || value.header !== undefined) return value;
+      const { type, header, ...other } = value.key;
+      if (Object.keys(other).length > 0) return value;
+      if (type === 'ip_address' && header === undefined) return { ...value, key: 'ip' };
+      if (type === 'header' && typeof header === 'string') return { ...value, key: 'header', header };
+      return value;
+    },
     check: (value: { key?: string; header?: string }) => {
       if ((value.key ?? 'ip') === 'header' && value.header === undefined) throw new Error('key: header needs header, the name of the header whose value keys the bucket (such as X-Api-Key)');
       if ((value.key ?? 'ip') === 'ip' && value.header !== undefined) throw new Error('header is used only with key: header; with key: ip each client address has its bucket');

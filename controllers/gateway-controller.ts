@@ -1,5 +1,5 @@
 import { rm } from 'node:fs/promises';
-import { networkInterfaces } from 'node:os';
+import { hostname, networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'winston';
 import { isProcessAlive, processStartTime, stopProcessGroup, waitForExit } from '../backends/processes.js';
@@ -17,6 +17,8 @@ import { LeasedController } from './leased.js';
 const SUPERVISE_MS = 2000;
 /** A gateway process polls its server every second; silent for this long, it is shown unreachable. */
 const UNREACHABLE_AFTER_MS = 10_000;
+/** A process on another server's machine is left to that server until it has been silent this long; then this server starts one. */
+const TAKE_OVER_AFTER_MS = 30_000;
 const RETRY_START_MS = 10_000;
 const STOP_GRACE_MS = 5000;
 
@@ -28,7 +30,7 @@ export interface GatewayLaunchSettings {
 }
 
 function alive(process: LocalGatewayProcess | null): process is LocalGatewayProcess {
-  if (!process || !isProcessAlive(process.pid)) return false;
+  if (!process || process.host !== hostname() || !isProcessAlive(process.pid)) return false;
   return process.startTime === null || processStartTime(process.pid) === process.startTime;
 }
 
@@ -57,16 +59,18 @@ export class GatewayController extends LeasedController<GatewayRecord> {
 
   protected async reconcile(gateway: GatewayRecord): Promise<number> {
     const running = alive(gateway.process) ? gateway.process : null;
+    const silentMs = Date.now() - (gateway.lastSeenAt?.getTime() ?? 0);
+    // A deleted gateway's process elsewhere is refused by the server from now on, and ends itself.
     if (gateway.status === 'deleting') {
       if (running) await stopProcessGroup(running.pid, STOP_GRACE_MS, waitForExit(running.pid));
       await rm(this.stateDirOf(gateway), { recursive: true, force: true });
       if (await setGatewayProcess(this.db, gateway.id, this.owner, null, null, 'deleted', 'deleted')) await this.event(gateway, 'Deleted', 'its process stopped');
       return 60_000;
     }
-    if (running?.generation === gateway.generation) {
-      const silentMs = Date.now() - (gateway.lastSeenAt?.getTime() ?? 0);
+    const elsewhere = gateway.process !== null && gateway.process.host !== hostname() && gateway.status !== 'failed';
+    if (running?.generation === gateway.generation || (elsewhere && silentMs < TAKE_OVER_AFTER_MS)) {
       if (gateway.status === 'running' && silentMs > UNREACHABLE_AFTER_MS) {
-        await setGatewayUnreachable(this.db, gateway.id, this.owner, `the gateway process (pid ${running.pid}) has not called the server for ${Math.round(silentMs / 1000)} s`);
+        await setGatewayUnreachable(this.db, gateway.id, this.owner, `the gateway process (pid ${gateway.process!.pid} on ${gateway.process!.host}) has not called the server for ${Math.round(silentMs / 1000)} s`);
       }
       return SUPERVISE_MS;
     }
@@ -87,7 +91,7 @@ export class GatewayController extends LeasedController<GatewayRecord> {
       });
       const host = publicIp ? machineAddress() : '127.0.0.1';
       const address = `http://${host}:${httpPort} https://${host}:${httpsPort}`;
-      await setGatewayProcess(this.db, gateway.id, this.owner, { ...started, generation: gateway.generation }, address, 'running', '');
+      await setGatewayProcess(this.db, gateway.id, this.owner, { host: hostname(), ...started, generation: gateway.generation }, address, 'running', '');
       await this.event(gateway, 'Started', `gateway-server pid ${started.pid} on ${address}`);
       return SUPERVISE_MS;
     } catch (error) {

@@ -7,6 +7,8 @@ import type { Queryable, Row } from './db.js';
 
 /** The gateway process a server started on its own machine (backend local), to find it again after a restart. */
 export interface LocalGatewayProcess {
+  /** The machine it runs on: only a server there can see its pid. */
+  host: string;
   pid: number;
   /** Tells the process from a later one that reused its pid (Linux /proc). */
   startTime: string | null;

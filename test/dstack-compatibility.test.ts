@@ -46,12 +46,13 @@ for (const kind of DATABASE_KINDS) {
       }
     });
 
-    it('keeps what dstack means: a fleet\'s nodes map is its range, a task\'s nodes its instances, placement any asks for nothing more, gateway false keeps a service off gateways', async () => {
+    it('keeps what dstack means: a fleet\'s nodes map is its range, a task\'s nodes its instances, placement any asks for nothing more, gateway false keeps a service off gateways, a rate limit\'s key map is its key', async () => {
       const fleet = await api<Fleet>('/fleets/h100s');
       expect(fleet.spec).to.include({ nodes: '0..2', idle_duration: '1h' });
       expect(fleet.spec).not.to.have.property('placement');
       const service = await api<Run>('/runs/llama');
       expect(service.spec).to.include({ replicas: '1..2', port: 8000, gateway: false, https: false });
+      expect(service.spec.rate_limits).to.deep.equal([{ prefix: '/v1', rps: 4, burst: 9, key: 'header', header: 'X-API-Key' }]);
       expect((await api<Run>('/runs/distributed')).spec).to.include({ nodes: 2 });
     });
 

@@ -2,8 +2,9 @@ import { expect } from 'chai';
 import { request as httpRequest } from 'node:http';
 import { Agent, request as httpsRequest } from 'node:https';
 import type { TLSSocket } from 'node:tls';
-import type { Gateway } from '../api/gateways.js';
-import { rmSync } from 'node:fs';
+import type { Gateway, GatewaySpec } from '../api/gateways.js';
+import { parseSpecText } from '../api/parse.js';
+import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { LocalBackend } from '../backends/local/local.js';
 import { startServer, type RunningServer } from '../server/server.js';
@@ -14,6 +15,7 @@ import { applyItems, echoLlm, runView, SERVICE_FLEET } from './helpers/services.
 import { eventually, FAST_TIMINGS, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
 const DOMAIN = 'gw.test';
+const EXAMPLE = join(import.meta.dirname, '..', 'examples', 'gateways', 'gateway.yml');
 /** Pebble's certificates live this long, so that the gateway renews one (at a third of its life left) within the suite. */
 const VALIDITY_SECONDS = 12;
 
@@ -64,7 +66,7 @@ describe('gateways: services on a domain over HTTPS (pglite)', function () {
       res.setEncoding('utf8').on('data', (chunk: string) => { body += chunk; }).on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body }));
     }).on('error', reject).end();
   });
-  const gatewayOf = async (): Promise<Gateway> => (await server.api('GET', '/api/projects/main/gateways/edge')).body as Gateway;
+  const gatewayOf = async (): Promise<Gateway> => (await server.api('GET', '/api/projects/main/gateways/main')).body as Gateway;
   const certificateOf = async (hostname: string) => (await gatewayOf()).certificates.find((c) => c.hostname === hostname);
 
   before(async () => {
@@ -74,8 +76,12 @@ describe('gateways: services on a domain over HTTPS (pglite)', function () {
     process.env.NODE_EXTRA_CA_CERTS = pebble.caFile;
     server = await startTestServer('pglite', LOCAL_CONFIG);
     const echo = echoLlm({ rate_limits: [{ prefix: '/health', rps: 5, burst: 1 }], replicas: 1, scaling: undefined });
+    // The example as written, on this suite's domain, ports and ACME server.
+    const example = parseSpecText(readFileSync(EXAMPLE, 'utf8'), EXAMPLE, {});
+    expect(example.errors).to.deep.equal([]);
+    const gateway = example.specs[0] as GatewaySpec;
     await applyItems(server.url, server.adminToken,
-      { spec: { type: 'gateway', name: 'edge', domain: `*.${DOMAIN}`, default: true, public_ip: false, http_port: httpPort, https_port: httpsPort, certificate: { type: 'lets-encrypt', acme_server: pebble.directoryUrl, email: 'ops@gw.test' } } },
+      { spec: { ...gateway, domain: `*.${DOMAIN}`, public_ip: false, http_port: httpPort, https_port: httpsPort, certificate: { ...gateway.certificate, acme_server: pebble.directoryUrl } } },
       { spec: SERVICE_FLEET },
       echo,
       { spec: { type: 'service', name: 'plain', port: 8000, auth: false, files: ['server.cjs'], commands: ['node server.cjs'] }, files: [{ path: 'server.cjs', contentBase64: Buffer.from(PLAIN_SERVICE).toString('base64') }] });
@@ -85,7 +91,7 @@ describe('gateways: services on a domain over HTTPS (pglite)', function () {
   after(async () => {
     if (caFiles === undefined) delete process.env.NODE_EXTRA_CA_CERTS;
     else process.env.NODE_EXTRA_CA_CERTS = caFiles;
-    await server?.api('DELETE', '/api/projects/main/gateways/edge').catch(() => {});
+    await server?.api('DELETE', '/api/projects/main/gateways/main').catch(() => {});
     // The suite's last server is the restarted one, whose close the first server's stop would not reach.
     if (restarted) await stopRestarted(restarted, server.dir);
     else await server?.stop();
@@ -104,7 +110,7 @@ describe('gateways: services on a domain over HTTPS (pglite)', function () {
     expect((await overHttps(hostname, '/v1/models')).status, 'the service\'s auth: true holds on the gateway').to.equal(401);
     const listed = await runCli(['gateway', 'list'], { home: home.home, env: { COLUMNS: '400' } });
     expect(listed.code, listed.stderr).to.equal(0);
-    expect(listed.stdout).to.match(/edge\s+\*\.gw\.test\s+yes\s+http:\/\/127\.0\.0\.1:\d+ https:\/\/127\.0\.0\.1:\d+\s+running/);
+    expect(listed.stdout).to.match(/main\s+\*\.gw\.test\s+yes\s+http:\/\/127\.0\.0\.1:\d+ https:\/\/127\.0\.0\.1:\d+\s+running/);
     expect(listed.stdout).to.match(/echo-llm\.gw\.test: valid until \d{4}-\d\d-\d\d/);
     expect((await runView(server.url, server.adminToken)).service!.gatewayUrl).to.equal(`https://${hostname}:${httpsPort}/`);
   });
@@ -173,7 +179,7 @@ describe('gateways: services on a domain over HTTPS (pglite)', function () {
   });
 
   it('keeps routing from its last copy while the server is stopped, and the restarted server keeps the same process', async () => {
-    const [{ process: before }] = await server.db.query<{ process: { pid: number } }>(`SELECT process FROM gateways WHERE name = 'edge'`);
+    const [{ process: before }] = await server.db.query<{ process: { pid: number } }>(`SELECT process FROM gateways WHERE name = 'main'`);
     const port = Number(new URL(server.url).port);
     await server.close();
     // Long enough for the gateway's polls of the server to fail a few times.
@@ -191,7 +197,7 @@ describe('gateways: services on a domain over HTTPS (pglite)', function () {
       return gateway.status === 'running' && Date.parse(gateway.lastSeenAt!) > Date.now() - 2000 && gateway;
     }, 10_000, 'the gateway to call the restarted server');
     expect(seen.status).to.equal('running');
-    const [{ process: after }] = await restarted.db.query<{ process: { pid: number } }>(`SELECT process FROM gateways WHERE name = 'edge'`);
+    const [{ process: after }] = await restarted.db.query<{ process: { pid: number } }>(`SELECT process FROM gateways WHERE name = 'main'`);
     expect(after.pid).to.equal(before.pid);
   });
 
