@@ -140,6 +140,11 @@ describe('kubernetes source controller, against a real kube-apiserver', function
     expect(done.metadata.generation).to.equal(1);
     expect(done.spec).to.deep.equal(created.spec);
     expect(argoCdHealth(done).status).to.equal('Healthy');
+    const events = await eventually(async () => {
+      const list = await cluster.kubeConfig.makeApiClient(CoreV1Api).listNamespacedEvent({ namespace: NAMESPACE, fieldSelector: 'involvedObject.name=hello,involvedObject.kind=Task' });
+      return list.items.some((e) => e.reason === 'Succeeded') ? list.items : undefined;
+    }, 10_000, 'the Succeeded event of task hello');
+    expect(events.find((e) => e.reason === 'Succeeded')).to.deep.include({ type: 'Normal' });
 
     const hello = await run('hello');
     expect(hello).to.include({ status: 'done', exitCode: 0, user: 'kubernetes' });
@@ -169,6 +174,8 @@ describe('kubernetes source controller, against a real kube-apiserver', function
     expect(condition(stalled, 'Stalled')).to.include({ reason: 'InvalidSpec', message: `spec.${cliError.path}: ${cliError.message}` });
     expect(condition(stalled, 'Stalled')!.message).to.match(/^spec\.resources\.gpu: .*H10.*H100/);
     expect(condition(stalled, 'Ready')).to.include({ status: 'False', reason: 'InvalidSpec' });
+    const warnings = await cluster.kubeConfig.makeApiClient(CoreV1Api).listNamespacedEvent({ namespace: NAMESPACE, fieldSelector: 'involvedObject.name=bad-gpu,type=Warning' });
+    expect(warnings.items.map((e) => [e.reason, e.message])).to.deep.include(['InvalidSpec', condition(stalled, 'Stalled')!.message]);
     expect((await server.api('GET', '/api/projects/main/runs/bad-gpu')).status).to.equal(404);
 
     await mergePatch('Task', 'bad-gpu', { spec: { resources: null } });

@@ -1,4 +1,7 @@
-import { ApiException, CoreV1Api, CustomObjectsApi, KubeConfig, ListWatch, Watch, type KubernetesObject, type V1Namespace } from '@kubernetes/client-node';
+import {
+  ApiException, CoreV1Api, createConfiguration, CustomObjectsApi, KubeConfig, ListWatch, ServerConfiguration, Watch,
+  type Configuration, type KubernetesObject, type V1Namespace,
+} from '@kubernetes/client-node';
 import { CRD_GROUP, CRD_NAMES, CRD_VERSION } from '../../api/crd.js';
 import type { ResourceStatus } from '../../api/kubernetes.js';
 import type { SpecType } from '../../api/spec.js';
@@ -11,6 +14,10 @@ export interface CustomResource extends KubernetesObject {
 }
 
 const FIELD_MANAGER = 'orchestrator';
+/** A call that takes longer is abandoned (and tried again later), so an API server that stops answering never holds an object. */
+const REQUEST_TIMEOUT_MS = 30_000;
+/** The API server refuses longer event messages. */
+const MAX_EVENT_MESSAGE = 1024;
 
 /** The kubeconfig file named, or else the default: $KUBECONFIG, ~/.kube/config, or the pod's service account. */
 export function loadKubeConfig(path: string | undefined): KubeConfig {
@@ -18,6 +25,21 @@ export function loadKubeConfig(path: string | undefined): KubeConfig {
   if (path) config.loadFromFile(path);
   else config.loadFromDefault();
   return config;
+}
+
+/** The client's configuration for `config`'s cluster, as `makeApiClient` makes it, with a timeout on every call. */
+function configurationWithTimeout(config: KubeConfig): Configuration {
+  return createConfiguration({
+    baseServer: new ServerConfiguration(config.getCurrentCluster()!.server, {}),
+    authMethods: { default: config },
+    promiseMiddleware: [{
+      pre: async (context) => {
+        context.setSignal(AbortSignal.timeout(REQUEST_TIMEOUT_MS));
+        return context;
+      },
+      post: async (response) => response,
+    }],
+  });
 }
 
 /** The HTTP status of a failed call, or undefined for a failure that is not an answer (the server unreachable). */
@@ -51,8 +73,9 @@ export class Cluster {
   private readonly core: CoreV1Api;
 
   constructor(private readonly config: KubeConfig) {
-    this.objects = config.makeApiClient(CustomObjectsApi);
-    this.core = config.makeApiClient(CoreV1Api);
+    const configuration = configurationWithTimeout(config);
+    this.objects = new CustomObjectsApi(configuration);
+    this.core = new CoreV1Api(configuration);
   }
 
   /**
@@ -91,6 +114,21 @@ export class Cluster {
       group: CRD_GROUP, version: CRD_VERSION, namespace, plural: CRD_NAMES[type].plural, name,
       body: { apiVersion: object.apiVersion, kind: object.kind, metadata: { name, namespace, resourceVersion: object.metadata.resourceVersion }, status },
       fieldManager: FIELD_MANAGER,
+    });
+  }
+
+  /** Records a Kubernetes event on the object, which `kubectl describe` lists. */
+  async recordEvent(object: CustomResource, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> {
+    const { namespace, name, uid } = object.metadata;
+    const now = new Date();
+    await this.core.createNamespacedEvent({
+      namespace,
+      body: {
+        metadata: { generateName: `${name}.`, namespace },
+        involvedObject: { apiVersion: object.apiVersion, kind: object.kind, name, namespace, uid, resourceVersion: object.metadata.resourceVersion },
+        type, reason, message: message.slice(0, MAX_EVENT_MESSAGE), firstTimestamp: now, lastTimestamp: now, count: 1,
+        source: { component: FIELD_MANAGER },
+      },
     });
   }
 

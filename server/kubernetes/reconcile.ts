@@ -1,5 +1,6 @@
 import { isDeepStrictEqual } from 'node:util';
-import { FINALIZER, type ResourceStatus } from '../../api/kubernetes.js';
+import type { Logger } from 'winston';
+import { FINALIZER, type Condition, type ResourceStatus } from '../../api/kubernetes.js';
 import type { RunSpec, SpecType } from '../../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
 import { CHANNELS } from '../../store/channels.js';
@@ -15,6 +16,22 @@ import { applyItems, ApplyItemError } from '../apply.js';
 import { checkedItem, type ApplyingItem } from '../specs.js';
 import type { Cluster, CustomResource } from './cluster.js';
 import { fleetStatus, reconcilingStatus, runStatus, stalledStatus, type StatusContext } from './status.js';
+
+/**
+ * The events a status change is told as: the Stalled reason (a warning), else the Ready reason when it moved, else
+ * the Reconciling one; nothing when the reasons stayed as they were.
+ */
+function conditionChanges(before: ResourceStatus | undefined, after: ResourceStatus): { type: 'Normal' | 'Warning'; reason: string; message: string }[] {
+  const reasonOf = (status: ResourceStatus | undefined, type: Condition['type']) => status?.conditions.find((c) => c.type === type);
+  for (const type of ['Stalled', 'Ready', 'Reconciling'] as const) {
+    const now = reasonOf(after, type);
+    const was = reasonOf(before, type);
+    if (now && (now.reason !== was?.reason || now.status !== was?.status)) {
+      return [{ type: type === 'Stalled' ? 'Warning' : 'Normal', reason: now.reason, message: now.message }];
+    }
+  }
+  return [];
+}
 
 /** The copy of the object this reconcile acted on is out of date: read it again and start over. */
 export class StaleObject extends Error {}
@@ -66,7 +83,7 @@ function checkedObject(type: SpecType, object: CustomResource, project: ProjectR
  * running it again, or on another server at the same time, ends in the same place.
  */
 export class Reconciler {
-  constructor(private readonly db: Db, private readonly cluster: Cluster, private readonly userId: string) {}
+  constructor(private readonly db: Db, private readonly cluster: Cluster, private readonly userId: string, private readonly logger: Logger) {}
 
   async reconcile(type: SpecType, object: CustomResource, projectName: string): Promise<void> {
     const context: StatusContext = { generation: object.metadata.generation ?? 0, project: projectName, previous: object.status, now: new Date().toISOString() };
@@ -163,9 +180,17 @@ export class Reconciler {
     await this.cluster.setFinalizers(type, object, finalizers.filter((finalizer) => finalizer !== FINALIZER));
   }
 
-  /** Writes the status when it differs from the object's; idempotent, so two servers writing the same one agree. */
+  /**
+   * Writes the status when it differs from the object's; idempotent, so two servers writing the same one agree.
+   * A condition that changed is also told as an event, by the server whose write went through.
+   */
   private async writeStatus(type: SpecType, object: CustomResource, status: ResourceStatus): Promise<void> {
     if (isDeepStrictEqual(object.status, status)) return;
-    await this.cluster.writeStatus(type, object, status);
+    const written = await this.cluster.writeStatus(type, object, status);
+    for (const change of conditionChanges(object.status, status)) {
+      // The status is what counts; an event the API server refuses is only logged.
+      await this.cluster.recordEvent(written, change.type, change.reason, change.message)
+        .catch((error) => this.logger.warn(`kubernetes: ${type} ${object.metadata.namespace}/${object.metadata.name}: event ${change.reason} not recorded: ${(error as Error).message}`));
+    }
   }
 }

@@ -62,7 +62,7 @@ export class KubernetesSource {
     this.running = true;
     const user = (await createUser(this.db, KUBERNETES_USER, 'user'))?.user ?? await getUser(this.db, KUBERNETES_USER);
     if (!user) throw new Error(`cannot create the ${KUBERNETES_USER} user that custom resources are applied as`);
-    this.reconciler = new Reconciler(this.db, this.cluster, user.id);
+    this.reconciler = new Reconciler(this.db, this.cluster, user.id, this.logger);
     const namespaces = this.watching('namespaces', (onWatching) => this.cluster.namespaceInformer(onWatching));
     namespaces.on('change', (namespace) => this.enqueueNamespace(namespace.metadata?.name ?? ''));
     this.namespaces = namespaces;
