@@ -194,6 +194,19 @@ describe('kubernetes source controller, against a real kube-apiserver', function
     expect(await run('sleeper')).to.include({ status: 'terminated', terminationReason: 'stopped_by_user' });
   });
 
+  it('applies a task spec change as a re-apply: the running run stops, then the new spec runs', async () => {
+    await create(task('changing', { commands: ['sleep 600'] }));
+    const first = await statusOf('Task', 'changing', (o) => o.status?.status === 'running', 'running');
+    await mergePatch('Task', 'changing', { spec: { commands: ['echo second generation'] } });
+    const second = await statusOf('Task', 'changing', (o) => o.status?.status === 'done', 'the second generation done');
+    expect(second.metadata.generation).to.equal(2);
+    expect(second.status!.submittedAt).to.not.equal(first.status!.submittedAt);
+    const replaced = await run('changing');
+    expect(replaced.spec.commands).to.deep.equal(['echo second generation']);
+    const events = (await server.api('GET', '/api/projects/main/events?object=changing')).body as { reason: string; message: string }[];
+    expect(events.find((e) => e.reason === 'Stopping')?.message).to.equal(`generation 2 of task ${NAMESPACE}/changing replaces it`);
+  });
+
   it('applies a fleet spec change as a new generation, and deletes the fleet before its object', async () => {
     await create({ apiVersion: `${CRD_GROUP}/${CRD_VERSION}`, kind: 'Fleet', metadata: { name: 'growing' }, spec: { backends: ['local'], nodes: '0..1' } });
     await statusOf('Fleet', 'growing', (o) => o.status?.instances === 0 && condition(o, 'Ready')?.status === 'True', 'ready and empty');
