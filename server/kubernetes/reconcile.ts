@@ -87,14 +87,16 @@ export class Reconciler {
 
   async reconcile(type: SpecType, object: CustomResource, projectName: string): Promise<void> {
     const context: StatusContext = { generation: object.metadata.generation ?? 0, project: projectName, previous: object.status, now: new Date().toISOString() };
+    // A deleted object's run is stopped in the project it was applied to, even if its namespace has moved since.
+    if (object.metadata.deletionTimestamp) return this.finalize(type, object, await getProject(this.db, object.status?.project ?? projectName), context);
     const project = await getProject(this.db, projectName);
-    if (object.metadata.deletionTimestamp) return this.finalize(type, object, project, context);
     let current = object;
     if (!(object.metadata.finalizers ?? []).includes(FINALIZER)) {
       current = await this.cluster.setFinalizers(type, object, [...(object.metadata.finalizers ?? []), FINALIZER]);
     }
     if (!project) {
-      return this.writeStatus(type, current, stalledStatus(context, 'UnknownProject',
+      // The project its run is in stays in the status, so that deleting the object still stops that run.
+      return this.writeStatus(type, current, stalledStatus({ ...context, project: object.status?.project ?? projectName }, 'UnknownProject',
         `project ${projectName} is not in the orchestrator server's config.yml; label the namespace ${object.metadata.namespace} with orchestrator.dev/project=<a project that is>`));
     }
     const { item, problems } = checkedObject(type, object, project);

@@ -53,6 +53,8 @@ export class KubernetesSource {
   private readonly unlisteners: Array<() => Promise<void>> = [];
   private readonly idle = new Set<() => void>();
   private running = false;
+  /** Whether the namespaces have been listed: until then no object's project is known. */
+  private namespacesListed = false;
 
   constructor(private readonly db: Db, private readonly logger: Logger, private readonly options: KubernetesSourceOptions) {
     this.cluster = new Cluster(options.config);
@@ -63,7 +65,11 @@ export class KubernetesSource {
     const user = (await createUser(this.db, KUBERNETES_USER, 'user'))?.user ?? await getUser(this.db, KUBERNETES_USER);
     if (!user) throw new Error(`cannot create the ${KUBERNETES_USER} user that custom resources are applied as`);
     this.reconciler = new Reconciler(this.db, this.cluster, user.id, this.logger);
-    const namespaces = this.watching('namespaces', (onWatching) => this.cluster.namespaceInformer(onWatching));
+    const namespaces = this.watching('namespaces', (onWatching) => this.cluster.namespaceInformer(() => {
+      onWatching();
+      this.namespacesListed = true;
+      this.drain();
+    }));
     namespaces.on('change', (namespace) => this.enqueueNamespace(namespace.metadata?.name ?? ''));
     this.namespaces = namespaces;
     for (const type of SPEC_TYPES) {
@@ -141,6 +147,7 @@ export class KubernetesSource {
 
   /** Starts queued reconciles, at most a few at once and one per object; an object changed meanwhile is queued again. */
   private drain(): void {
+    if (!this.namespacesListed) return;
     for (const key of this.queue) {
       if (this.busy.size >= MAX_CONCURRENT_RECONCILES) return;
       if (this.busy.has(key)) continue;
