@@ -2,21 +2,23 @@
  * Gateway benchmark: what our in-server proxy (`/proxy/services/...`) costs beside the same upstream reached
  * directly, through Debian's nginx, and through the agent's port forward alone; time to the first SSE event;
  * how long autoscaling takes to put a second replica in rotation; the server's memory under many streams and
- * idle keep-alive connections.
+ * idle keep-alive connections; and over HTTPS, our gateway process beside nginx terminating TLS.
  *
  *   npm run bench:gateway                 # embedded PGlite, as `orchestrator server` runs by default
  *   npm run bench:gateway -- --postgres   # a scratch database on the local PostgreSQL
  *   npm run bench:gateway -- --seconds 5 --rounds 1 --streams 100 --idle 1000
  *   npm run bench:gateway -- --sections 1,2   # only the throughput and SSE sections
+ *   npm run bench:gateway -- --sections 5     # only HTTPS through the gateway and through nginx
  *
  * The server runs as a child process (bench/gateway-server.ts) on the local backend, process runtime; the
  * upstream is a tiny node:http server deployed as a service replica. Figures are printed beside the goals
  * (≥ 0.8 × nginx's requests per second, < 1 ms added at p50, < 300 MB with 1 000 streams and 10 000 idle
  * connections); nothing is asserted.
  */
-import { fork, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { execFileSync, fork, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { get, type ClientRequest } from 'node:http';
+import { get as httpsGet } from 'node:https';
 import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -43,7 +45,7 @@ const STREAMS = flag('streams', 1000);
 const IDLE_CONNECTIONS = flag('idle', 10_000);
 const IDLE_IN_FLIGHT = 64;
 const SCALE_LOAD_RPS = 50;
-const SECTIONS = new Set((process.argv.includes('--sections') ? process.argv[process.argv.indexOf('--sections') + 1]! : '1,2,3,4').split(','));
+const SECTIONS = new Set((process.argv.includes('--sections') ? process.argv[process.argv.indexOf('--sections') + 1]! : '1,2,3,4,5').split(','));
 const GOALS = { nginxRatio: 0.8, addedP50Ms: 1, memoryMb: 300 };
 
 const SERVER_MAIN = join(dirname(fileURLToPath(import.meta.url)), 'gateway-server.js');
@@ -165,6 +167,7 @@ async function main(): Promise<void> {
     if (SECTIONS.has('2')) await firstEvents(deployment);
     if (SECTIONS.has('3')) await autoscaling(deployment);
     if (SECTIONS.has('4')) await memory(deployment);
+    if (SECTIONS.has('5')) await httpsPath(deployment, join(dir, 'https'));
   } finally {
     await server.stop();
     const local = new LocalBackend({ stateDir: join(dir, 'backends', 'local') });
@@ -224,47 +227,126 @@ async function deploy(server: ServerProcess): Promise<Deployment> {
   };
 }
 
-/** wrk against each target in turn, round after round, with many connections and with one. */
-async function throughput(deployment: Deployment, nginxDir: string): Promise<void> {
-  const nginx = await startNginx(nginxDir, await freePort(), deployment.upstreamPort);
-  const targets: Target[] = [deployment.direct, { name: 'nginx → replica', url: nginx.url, headers: {} }, deployment.viaAgent, deployment.oursPublic, deployment.ours];
+interface Summary {
+  rps: number;
+  p50: number;
+  p99: number;
+  failures: number;
+}
+
+/** wrk against each target in turn, round after round, with many connections and with one; medians of each. */
+async function measure(targets: Target[]): Promise<{ loaded: Map<Target, Summary>; unloaded: Map<Target, Summary> }> {
   const loaded = new Map<Target, WrkFigures[]>(targets.map((target) => [target, []]));
   const unloaded = new Map<Target, WrkFigures[]>(targets.map((target) => [target, []]));
-  try {
-    console.log(`\n## 1. requests per second and latency: wrk -t${LOADED.threads} -c${LOADED.connections} -d${LOADED.seconds}s, keep-alive; medians of ${ROUNDS} rounds`);
-    for (const target of targets) await wrk(target.url, { threads: 1, connections: 4, seconds: 1 }, target.headers);
-    for (let round = 0; round < ROUNDS; round++) {
-      for (const target of targets) {
-        loaded.get(target)!.push(await wrk(target.url, LOADED, target.headers));
-        unloaded.get(target)!.push(await wrk(target.url, UNLOADED, target.headers));
-      }
+  for (const target of targets) await wrk(target.url, { threads: 1, connections: 4, seconds: 1 }, target.headers);
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const target of targets) {
+      loaded.get(target)!.push(await wrk(target.url, LOADED, target.headers));
+      unloaded.get(target)!.push(await wrk(target.url, UNLOADED, target.headers));
     }
-  } finally {
-    await nginx.stop();
   }
-  const summary = (runs: WrkFigures[]) => ({
+  const summary = (runs: WrkFigures[]): Summary => ({
     rps: median(runs.map((r) => r.requestsPerSecond)),
     p50: median(runs.map((r) => r.p50Ms)),
     p99: median(runs.map((r) => r.p99Ms)),
     failures: runs.reduce((sum, r) => sum + r.failures, 0),
   });
-  const row = (name: string, figures: ReturnType<typeof summary>) =>
-    `${pad(name, 34)} ${pad(fixed(figures.rps, 0), 9)} ${pad(`${fixed(figures.p50)} ms`, 10)} ${pad(`${fixed(figures.p99)} ms`, 10)} ${figures.failures}`;
-  for (const [title, runs] of [[`${LOADED.connections} connections, ${LOADED.threads} threads`, loaded], [`1 connection (unloaded), ${UNLOADED.seconds} s`, unloaded]] as const) {
+  const summaries = (runs: Map<Target, WrkFigures[]>) => new Map(targets.map((target) => [target, summary(runs.get(target)!)]));
+  return { loaded: summaries(loaded), unloaded: summaries(unloaded) };
+}
+
+/** The two tables of `measure`'s figures, each followed by what `compare` says of it. */
+function printFigures(targets: Target[], figures: Awaited<ReturnType<typeof measure>>, compare: (figures: Map<Target, Summary>) => string[]): void {
+  const row = (name: string, summary: Summary) =>
+    `${pad(name, 34)} ${pad(fixed(summary.rps, 0), 9)} ${pad(`${fixed(summary.p50)} ms`, 10)} ${pad(`${fixed(summary.p99)} ms`, 10)} ${summary.failures}`;
+  for (const [title, runs] of [[`${LOADED.connections} connections, ${LOADED.threads} threads`, figures.loaded], [`1 connection (unloaded), ${UNLOADED.seconds} s`, figures.unloaded]] as const) {
     console.log(`\n${title}`);
     console.log(`${pad('target', 34)} ${pad('req/s', 9)} ${pad('p50', 10)} ${pad('p99', 10)} failures`);
-    const figures = new Map(targets.map((target) => [target, summary(runs.get(target)!)]));
-    for (const target of targets) console.log(row(target.name, figures.get(target)!));
-    const ours = figures.get(deployment.ours)!;
-    const nginxFigures = figures.get(targets[1]!)!;
-    const direct = figures.get(deployment.direct)!;
-    const agent = figures.get(deployment.viaAgent)!;
-    const open = figures.get(deployment.oursPublic)!;
+    for (const target of targets) console.log(row(target.name, runs.get(target)!));
+    for (const line of compare(runs)) console.log(line);
+  }
+}
+
+/** Section 1: the in-server proxy beside the replica itself, nginx and the agent's forward alone. */
+async function throughput(deployment: Deployment, nginxDir: string): Promise<void> {
+  const nginx = await startNginx(nginxDir, await freePort(), deployment.upstreamPort);
+  const viaNginx: Target = { name: 'nginx → replica', url: nginx.url, headers: {} };
+  const targets: Target[] = [deployment.direct, viaNginx, deployment.viaAgent, deployment.oursPublic, deployment.ours];
+  console.log(`\n## 1. requests per second and latency: wrk -t${LOADED.threads} -c${LOADED.connections} -d${LOADED.seconds}s, keep-alive; medians of ${ROUNDS} rounds`);
+  let figures: Awaited<ReturnType<typeof measure>>;
+  try {
+    figures = await measure(targets);
+  } finally {
+    await nginx.stop();
+  }
+  printFigures(targets, figures, (runs) => {
+    const ours = runs.get(deployment.ours)!;
+    const nginxFigures = runs.get(viaNginx)!;
+    const direct = runs.get(deployment.direct)!;
+    const agent = runs.get(deployment.viaAgent)!;
+    const open = runs.get(deployment.oursPublic)!;
     const ratio = ours.rps / nginxFigures.rps;
     const added = ours.p50 - direct.p50;
-    console.log(`ours / nginx, req/s: ${fixed(ratio)} (goal ≥ ${GOALS.nginxRatio}: ${verdict(ratio >= GOALS.nginxRatio)}); auth: false service / nginx: ${fixed(open.rps / nginxFigures.rps)}; agent forward alone / nginx: ${fixed(agent.rps / nginxFigures.rps)}`);
-    console.log(`p50 added over direct: ours ${fixed(added)} ms (goal < ${GOALS.addedP50Ms} ms: ${verdict(added < GOALS.addedP50Ms)}), auth: false ${fixed(open.p50 - direct.p50)} ms, of which the agent's forward alone ${fixed(agent.p50 - direct.p50)} ms; nginx ${fixed(nginxFigures.p50 - direct.p50)} ms`);
+    return [
+      `ours / nginx, req/s: ${fixed(ratio)} (goal ≥ ${GOALS.nginxRatio}: ${verdict(ratio >= GOALS.nginxRatio)}); auth: false service / nginx: ${fixed(open.rps / nginxFigures.rps)}; agent forward alone / nginx: ${fixed(agent.rps / nginxFigures.rps)}`,
+      `p50 added over direct: ours ${fixed(added)} ms (goal < ${GOALS.addedP50Ms} ms: ${verdict(added < GOALS.addedP50Ms)}), auth: false ${fixed(open.p50 - direct.p50)} ms, of which the agent's forward alone ${fixed(agent.p50 - direct.p50)} ms; nginx ${fixed(nginxFigures.p50 - direct.p50)} ms`,
+    ];
+  });
+}
+
+/**
+ * Section 5: HTTPS. A gateway (`orchestrator gateway-server`, started by the server) with one self-signed
+ * certificate for `*.bench.test` (type manual) publishes `echo`; nginx terminates TLS with the same certificate in
+ * front of the replica's port. wrk speaks TLS to both (one handshake per connection, keep-alive after it).
+ */
+async function httpsPath(deployment: Deployment, dir: string): Promise<void> {
+  const { server } = deployment;
+  mkdirSync(dir, { recursive: true });
+  const tls = { certFile: join(dir, 'cert.pem'), keyFile: join(dir, 'key.pem') };
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1',
+    '-keyout', tls.keyFile, '-out', tls.certFile, '-subj', '/CN=*.bench.test', '-addext', 'subjectAltName=DNS:*.bench.test'], { stdio: 'ignore' });
+  const [httpPort, httpsPort, nginxPort] = await Promise.all([freePort(), freePort(), freePort()]);
+  const api = (method: string, path: string, body?: unknown) => fetch(`${server.url}/api/projects/main${path}`, {
+    method, headers: { authorization: 'Bearer bench-token', 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const applied = await api('POST', '/apply', { items: [{ spec: {
+    type: 'gateway', name: 'bench', domain: '*.bench.test', default: true, public_ip: false, http_port: httpPort, https_port: httpsPort,
+    certificate: { type: 'manual', cert_file: tls.certFile, key_file: tls.keyFile },
+  } }] });
+  if (!applied.ok) throw new Error(`applying the gateway: ${applied.status} ${await applied.text()}`);
+  const ours: Target = { name: 'gateway (TLS) → agent → replica', url: `https://127.0.0.1:${httpsPort}/`, headers: { ...deployment.ours.headers, Host: 'echo.bench.test' } };
+  const nginx = await startNginx(join(dir, 'nginx'), nginxPort, deployment.upstreamPort, tls);
+  try {
+    for (const deadline = Date.now() + 60_000; !await answersOverTls(`${ours.url}whoami`, ours.headers);) {
+      if (Date.now() > deadline) throw new Error('the gateway did not publish echo over HTTPS within 60 s');
+      await sleep(250);
+    }
+    const viaNginx: Target = { name: 'nginx (TLS) → replica', url: `https://127.0.0.1:${nginxPort}/`, headers: {} };
+    const targets = [deployment.direct, viaNginx, ours];
+    console.log(`\n## 5. HTTPS: wrk -t${LOADED.threads} -c${LOADED.connections} -d${LOADED.seconds}s over TLS (one handshake per connection), keep-alive; medians of ${ROUNDS} rounds`);
+    printFigures(targets, await measure(targets), (runs) => {
+      const direct = runs.get(deployment.direct)!;
+      const theirs = runs.get(viaNginx)!;
+      const mine = runs.get(ours)!;
+      return [
+        `ours / nginx, req/s: ${fixed(mine.rps / theirs.rps)}`,
+        `p50 added over direct (plain HTTP to the replica): ours ${fixed(mine.p50 - direct.p50)} ms, nginx ${fixed(theirs.p50 - direct.p50)} ms`,
+      ];
+    });
+  } finally {
+    await nginx.stop();
+    await api('DELETE', '/gateways/bench');
   }
+}
+
+/** Whether a GET over TLS answers 200, the certificate taken as it is. */
+function answersOverTls(url: string, headers: Record<string, string>): Promise<boolean> {
+  return new Promise((resolve) => {
+    httpsGet(url, { headers, rejectUnauthorized: false }, (response) => {
+      response.resume();
+      resolve(response.statusCode === 200);
+    }).on('error', () => resolve(false));
+  });
 }
 
 /** Milliseconds from sending a request to its first `data:` line, on a fresh connection. */
