@@ -207,6 +207,18 @@ describe('kubernetes source controller, against a real kube-apiserver', function
     expect(events.find((e) => e.reason === 'Stopping')?.message).to.equal(`generation 2 of task ${NAMESPACE}/changing replaces it`);
   });
 
+  it('does not take over a run applied otherwise: Stalled with the message apply gets, then its own run once that one ends', async () => {
+    const applied = await server.api('POST', '/api/projects/main/runs/apply', { spec: { type: 'task', name: 'taken', commands: ['sleep 600'] } });
+    expect(applied.status).to.equal(201);
+    await create(task('taken', { commands: ['echo mine'] }));
+    const stalled = await statusOf('Task', 'taken', (o) => condition(o, 'Stalled')?.status === 'True', 'stalled');
+    expect(condition(stalled, 'Stalled')).to.include({ reason: 'NameInUse', message: 'run taken is still active; stop it first (orchestrator stop taken) or choose another name' });
+    expect((await server.api('POST', '/api/projects/main/runs/taken/stop', {})).status).to.equal(202);
+    const done = await statusOf('Task', 'taken', (o) => o.status?.status === 'done', 'its own run done');
+    expect(condition(done, 'Stalled')).to.equal(undefined);
+    expect((await run('taken')).spec.commands).to.deep.equal(['echo mine']);
+  });
+
   it('applies a fleet spec change as a new generation, and deletes the fleet before its object', async () => {
     await create({ apiVersion: `${CRD_GROUP}/${CRD_VERSION}`, kind: 'Fleet', metadata: { name: 'growing' }, spec: { backends: ['local'], nodes: '0..1' } });
     await statusOf('Fleet', 'growing', (o) => o.status?.instances === 0 && condition(o, 'Ready')?.status === 'True', 'ready and empty');

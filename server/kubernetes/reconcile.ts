@@ -55,15 +55,18 @@ function takesUpdates(run: RunRecord): boolean {
   return (run.kind === 'service' && run.desired === 'run') || isLiveSchedule(run);
 }
 
+/** creationTimestamp is in whole seconds: a run submitted within the second it names may be from before the object. */
+const CREATION_TIMESTAMP_PRECISION_MS = 1000;
+
 /**
  * Whether the run of this name is the one the object started: the run its status names, or one first submitted
- * after the object was created. A run of the same name from before the object (applied otherwise, or for an
- * object deleted and created again) is not: the object gets a run of its own.
+ * after the object was created (which covers a server that stopped between submitting and writing the status). A
+ * run of the same name from before the object (applied otherwise, or for an object deleted and created again) is
+ * not: the object gets a run of its own.
  */
 function startedBy(object: CustomResource, run: RunRecord): boolean {
-  const first = run.firstSubmittedAt.toISOString();
   const created = object.metadata.creationTimestamp ? new Date(object.metadata.creationTimestamp).getTime() : Infinity;
-  return object.status?.submittedAt === first || run.firstSubmittedAt.getTime() >= created;
+  return object.status?.submittedAt === run.firstSubmittedAt.toISOString() || run.firstSubmittedAt.getTime() >= created + CREATION_TIMESTAMP_PRECISION_MS;
 }
 
 /** Each problem as `orchestrator apply` words it, located by its field in the object (`spec.resources.gpu`). */
@@ -101,7 +104,7 @@ export class Reconciler {
     }
     const { item, problems } = checkedObject(type, object, project);
     if (!item) return this.writeStatus(type, current, stalledStatus(context, 'InvalidSpec', problems.join('; ')));
-    const status = item.kind === 'fleet' ? await this.applyFleet(project, item, context) : await this.applyRun(type, object, project, item, context);
+    const status = item.kind === 'fleet' ? await this.applyFleet(project, item, context) : await this.applyRun(type, current, project, item, context);
     await this.writeStatus(type, current, status);
   }
 
