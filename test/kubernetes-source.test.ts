@@ -219,6 +219,25 @@ describe('kubernetes source controller, against a real kube-apiserver', function
     expect((await run('taken')).spec.commands).to.deep.equal(['echo mine']);
   });
 
+  it('rolls a service over to a new generation, with its URL in the status, and stops it when deleted', async () => {
+    const listening = (answer: string) => `node -e "require('http').createServer((q, s) => s.end('${answer}')).listen(process.env.PORT)"`;
+    const service = (answer: string) => ({ port: 8000, commands: [listening(answer)], probes: [{ type: 'http', url: '/', interval: '1s' }] });
+    await create({ apiVersion: `${CRD_GROUP}/${CRD_VERSION}`, kind: 'Service', metadata: { name: 'web' }, spec: service('first') });
+    const ready = await statusOf('Service', 'web', (o) => condition(o, 'Ready')?.status === 'True' && !condition(o, 'Reconciling'), 'ready');
+    expect(ready.status!.serviceUrl).to.equal('/proxy/services/main/web/');
+    const answer = async () => (await fetch(`${server.url}${ready.status!.serviceUrl}`, { headers: { authorization: `Bearer ${server.adminToken}` } })).text();
+    expect(await answer()).to.equal('first');
+
+    await mergePatch('Service', 'web', { spec: { commands: [listening('second')] } });
+    await statusOf('Service', 'web', (o) => condition(o, 'Ready')?.status === 'True' && !condition(o, 'Reconciling'), 'rolled over');
+    expect(await answer()).to.equal('second');
+    expect((await run('web')).generation).to.equal(2);
+
+    await remove('Service', 'web');
+    await eventually(async () => (await read('Service', 'web')) === null, 60_000, 'the service object to go');
+    expect((await run('web')).status).to.equal('terminated');
+  });
+
   it('applies a fleet spec change as a new generation, and deletes the fleet before its object', async () => {
     await create({ apiVersion: `${CRD_GROUP}/${CRD_VERSION}`, kind: 'Fleet', metadata: { name: 'growing' }, spec: { backends: ['local'], nodes: '0..1' } });
     await statusOf('Fleet', 'growing', (o) => o.status?.instances === 0 && condition(o, 'Ready')?.status === 'True', 'ready and empty');
