@@ -155,6 +155,8 @@ describe('gateways: services on a domain over HTTPS (pglite)', function () {
     expect(statuses.length - passed).to.be.greaterThan(10);
     expect(retryAfter).to.equal('1');
     expect((await overHttps(`echo-llm.${DOMAIN}`, '/v1/models', admin())).status, 'other paths are not limited').to.equal(200);
+    // Only the gateway carried requests in this suite: what the server counts for autoscaling came from it.
+    await eventually(async () => (await server.api('GET', '/api/projects/main/services/echo-llm/stats?window=60')).body.requests >= statuses.length, 5000, 'the gateway\'s request counts on the server');
   });
 
   it('renews a certificate before it expires without a failed request', async () => {

@@ -133,8 +133,10 @@ export class Certificates {
 
   private async acmeClient(directory: string): Promise<acme.Client> {
     if (!this.accountKey) {
-      this.accountKey = (await acme.crypto.createPrivateEcdsaKey()).toString();
-      await this.api.saveAccountKey(this.accountKey);
+      const key = (await acme.crypto.createPrivateEcdsaKey()).toString();
+      // Kept only once stored, so that a restarted gateway signs in to the same ACME account.
+      await this.api.saveAccountKey(key);
+      this.accountKey = key;
     }
     if (this.client?.key !== this.accountKey || this.client.directory !== directory) {
       this.client = { key: this.accountKey, directory, client: new acme.Client({ directoryUrl: directory, accountKey: this.accountKey, ...ACME_POLL }) };
