@@ -51,8 +51,8 @@ describe('Argo CD health check (manifests/argocd/health.lua) on the status the o
   });
 
   it('is Degraded for a failed run and for a spec the orchestrator cannot apply, saying why', () => {
-    expect(health(runStatus(context, task({ status: 'failed', terminationReason: 'failed_by_user_code', statusMessage: 'exited with 3', exitCode: 3 }), submitted)))
-      .to.deep.equal({ status: 'Degraded', message: 'FailedByUserCode: exited with 3' });
+    expect(health(runStatus(context, task({ status: 'failed', terminationReason: 'failed_by_user_code', statusMessage: 'exited with code 3', exitCode: 3 }), submitted)))
+      .to.deep.equal({ status: 'Degraded', message: 'FailedByUserCode: exited with code 3' });
     expect(health(stalledStatus(context, 'InvalidSpec', 'spec.resources.gpu: unknown GPU model "H10"')))
       .to.deep.equal({ status: 'Degraded', message: 'InvalidSpec: spec.resources.gpu: unknown GPU model "H10"' });
   });
