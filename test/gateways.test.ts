@@ -115,6 +115,18 @@ describe('gateways: services on a domain over HTTPS (pglite)', function () {
     expect((await runView(server.url, server.adminToken)).service!.gatewayUrl).to.equal(`https://${hostname}:${httpsPort}/`);
   });
 
+  it('refuses at apply a service naming a gateway the project lacks or asking for HTTPS without one, and a domain in use', async () => {
+    const apply = (spec: Record<string, unknown>) => server.api('POST', '/api/projects/main/apply', { items: [{ spec }] });
+    const service = { type: 'service', name: 'other', port: 8000, commands: ['true'] };
+    const unknown = await apply({ ...service, gateway: 'nope' });
+    expect([unknown.status, unknown.body.error.message]).to.deep.equal([422, 'nothing was applied: items[0]: gateway: project main has no gateway nope; gateways: main (apply one with type: gateway)']);
+    const plainOnly = await apply({ ...service, gateway: false, https: true });
+    expect(plainOnly.status).to.equal(422);
+    expect(plainOnly.body.error.message).to.include('https: true needs a gateway, and gateway is false');
+    const taken = await apply({ type: 'gateway', name: 'second', domain: `*.${DOMAIN}`, http_port: 18080, https_port: 18443 });
+    expect([taken.status, taken.body.error.code]).to.deep.equal([409, 'domain_in_use']);
+  });
+
   it('redirects HTTP to HTTPS, but answers ACME challenges on HTTP', async () => {
     const redirect = await overHttp(`echo-llm.${DOMAIN}`, '/v1/models?x=1');
     expect([redirect.status, redirect.headers.location]).to.deep.equal([308, `https://echo-llm.${DOMAIN}:${httpsPort}/v1/models?x=1`]);
