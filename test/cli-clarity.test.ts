@@ -6,7 +6,7 @@ import type { Fleet } from '../api/objects.js';
 import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
 import { renderTable } from '../cli/table.js';
 import { addProject, makeHome, releaseInstances, runCli, show, startCli } from './helpers/cli.js';
-import { DATABASE_KINDS } from './helpers/databases.js';
+import { ONE_DATABASE } from './helpers/databases.js';
 import { eventually, startTestServer, type TestServer } from './helpers/server.js';
 
 const REPO = resolve(import.meta.dirname, '..');
@@ -49,7 +49,7 @@ describe('size columns and long lists in tables', () => {
   });
 });
 
-for (const kind of DATABASE_KINDS) {
+for (const kind of ONE_DATABASE) {
   describe(`orchestrator CLI says what is going on (${kind})`, function () {
     this.timeout(120_000);
     let emulator: RunningEmulator;

@@ -12,7 +12,7 @@ import { isProcessAlive } from '../backends/processes.js';
 import { randomToken, submission, waitForState } from './helpers/agent-jobs.js';
 import { waitForStatus } from './helpers/backend-waits.js';
 import { addProject, CLI_MAIN, makeHome, runCli, show } from './helpers/cli.js';
-import { DATABASE_KINDS } from './helpers/databases.js';
+import { ONE_DATABASE } from './helpers/databases.js';
 import { eventually, gpucloudConfig, startTestServer, type TestServer } from './helpers/server.js';
 
 const REPO = resolve(import.meta.dirname, '..');
@@ -68,7 +68,7 @@ async function emulatorState(url: string, key: string): Promise<{ instances: { i
   return response.json() as Promise<{ instances: { id: string; status: string; agent_pid: number | null }[] }>;
 }
 
-for (const kind of DATABASE_KINDS) {
+for (const kind of ONE_DATABASE) {
   describe(`a fleet across restarts of the gpucloud emulator (${kind})`, function () {
     this.timeout(120_000);
     let emulator: EmulatorProcess | null = null;

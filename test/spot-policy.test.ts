@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import type { Fleet } from '../api/objects.js';
-import { DATABASE_KINDS } from './helpers/databases.js';
+import { ONE_DATABASE } from './helpers/databases.js';
 import { useGpucloudSuite, type GpucloudSuite } from './helpers/gpucloud-suite.js';
 import { show } from './helpers/cli.js';
 import { eventually } from './helpers/server.js';
@@ -9,7 +9,7 @@ function sleeper(name: string, extra: string): string {
   return `type: task\nname: ${name}\nresources:\n  gpu: L4\ncommands:\n  - sleep 300\n${extra}\n`;
 }
 
-for (const kind of DATABASE_KINDS) {
+for (const kind of ONE_DATABASE) {
   describe(`spot policy (${kind})`, function () {
     this.timeout(90_000);
     let suite: GpucloudSuite;

@@ -4,7 +4,7 @@ import type Router from '@koa/router';
 import { createApp } from '../server/app.js';
 import type { ServerContext } from '../server/context.js';
 import { addProject, makeHome, runCli, show, type CliResult } from './helpers/cli.js';
-import { DATABASE_KINDS } from './helpers/databases.js';
+import { DATABASE_KINDS, ONE_DATABASE } from './helpers/databases.js';
 import { startTestServer, type TestServer } from './helpers/server.js';
 
 const TWO_PROJECTS = `projects:
@@ -198,7 +198,9 @@ for (const kind of DATABASE_KINDS) {
       expect([roleChange.status, roleChange.body]).to.deep.equal([200, { user: 'member', role: 'user' }]);
     });
   });
+}
 
+for (const kind of ONE_DATABASE) {
   describe(`orchestrator user and member on ${kind}`, function () {
     this.timeout(90_000);
     let server: TestServer;

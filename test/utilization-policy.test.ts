@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { DATABASE_KINDS } from './helpers/databases.js';
+import { ONE_DATABASE } from './helpers/databases.js';
 import { useGpucloudSuite, type GpucloudSuite } from './helpers/gpucloud-suite.js';
 import { show } from './helpers/cli.js';
 
@@ -7,7 +7,7 @@ function watched(name: string): string {
   return `type: task\nname: ${name}\nresources:\n  gpu: L4\ncommands:\n  - sleep 300\nutilization_policy:\n  min_gpu_utilization: 50\n  time_window: 3s\n`;
 }
 
-for (const kind of DATABASE_KINDS) {
+for (const kind of ONE_DATABASE) {
   describe(`utilization policy (${kind})`, function () {
     this.timeout(90_000);
     let suite: GpucloudSuite;

@@ -6,6 +6,12 @@ export type DatabaseKind = 'pglite' | 'postgres';
 /** Every suite that touches the database runs once per driver. */
 export const DATABASE_KINDS: DatabaseKind[] = ['pglite', 'postgres'];
 
+/**
+ * For suites whose subject is not the database (what the CLI prints, a policy's effect on a run, the emulator across
+ * its restarts): the embedded one only, as the store's behaviour is covered on both by the suites about it.
+ */
+export const ONE_DATABASE: DatabaseKind[] = ['pglite'];
+
 export const POSTGRES_ADMIN_URL = process.env.ORCHESTRATOR_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 
 /** A fresh, empty Postgres database for one suite; drop it when done. */
