@@ -2,6 +2,8 @@ import { expect } from 'chai';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -52,6 +54,49 @@ class GitServer {
     this.child.kill();
     rmSync(this.base, { recursive: true, force: true });
   }
+}
+
+/**
+ * Git's smart HTTP: `git http-backend` from Debian's git as a CGI program behind Basic authentication, serving
+ * the bare repos of a GitServer to the user `git` with `password` only.
+ */
+async function startAuthenticatedGitHttp(base: string, password: string): Promise<{ url(name: string, credentials: string): string; close(): void }> {
+  const expected = `Basic ${Buffer.from(`git:${password}`).toString('base64')}`;
+  const server = createServer((request, response) => {
+    if (request.headers.authorization !== expected) {
+      response.writeHead(401, { 'www-authenticate': 'Basic realm="git"' }).end();
+      return;
+    }
+    const url = new URL(request.url!, 'http://localhost');
+    const cgi = spawn('git', ['http-backend'], {
+      env: {
+        ...process.env, GIT_PROJECT_ROOT: base, GIT_HTTP_EXPORT_ALL: '1', REMOTE_USER: 'git',
+        REQUEST_METHOD: request.method, PATH_INFO: decodeURIComponent(url.pathname), QUERY_STRING: url.search.slice(1),
+        CONTENT_TYPE: request.headers['content-type'] ?? '', GIT_HTTP_MAX_REQUEST_BUFFER: '100M',
+      },
+    });
+    request.pipe(cgi.stdin);
+    let head = Buffer.alloc(0);
+    const onData = (chunk: Buffer) => {
+      head = Buffer.concat([head, chunk]);
+      const end = head.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      cgi.stdout.off('data', onData);
+      const headers = Object.fromEntries(head.subarray(0, end).toString().split('\r\n').map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]));
+      const status = Number(/^\d+/.exec(headers.status ?? '200')![0]);
+      delete headers.status;
+      response.writeHead(status, headers);
+      response.write(head.subarray(end + 4));
+      cgi.stdout.pipe(response);
+    };
+    cgi.stdout.on('data', onData);
+  });
+  await new Promise<void>((resolvePromise) => server.listen(0, '127.0.0.1', resolvePromise));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: (name, credentials) => `http://${credentials}@127.0.0.1:${port}/${name}.git`,
+    close: () => server.close(),
+  };
 }
 
 /** A checkout with one pushed commit (tracked.txt, .gitignore) whose origin is `url`. */
@@ -135,6 +180,32 @@ for (const kind of DATABASE_KINDS) {
       const run = await runOf(suite, 'no-commit');
       expect(run.status).to.equal('failed');
       expect(run.statusMessage).to.contain(`commit 0123456789abcdef is not in ${server.url('library')}; push it`);
+    });
+
+    it('clones over git's smart HTTP with a password from a secret, and hides the credentials when the clone is refused', async () => {
+      const password = `pw-${randomBytes(8).toString('hex')}`;
+      const http = await startAuthenticatedGitHttp(server.base, password);
+      try {
+        pushedCheckout(checkouts, 'private', server.url('private'), server);
+        const stored = await runCli(['secret', 'set', 'GIT_PASSWORD'], { home: suite.home.home, input: password });
+        expect(stored.code, show(stored)).to.equal(0);
+        const cloned = await apply(suite, checkouts, 'with-secret', `repos:\n  - url: "${http.url('private', 'git:${{ secrets.GIT_PASSWORD }}')}"\ncommands:\n  - cat tracked.txt\n`);
+        expect(cloned.code, show(cloned)).to.equal(0);
+        expect(cloned.stdout).to.contain('committed');
+
+        const refused = await apply(suite, checkouts, 'wrong-password', `repos:\n  - url: "${http.url('private', 'git:not-the-password')}"\ncommands:\n  - "true"\n`);
+        expect(refused.code, show(refused)).to.not.equal(0);
+        const run = await runOf(suite, 'wrong-password');
+        expect(run.status).to.equal('failed');
+        expect(run.statusMessage).to.contain(http.url('private', '***'));
+        const events = await runCli(['events', '--object', 'wrong-password'], { home: suite.home.home });
+        for (const shown of [run.statusMessage, cloned.stdout, cloned.stderr, refused.stdout, refused.stderr, events.stdout]) {
+          expect(shown).not.to.contain('not-the-password');
+          expect(shown).not.to.contain(password);
+        }
+      } finally {
+        http.close();
+      }
     });
 
     it('uploads the working tree of a repo whose remote does not answer', async () => {
