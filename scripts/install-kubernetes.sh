@@ -24,6 +24,13 @@ if [ "$part" != kube-apiserver ] && ! command -v etcd >/dev/null 2>&1; then
   apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends etcd-server >/dev/null
 fi
 
+# One build at a time: the test set-up starts it in the background, and a test that needs the binary before it is
+# done waits here for the lock, then finds it built.
+if [ "$part" != etcd ] && [ ! -x "$binaries/kube-apiserver" ]; then
+  mkdir -p "$cache"
+  exec 9>"$cache/build.lock"
+  flock 9
+fi
 if [ "$part" != etcd ] && [ ! -x "$binaries/kube-apiserver" ]; then
   echo "kubernetes: building kube-apiserver $version from its Go modules into $binaries" >&2
   export GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0

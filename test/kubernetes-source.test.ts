@@ -11,7 +11,7 @@ import type { Fleet, Run } from '../api/objects.js';
 import { parseSpecText } from '../api/parse.js';
 import { startServer, type RunningServer } from '../server/server.js';
 import { argoCdHealth } from './helpers/argocd-health.js';
-import { startKubeCluster, type KubeCluster } from './helpers/kube-apiserver.js';
+import { CLUSTER_START_TIMEOUT_MS, startKubeCluster, type KubeCluster } from './helpers/kube-apiserver.js';
 import { eventually, FAST_TIMINGS, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -89,7 +89,7 @@ describe('kubernetes source controller, against a real kube-apiserver', function
   const run = async (name: string): Promise<Run> => (await server.api('GET', `/api/projects/main/runs/${name}`)).body;
 
   before(async function () {
-    this.timeout(300_000);
+    this.timeout(CLUSTER_START_TIMEOUT_MS);
     cluster = await startKubeCluster([SERVER_ACCOUNT]);
     objects = cluster.kubeConfig.makeApiClient(CustomObjectsApi);
     await cluster.kubeConfig.makeApiClient(CoreV1Api).createNamespace({ body: { metadata: { name: NAMESPACE } } });

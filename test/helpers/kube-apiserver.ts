@@ -1,12 +1,15 @@
 import { KubeConfig } from '@kubernetes/client-node';
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { get } from 'node:https';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { freePort } from './ports.js';
+
+const execFileAsync = promisify(execFile);
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const READY_TIMEOUT_MS = 60_000;
@@ -28,10 +31,17 @@ export interface KubeCluster {
   stop(): Promise<void>;
 }
 
-/** The folder of the binaries that scripts/install-kubernetes.sh builds (or finds cached). */
-function binaries(): string {
-  return execFileSync('sh', [join(ROOT, 'scripts', 'install-kubernetes.sh')], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }).trim();
+/**
+ * The folder of the binaries that scripts/install-kubernetes.sh builds (or finds cached); while the test set-up is
+ * still building them in the background, this waits for that build. Hooks that start a cluster allow for it.
+ */
+async function binaries(): Promise<string> {
+  const { stdout } = await execFileAsync('sh', [join(ROOT, 'scripts', 'install-kubernetes.sh')], { encoding: 'utf8', maxBuffer: 1 << 20 });
+  return stdout.trim();
 }
+
+/** How long a hook that starts a cluster may take: on a fresh machine, the API server's build may still be going. */
+export const CLUSTER_START_TIMEOUT_MS = 20 * 60_000;
 
 /** Ends the process; the API server is killed, as its graceful shutdown waits a minute for its watches to end. */
 function stopProcess(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
@@ -80,7 +90,7 @@ async function waitReady(port: number, token: string, child: ChildProcess, outpu
  * grant them), serving certificates the API server makes for itself, no admission webhooks.
  */
 export async function startKubeCluster(users: string[] = []): Promise<KubeCluster> {
-  const bin = binaries();
+  const bin = await binaries();
   const dir = mkdtempSync(join(tmpdir(), 'orch-kube-'));
   const token = randomBytes(16).toString('hex');
   const tokens = new Map(users.map((user) => [user, randomBytes(16).toString('hex')]));
