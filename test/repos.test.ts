@@ -182,7 +182,7 @@ for (const kind of DATABASE_KINDS) {
       expect(run.statusMessage).to.contain(`commit 0123456789abcdef is not in ${server.url('library')}; push it`);
     });
 
-    it('clones over git's smart HTTP with a password from a secret, and hides the credentials when the clone is refused', async () => {
+    it('clones over the smart HTTP protocol of git with a password from a secret, and hides the credentials when the clone is refused', async () => {
       const password = `pw-${randomBytes(8).toString('hex')}`;
       const http = await startAuthenticatedGitHttp(server.base, password);
       try {
