@@ -188,12 +188,16 @@ function parseForwardUrl(url: string): ForwardRequest | undefined {
   };
 }
 
-/** The header that holds the agent's token: a forward's own header when it has one, else Authorization. */
+/**
+ * The header that holds the agent's token: the agent's own header when the request has one, else Authorization. A port
+ * forward leaves Authorization to the job that way; a request through Kubernetes' pod proxy has to, as the API server
+ * takes Authorization for its own credentials.
+ */
 function credentialHeader(req: IncomingMessage): string {
-  return FORWARD_URL.test(req.url ?? '') && req.headers[AGENT_FORWARD_AUTH_HEADER] !== undefined ? AGENT_FORWARD_AUTH_HEADER : 'authorization';
+  return req.headers[AGENT_FORWARD_AUTH_HEADER] !== undefined ? AGENT_FORWARD_AUTH_HEADER : 'authorization';
 }
 
-/** The agent's token as a request carries it (`Bearer <token>`); only port forwards may leave Authorization to the job. */
+/** The agent's token as a request carries it (`Bearer <token>`). */
 export function agentCredential(req: IncomingMessage): string | undefined {
   const value = req.headers[credentialHeader(req)];
   return Array.isArray(value) ? value.join(', ') : value;

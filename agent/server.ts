@@ -32,7 +32,7 @@ export type RuntimeChoice = 'auto' | 'docker' | 'process';
 export const RUNTIME_CHOICES: readonly RuntimeChoice[] = ['auto', 'docker', 'process'];
 
 export interface AgentOptions {
-  /** Every request must carry it as `Authorization: Bearer <token>` (a port forward may use `x-agent-authorization`). */
+  /** Every request must carry it as `Authorization: Bearer <token>`, or in `x-agent-authorization` (port forwards, Kubernetes' pod proxy). */
   token: string;
   /** Listen address, also the address published container ports bind to. Default 127.0.0.1. */
   host?: string;

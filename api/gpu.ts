@@ -55,7 +55,7 @@ const VENDOR_WORDS: Record<string, GpuVendor | 'google'> = {
   nvidia: 'nvidia', amd: 'amd', intel: 'intel', tenstorrent: 'tenstorrent', tt: 'tenstorrent', google: 'google', tpu: 'google',
 };
 
-export const TPU_REFUSAL = 'Google TPUs are not supported: the backends here (gpucloud, local) offer machines with NVIDIA GPUs or none';
+export const TPU_REFUSAL = 'Google TPUs are not supported: the backends here (gpucloud, local, kubernetes) offer machines with NVIDIA GPUs or none';
 
 function modelKey(name: string): string {
   return name.toUpperCase().replace(/[\s_-]/g, '');

@@ -156,7 +156,7 @@ export const UNSUPPORTED: readonly Unsupported[] = [
 
 /** dstack's other backends: each is refused by name in `backends`. */
 const DSTACK_ONLY_BACKENDS = [
-  'aws', 'azure', 'gcp', 'lambda', 'runpod', 'vastai', 'kubernetes', 'nebius', 'oci', 'cudo', 'datacrunch', 'verda', 'vultr',
+  'aws', 'azure', 'gcp', 'lambda', 'runpod', 'vastai', 'nebius', 'oci', 'cudo', 'datacrunch', 'verda', 'vultr',
   'hotaisle', 'cloudrift', 'digitalocean', 'amddevcloud', 'tensordock', 'dstack', 'remote',
 ];
 
@@ -198,7 +198,7 @@ export function refuseUnsupported(spec: Record<string, unknown>, type: SpecType,
   if (Array.isArray(spec.backends)) {
     spec.backends.forEach((backend, index) => {
       if (typeof backend !== 'string' || !DSTACK_ONLY_BACKENDS.includes(backend.toLowerCase())) return;
-      report(['backends', index], `the ${backend} backend is not supported: the backends here are gpucloud and local`, 'value');
+      report(['backends', index], `the ${backend} backend is not supported: the backends here are gpucloud, local and kubernetes`, 'value');
       refused = true;
     });
   }

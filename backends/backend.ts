@@ -7,6 +7,8 @@ export interface CreateInstanceRequest {
   name: string;
   /** Token the instance's agent will demand on every call. */
   agentToken: string;
+  /** The size of /dev/shm the fleet or run asks for (shm_size), for backends that set it per instance. */
+  shmSizeMib?: number;
 }
 
 export type BackendInstanceStatus = 'provisioning' | 'running' | 'terminated' | 'failed';

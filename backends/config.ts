@@ -19,5 +19,25 @@ export const LocalBackendConfig = Type.Object({
 }, { additionalProperties: false });
 export type LocalBackendConfig = Static<typeof LocalBackendConfig>;
 
-export const BackendConfig = Type.Union([GpucloudBackendConfig, LocalBackendConfig]);
+/** Instances as pods of a Kubernetes cluster, each running the agent on GPU nodes' `nvidia.com/gpu`. */
+export const KubernetesBackendConfig = Type.Object({
+  type: Type.Literal('kubernetes'),
+  /** A kubeconfig file; without it, $KUBECONFIG, ~/.kube/config, or the service account of the pod the server runs in. */
+  kubeconfig: Type.Optional(Type.String({ minLength: 1 })),
+  /** The namespace the pods are made in; `default` when left out. */
+  namespace: Type.Optional(Type.String({ pattern: '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$', maxLength: 63 })),
+  /** The image whose `node dist/cli/main.js agent` the pods run: the server's own image. */
+  image: Type.Optional(Type.String({ minLength: 1 })),
+  /** The port the agent listens on in each pod. */
+  agent_port: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535 })),
+  /** How the server reaches the agents: at the pod's IP (from inside the cluster), or through the API server's pod proxy. */
+  agent_address: Type.Optional(Type.Union([Type.Literal('auto'), Type.Literal('pod-ip'), Type.Literal('api-proxy')])),
+  /** What one GPU costs per hour, for the cheapest-first choice across backends: an offer of N GPUs costs N times this; 0 when left out. */
+  price_per_gpu_hour: Type.Optional(Type.Number({ minimum: 0 })),
+  /** How long a pod may stay unschedulable before it is given up, e.g. 5m. */
+  unschedulable_timeout: Type.Optional(Type.Union([Type.String(), Type.Number()])),
+}, { additionalProperties: false });
+export type KubernetesBackendConfig = Static<typeof KubernetesBackendConfig>;
+
+export const BackendConfig = Type.Union([GpucloudBackendConfig, LocalBackendConfig, KubernetesBackendConfig]);
 export type BackendConfig = Static<typeof BackendConfig>;

@@ -1,7 +1,10 @@
 import { join } from 'node:path';
 import { BackendError, type Backend } from './backend.js';
-import { BackendConfig, GpucloudBackendConfig, LocalBackendConfig } from './config.js';
+import { parseDuration } from '../api/duration.js';
+import { BackendConfig, GpucloudBackendConfig, KubernetesBackendConfig, LocalBackendConfig } from './config.js';
 import { GpucloudBackend } from './gpucloud/client.js';
+import { agentAddress } from './kubernetes/agent-address.js';
+import { KubernetesBackend } from './kubernetes/kubernetes.js';
 import { LocalBackend } from './local/local.js';
 import { firstMismatch } from './validation.js';
 
@@ -27,7 +30,28 @@ export function createBackend(config: BackendConfig, options: BackendEnvironment
       ...(local.instances ? { instances: local.instances } : {}),
     });
   }
-  throw new BackendError(`unknown backend type ${JSON.stringify(type)}: use gpucloud or local`);
+  if (type === 'kubernetes') {
+    assertShape(KubernetesBackendConfig, config, 'kubernetes');
+    const kubernetes = config as KubernetesBackendConfig;
+    return new KubernetesBackend({
+      ...(kubernetes.kubeconfig ? { kubeconfig: kubernetes.kubeconfig } : {}),
+      ...(kubernetes.namespace ? { namespace: kubernetes.namespace } : {}),
+      ...(kubernetes.image ? { image: kubernetes.image } : {}),
+      ...(kubernetes.agent_port ? { agentPort: kubernetes.agent_port } : {}),
+      ...(kubernetes.price_per_gpu_hour !== undefined ? { pricePerGpuHour: kubernetes.price_per_gpu_hour } : {}),
+      ...(kubernetes.unschedulable_timeout !== undefined ? { unschedulableTimeoutSeconds: durationSetting('unschedulable_timeout', kubernetes.unschedulable_timeout) } : {}),
+      agentAddress: agentAddress(kubernetes.agent_address ?? 'auto'),
+    });
+  }
+  throw new BackendError(`unknown backend type ${JSON.stringify(type)}: use gpucloud, local or kubernetes`);
+}
+
+function durationSetting(field: string, value: string | number): number {
+  try {
+    return parseDuration(value);
+  } catch (error) {
+    throw new BackendError(`invalid kubernetes backend config: /${field}: ${(error as Error).message}`);
+  }
 }
 
 function assertShape(schema: typeof BackendConfig.anyOf[number], config: unknown, type: string): void {

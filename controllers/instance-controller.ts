@@ -92,7 +92,10 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     if (matching.length === 0) return this.end(instance, 'no_offers', `no ${instance.backend} offer matches`);
     for (const offer of available) {
       try {
-        const created = await backend.create({ offer, idempotencyKey: instance.id, name: instance.name, agentToken: instance.agentToken });
+        const created = await backend.create({
+          offer, idempotencyKey: instance.id, name: instance.name, agentToken: instance.agentToken,
+          ...(instance.requirement.shmSizeMib === null ? {} : { shmSizeMib: instance.requirement.shmSizeMib }),
+        });
         await updateInstance(this.db, instance.id, this.owner, {
           status: 'provisioning', offer, backend_instance_id: created.id, provisioning_started_at: new Date(),
           status_message: `${offer.gpu.count ? `${offer.gpu.count}x ${offer.gpu.name}` : 'no GPU'} in ${offer.region} at $${offer.pricePerHour}/h`,
@@ -145,6 +148,11 @@ export class InstanceController extends LeasedController<InstanceRecord> {
       const remote = await this.remoteInstance(instance);
       if (remote?.interrupted) return this.end(instance, 'interrupted', remote.reason ?? 'the backend took its spot capacity back');
       if (remote?.status === 'terminated' || remote?.status === 'failed') return this.end(instance, 'terminated_by_backend', 'the backend reports the instance gone');
+      // The agent may be reached another way now (the kubernetes backend's relay of a restarted server listens on another port).
+      if (remote?.status === 'running' && remote.agentUrl && remote.agentUrl !== instance.agentUrl) {
+        await updateInstance(this.db, instance.id, this.owner, { agent_url: remote.agentUrl });
+        return 0;
+      }
       if (Date.now() - since.getTime() > this.timings.unreachableGraceMs) {
         return this.stop(instance, 'unreachable', `agent unreachable for ${Math.round((Date.now() - since.getTime()) / 1000)}s`);
       }

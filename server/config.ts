@@ -3,8 +3,9 @@ import { Value } from '@sinclair/typebox/value';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { LineCounter, parseDocument, type Document } from 'yaml';
+import { parseDuration } from '../api/duration.js';
 import { parseSize } from '../api/quantity.js';
-import { BackendConfig, GpucloudBackendConfig, LocalBackendConfig } from '../backends/config.js';
+import { BackendConfig, GpucloudBackendConfig, KubernetesBackendConfig, LocalBackendConfig } from '../backends/config.js';
 
 const LogsConfig = Type.Object({
   /** The most log text one run keeps in the database; past it the oldest lines are dropped. */
@@ -132,7 +133,7 @@ function plainValue(document: Document, path: string): unknown {
   }
 }
 
-const BACKEND_SCHEMAS = { gpucloud: GpucloudBackendConfig, local: LocalBackendConfig } as const;
+const BACKEND_SCHEMAS = { gpucloud: GpucloudBackendConfig, local: LocalBackendConfig, kubernetes: KubernetesBackendConfig } as const;
 const Outline = Type.Object({
   projects: Type.Array(Type.Object({ name: ServerConfig.properties.projects.items.properties.name, backends: Type.Array(Type.Unknown()) },
     { additionalProperties: false }), { minItems: 1 }),
@@ -175,11 +176,28 @@ function configProblems(value: unknown): Problem[] {
     const type = (backend as { type?: unknown })?.type;
     const schema = BACKEND_SCHEMAS[type as keyof typeof BACKEND_SCHEMAS];
     if (!schema) {
-      add([...at, 'type'], `unknown backend type ${JSON.stringify(type)}; expected one of: gpucloud, local`);
+      add([...at, 'type'], `unknown backend type ${JSON.stringify(type)}; expected one of: gpucloud, local, kubernetes`);
       return;
     }
     for (const e of Value.Errors(schema, backend)) add(toPath(e.path, at), e.message);
+    if (type === 'kubernetes') kubernetesBackendProblems(backend as KubernetesBackendConfig).forEach(({ path: field, message }) => add([...at, ...field], message));
   }));
+  return problems;
+}
+
+/** What the kubernetes backend's schema cannot say: a duration that does not read, a kubeconfig that is not there. */
+function kubernetesBackendProblems(backend: KubernetesBackendConfig): Problem[] {
+  const problems: Problem[] = [];
+  if (backend.unschedulable_timeout !== undefined) {
+    try {
+      parseDuration(backend.unschedulable_timeout);
+    } catch (error) {
+      problems.push({ path: ['unschedulable_timeout'], message: (error as Error).message });
+    }
+  }
+  if (typeof backend.kubeconfig === 'string' && !existsSync(backend.kubeconfig)) {
+    problems.push({ path: ['kubeconfig'], message: `no such file ${backend.kubeconfig}` });
+  }
   return problems;
 }
 

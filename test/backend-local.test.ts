@@ -230,7 +230,7 @@ describe('backend registry', () => {
     const build = (config: unknown) => () => createBackend(config as never, { stateDir: tmpdir() });
     expect(build({ type: 'gpucloud', creds: { type: 'api_key' } })).to.throw(BackendError, /invalid gpucloud backend config: \/creds\/api_key/);
     expect(build({ type: 'gpucloud', creds: { type: 'api_key', api_key: 'k' }, region: 'x' })).to.throw(BackendError, /invalid gpucloud backend config/);
-    expect(build({ type: 'aws' })).to.throw(BackendError, /unknown backend type "aws": use gpucloud or local/);
+    expect(build({ type: 'aws' })).to.throw(BackendError, /unknown backend type "aws": use gpucloud, local or kubernetes/);
     expect(build({ type: 'local', runtime: 'vm' })).to.throw(BackendError, /invalid local backend config: \/runtime/);
     expect(build({ type: 'local', instances: 0 })).to.throw(BackendError, /invalid local backend config: \/instances: Expected integer to be greater or equal to 1/);
     expect(build({ type: 'local', instances: 1.5 })).to.throw(BackendError, /invalid local backend config: \/instances: Expected integer/);

@@ -76,7 +76,7 @@ for (const kind of DATABASE_KINDS) {
       const lines = result.stderr.split('\n').filter((line) => line.startsWith('typos.yml') || line.includes('.yml:'));
       expect(lines.map((line) => line.replace(/^.*typos\.yml:/, ''))).to.deep.equal([
         '5:8: resources.gpu: unknown GPU model "H10"; did you mean "H100"?',
-        '11:8: resources.gpu: Google TPUs are not supported: the backends here (gpucloud, local) offer machines with NVIDIA GPUs or none ("v5litepod-8" is a TPU)',
+        '11:8: resources.gpu: Google TPUs are not supported: the backends here (gpucloud, local, kubernetes) offer machines with NVIDIA GPUs or none ("v5litepod-8" is a TPU)',
         '17:8: resources.gpu: H100 is an NVIDIA GPU, not AMD',
         '23:8: resources.gpu: unknown GPU model "Voodoo5"; known models are NVIDIA ones such as H100, A100 or L40S, AMD Instinct such as MI300X, Intel Gaudi and Tenstorrent cards (docs/configuration.md lists them all)',
       ]);

@@ -62,7 +62,7 @@ describe('server configuration', function () {
 
   it('names the file, line, column and field of every mistake', () => {
     expect(configError('projects:\n- name: main\n  backends:\n  - type: gcp\n')).to.equal(
-      'invalid server config:\nconfig.yml:4:11: projects[0].backends[0].type: unknown backend type "gcp"; expected one of: gpucloud, local');
+      'invalid server config:\nconfig.yml:4:11: projects[0].backends[0].type: unknown backend type "gcp"; expected one of: gpucloud, local, kubernetes');
     expect(configError('projects:\n- name: main\n  backends:\n  - type: gpucloud\n    api_url: http://x\n')).to.match(
       /^config\.yml:4:5: projects\[0\]\.backends\[0\]\.creds: missing; this field is required$/m);
     expect(configError('projects:\n- name: Main Project\n  backends: []\n')).to.match(/^config\.yml:2:9: projects\[0\]\.name: /m);
@@ -85,6 +85,15 @@ describe('server configuration', function () {
     expect(failed).to.be.instanceOf(StartupError);
     expect(failed!.message).to.match(new RegExp(`^kubernetes: cannot load ${join(dir, 'no-such-kubeconfig')}: .*ENOENT`));
     rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('names the mistakes of a kubernetes backend\'s settings', () => {
+    const backend = 'projects:\n- name: main\n  backends:\n  - type: kubernetes\n';
+    expect(configError(`${backend}    unschedulable_timeout: 5 minutes\n`)).to.match(/^config\.yml:5:28: projects\[0\]\.backends\[0\]\.unschedulable_timeout: invalid duration/m);
+    expect(configError(`${backend}    agent_address: proxy\n`)).to.match(/^config\.yml:5:20: projects\[0\]\.backends\[0\]\.agent_address: /m);
+    expect(configError(`${backend}    kubeconfig: /no/such/kubeconfig\n`)).to.equal(
+      'invalid server config:\nconfig.yml:5:17: projects[0].backends[0].kubeconfig: no such file /no/such/kubeconfig');
+    expect(configError(`${backend}    namespace: GPU_Pods\n`)).to.match(/^config\.yml:5:16: projects\[0\]\.backends\[0\]\.namespace: /m);
   });
 
   it('refuses a config whose aliases expand exponentially, naming the file, without a stack trace', async () => {

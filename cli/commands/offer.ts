@@ -12,7 +12,7 @@ interface OfferFlags {
 
 export function registerOffer(cli: CAC): void {
   cli.command('offer', 'List the machines the backends offer, cheapest first')
-    .option('-b, --backend <backend>', 'Only this backend, e.g. gpucloud or local')
+    .option('-b, --backend <backend>', 'Only this backend: gpucloud, local or kubernetes')
     .option('--gpu <spec>', 'Only machines with these GPUs, e.g. H100, L4:24GB, 24GB..:2')
     .option('--json', 'Print JSON')
     .option('--project <name>', 'Project to use (default: the default project)')
