@@ -39,8 +39,8 @@ for (const kind of DATABASE_KINDS) {
       const all = await cli(['offer', '-b', 'gpucloud']);
       expect(all.code, show(all)).to.equal(0);
       const header = all.stdout.split('\n')[0]!;
-      expect(header.split(/\s+/)).to.deep.equal(['GPU', 'MEMORY', 'COUNT', 'VCPUS', 'RAM', 'DISK', 'REGION', '$/H', 'AVAILABILITY']);
-      expect(all.stdout).to.match(/^L4\s+24GB\s+1\s+8\s+32GB\s+200GB\s+us-east-1\s+\$0\.8\s+available$/m);
+      expect(header.split(/\s+/)).to.deep.equal(['GPU', 'MEMORY', 'COUNT', 'VCPUS', 'RAM', 'DISK', 'REGION', '$/H', 'SPOT', 'AVAILABILITY']);
+      expect(all.stdout).to.match(/^L4\s+24GB\s+1\s+8\s+32GB\s+200GB\s+us-east-1\s+\$0\.8\s+-\s+available$/m);
       expect(all.stdout).to.match(/^H100\s+80GB\s+8\s+/m);
 
       const filtered = await cli(['offer', '-b', 'gpucloud', '--gpu', 'H100:2', '--json']);

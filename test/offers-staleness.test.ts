@@ -69,7 +69,7 @@ for (const kind of DATABASE_KINDS) {
         return REFUSED.test(result.stderr) ? result : null;
       }, 20_000, 'offer to report the refused key');
       expect(table.code, show(table)).to.equal(1);
-      expect(table.stdout).to.match(/^L4\s+24GB\s+1\s+8\s+32GB\s+200GB\s+us-east-1\s+\$0\.8\s+available \d+s ago$/m);
+      expect(table.stdout).to.match(/^L4\s+24GB\s+1\s+8\s+32GB\s+200GB\s+us-east-1\s+\$0\.8\s+-\s+available \d+s ago$/m);
 
       const json = await cli(['offer', '--json']);
       expect(json.code, show(json)).to.equal(1);
