@@ -34,6 +34,8 @@ export interface Backend {
   list(): Promise<BackendInstance[]>;
   /** Idempotent: terminating a gone instance succeeds. */
   terminate(id: string): Promise<void>;
+  /** Releases what the driver holds in this process (listening sockets); its instances run on. */
+  close?(): Promise<void>;
 }
 
 export class BackendError extends Error {

@@ -44,6 +44,8 @@ export class BackendPool {
     for (const config of project.backends) byType.set(config.type, createBackend(config, { stateDir: this.stateDir }));
     this.backends.set(projectId, { config: project.backends, byType });
     this.forgetOffers(projectId);
+    // Calls already under way may still use the old drivers for a moment; what they hold is released after.
+    if (cached) void closeAll(cached.byType).catch(() => undefined);
     return byType;
   }
 
@@ -93,10 +95,19 @@ export class BackendPool {
     return cached;
   }
 
+  async close(): Promise<void> {
+    for (const { byType } of this.backends.values()) await closeAll(byType);
+    this.backends.clear();
+  }
+
   /** After a capacity error the cached availability is stale. */
   forgetOffers(projectId: string): void {
     for (const key of this.offerCache.keys()) if (key.startsWith(`${projectId}/`)) this.offerCache.delete(key);
   }
+}
+
+async function closeAll(backends: Map<BackendType, Backend>): Promise<void> {
+  await Promise.all([...backends.values()].map((backend) => backend.close?.()));
 }
 
 function refresh(cached: CachedOffers, backend: Backend): Promise<void> {

@@ -133,6 +133,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       http.closeAllConnections();
       await new Promise((r) => http.close(r));
       await manager.stop();
+      await pool.close();
       await db.close();
     },
   };

@@ -1,14 +1,24 @@
 import { CoreV1Api, type V1Pod } from '@kubernetes/client-node';
 import { expect } from 'chai';
+import { rmSync } from 'node:fs';
 import { networkInterfaces } from 'node:os';
 import type { Offer } from '../api/offer.js';
 import type { Instance, Run } from '../api/objects.js';
 import { FakeKubelet } from './helpers/fake-kubelet.js';
 import { startKubeCluster, type KubeCluster } from './helpers/kube-apiserver.js';
 import { freePort } from './helpers/ports.js';
-import { eventually, startTestServer, type TestServer } from './helpers/server.js';
+import { startServer, type RunningServer } from '../server/server.js';
+import { eventually, FAST_TIMINGS, startTestServer, type TestServer } from './helpers/server.js';
 
 const NAMESPACE = 'gpu-pods';
+
+async function callApi(server: RunningServer, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+  const response = await fetch(`${server.url}${path}`, {
+    method, headers: { authorization: `Bearer ${server.adminToken}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : null };
+}
 const GPU_TAINT = { key: 'nvidia.com/gpu', value: 'present', effect: 'NoSchedule' };
 
 describe('kubernetes backend: GPU pods on a real kube-apiserver, with the test as scheduler and kubelet', function () {
@@ -23,11 +33,11 @@ describe('kubernetes backend: GPU pods on a real kube-apiserver, with the test a
     (await pods()).find((pod) => pod.metadata?.labels?.['orchestrator.dev/instance'] === instanceId);
   const instancesOfFleet = async (fleet: string): Promise<Instance[]> =>
     ((await server.api('GET', '/api/projects/main/instances?all=true')).body as Instance[]).filter((i) => i.fleet === fleet);
-  const apply = async (spec: Record<string, unknown>, kind: 'fleets' | 'runs', on = server) => {
+  const apply = async (spec: Record<string, unknown>, kind: 'fleets' | 'runs', on: Pick<TestServer, 'api'> = server) => {
     const answer = await on.api('POST', `/api/projects/main/${kind}/apply`, { spec });
     expect(answer.status, JSON.stringify(answer.body)).to.be.oneOf([200, 201]);
   };
-  const runToEnd = (name: string, on = server) => eventually(async () => {
+  const runToEnd = (name: string, on: Pick<TestServer, 'api'> = server) => eventually(async () => {
     const current = (await on.api('GET', `/api/projects/main/runs/${name}`)).body as Run;
     if (['failed', 'terminated'].includes(current.status)) throw new Error(`run ended ${current.status}: ${current.statusMessage}`);
     return current.status === 'done' ? current : undefined;
@@ -113,10 +123,13 @@ describe('kubernetes backend: GPU pods on a real kube-apiserver, with the test a
     expect(JSON.stringify(pod.spec)).not.to.contain((await core.readNamespacedSecret({ name: pod.metadata!.name!, namespace: NAMESPACE })).data!.token!);
     expect(container.env).to.deep.equal([{ name: 'ORCHESTRATOR_AGENT_TOKEN', valueFrom: { secretKeyRef: { name: pod.metadata!.name, key: 'token' } } }]);
 
-    // While the pod holds one of the node's L4s, only the one-GPU offer of that node is available.
-    const { body } = await server.api('GET', '/api/projects/main/offers?backend=kubernetes');
-    const availability = Object.fromEntries((body.offers as Offer[]).map((o) => [o.offerId, o.availability]));
-    expect(availability).to.deep.include({ 'l4-node/1xL4': 'available', 'l4-node/2xL4': 'unavailable' });
+    // While the pod holds one of the node's L4s, only the one-GPU offer of that node is available (offers are cached for 3 s).
+    const availability = await eventually(async () => {
+      const { body } = await server.api('GET', '/api/projects/main/offers?backend=kubernetes');
+      const byId = Object.fromEntries((body.offers as Offer[]).map((o) => [o.offerId, o.availability]));
+      return byId['l4-node/2xL4'] === 'unavailable' ? byId : undefined;
+    }, 10_000, 'the two-L4 offer to be unavailable');
+    expect(availability['l4-node/1xL4']).to.equal('available');
 
     const agent = kubelet.agentOf(pod.metadata!.name!)!;
     expect((await server.api('DELETE', '/api/projects/main/fleets/cluster')).status).to.equal(202);
@@ -142,7 +155,7 @@ describe('kubernetes backend: GPU pods on a real kube-apiserver, with the test a
     expect((await server.api('DELETE', '/api/projects/main/fleets/big')).status).to.equal(202);
   });
 
-  it('reaches the agent through the API server\'s pod proxy, for a server outside the cluster', async function () {
+  it('reaches the agent through the API server\'s pod proxy, for a server outside the cluster, and again after the server restarts', async function () {
     // The API server proxies only to routable pod IPs, never to loopback: the pod gets this machine's own address.
     const address = Object.values(networkInterfaces()).flat().find((i) => i && i.family === 'IPv4' && !i.internal)?.address;
     if (!address) this.skip();
@@ -150,7 +163,8 @@ describe('kubernetes backend: GPU pods on a real kube-apiserver, with the test a
     await core.createNamespace({ body: { metadata: { name: namespace } } });
     const proxiedKubelet = new FakeKubelet(cluster.kubeConfig, namespace, () => address!);
     await proxiedKubelet.start();
-    const outside = await startTestServer('pglite', await serverConfig(namespace, 'api-proxy'));
+    const first = await startTestServer('pglite', await serverConfig(namespace, 'api-proxy'));
+    let outside: RunningServer & Pick<TestServer, 'api'> = first;
     try {
       await apply({ type: 'fleet', name: 'outside', backends: ['kubernetes'], nodes: '0..1' }, 'fleets', outside);
       await apply({ type: 'task', name: 'through-proxy', commands: ['echo through the proxy'], resources: { gpu: 'A100' }, fleets: ['outside'] }, 'runs', outside);
@@ -159,10 +173,20 @@ describe('kubernetes backend: GPU pods on a real kube-apiserver, with the test a
       expect(pod?.status?.podIP).to.equal(address);
       const { body: logs } = await outside.api('GET', '/api/projects/main/runs/through-proxy/logs');
       expect(JSON.stringify(logs)).to.contain('through the proxy');
+
+      // A restarted server relays on another port: the idle pod's agent is found again and takes the next run.
+      await first.close();
+      const restarted = await startServer({ port: 0, dir: first.dir, adminToken: first.adminToken, logLevel: 'error', instanceTimings: FAST_TIMINGS, controllerIntervalMs: 200 });
+      outside = { ...restarted, api: (method, path, body) => callApi(restarted, method, path, body) };
+      await apply({ type: 'task', name: 'after-restart', commands: ['echo again'], resources: { gpu: 'A100' }, fleets: ['outside'] }, 'runs', outside);
+      expect((await runToEnd('after-restart', outside)).exitCode).to.equal(0);
+      expect((await core.listNamespacedPod({ namespace })).items.map((p) => p.metadata?.name)).to.deep.equal([pod!.metadata!.name]);
+
       expect((await outside.api('DELETE', '/api/projects/main/fleets/outside')).status).to.equal(202);
       await eventually(async () => (await core.listNamespacedPod({ namespace })).items.length === 0, 20_000, 'the proxied pod to be deleted');
     } finally {
-      await outside.stop();
+      await outside.close();
+      rmSync(first.dir, { recursive: true, force: true });
       await proxiedKubelet.stop();
     }
   });

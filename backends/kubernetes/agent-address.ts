@@ -9,6 +9,7 @@ import type { AgentPodSettings } from './pod.js';
 /** Where the server finds a running pod's agent. */
 export interface AgentAddress {
   agentUrl(pod: V1Pod): Promise<string>;
+  close?(): Promise<void>;
 }
 
 /** The agent at the pod's own IP: for a server that runs in the cluster, or anywhere that routes to pod IPs. */
@@ -39,10 +40,12 @@ export class ApiProxyRelay implements AgentAddress {
   }
 
   async close(): Promise<void> {
-    const server = await this.listening;
+    const listening = this.listening;
     this.listening = null;
-    server?.closeAllConnections();
-    await new Promise((resolve) => server ? server.close(resolve) : resolve(undefined));
+    const server = await listening?.catch(() => null);
+    if (!server) return;
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
   }
 
   private start(): Promise<Server> {

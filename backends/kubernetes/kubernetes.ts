@@ -28,6 +28,8 @@ export interface KubernetesBackendOptions {
 export const DEFAULT_NAMESPACE = 'default';
 export const DEFAULT_AGENT_PORT = 8484;
 export const DEFAULT_UNSCHEDULABLE_TIMEOUT_SECONDS = 300;
+/** Pods that hold what they request; a large cluster's finished pods are many, and are left out by the API server. */
+const UNFINISHED = 'status.phase!=Succeeded,status.phase!=Failed';
 /** A call that takes longer is abandoned and tried again by the controller's next pass. */
 const REQUEST_TIMEOUT_MS = 15_000;
 
@@ -82,7 +84,7 @@ export class KubernetesBackend implements Backend {
   async offers(): Promise<Offer[]> {
     const [nodes, pods] = await Promise.all([
       this.call('list nodes', () => this.core.listNode({})),
-      this.call('list pods', () => this.core.listPodForAllNamespaces({ fieldSelector: 'spec.nodeName!=' })),
+      this.call('list pods', () => this.core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName!=,${UNFINISHED}` })),
     ]);
     return nodes.items.flatMap((node) =>
       nodeOffers(node, pods.items.filter((pod) => pod.spec?.nodeName === node.metadata?.name), this.pricePerGpuHour));
@@ -109,6 +111,10 @@ export class KubernetesBackend implements Backend {
     return Promise.all(pods.items.map((pod) => this.toInstance(pod)));
   }
 
+  async close(): Promise<void> {
+    await this.address.close?.();
+  }
+
   async terminate(id: string): Promise<void> {
     const { namespace } = this.settings;
     await this.ignoringNotFound(`delete pod ${id}`, () => this.core.deleteNamespacedPod({ name: id, namespace }));
@@ -121,7 +127,7 @@ export class KubernetesBackend implements Backend {
     if (!placement) throw new BackendError(`offer ${offer.offerId} is not one of the kubernetes backend's`);
     const node = await this.ignoringNotFound(`read node ${placement.node}`, () => this.core.readNode({ name: placement.node }));
     if (!node) throw new NoCapacityError(`node ${placement.node} is gone from the cluster`);
-    const pods = await this.call('list pods', () => this.core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${placement.node}` }));
+    const pods = await this.call('list pods', () => this.core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${placement.node},${UNFINISHED}` }));
     const current = nodeOffers(node, pods.items, this.pricePerGpuHour).find((candidate) => candidate.offerId === offer.offerId);
     if (current?.availability !== 'available') {
       throw new NoCapacityError(`node ${placement.node} has no room for ${offer.offerId} now: ${pods.items.filter(holdsResources).length} pods hold its resources`);
@@ -134,8 +140,8 @@ export class KubernetesBackend implements Backend {
     try {
       return await this.call(`create pod ${name}`, () => this.core.createNamespacedPod({ namespace: this.settings.namespace, body }));
     } catch (error) {
-      const raced = (error as BackendError).cause instanceof ApiException && ((error as BackendError).cause as ApiException<unknown>).code === 409;
-      if (raced) return (await this.readPod(name))!;
+      // Another server made it for the same instance a moment ago.
+      if (statusOf((error as BackendError).cause) === 409) return (await this.readPod(name)) ?? Promise.reject(error);
       throw error;
     }
   }

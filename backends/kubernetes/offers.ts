@@ -4,7 +4,7 @@ import { GPU_RESOURCE, nodeGpuModel } from './gpu-labels.js';
 
 const MIB = 1024 * 1024;
 const REGION_LABEL = 'topology.kubernetes.io/region';
-export const DEFAULT_REGION = 'kubernetes';
+const DEFAULT_REGION = 'kubernetes';
 
 /** The resources offers are made of, in the units Kubernetes counts them in (cores, bytes, cards). */
 const RESOURCES = ['cpu', 'memory', 'ephemeral-storage', GPU_RESOURCE] as const;
