@@ -36,9 +36,9 @@ for (const kind of DATABASE_KINDS) {
 
     it('applies every migration once, even when two servers migrate at the same moment', async () => {
       const [a, b] = await Promise.all([migrate(db), migrate(second)]);
-      expect([...a, ...b].sort()).to.deep.equal(MIGRATIONS.map((m) => m.version));
+      expect([...a, ...b].sort((x, y) => x - y)).to.deep.equal(MIGRATIONS.map((m) => m.version));
       expect(await migrate(db)).to.deep.equal([]);
-      const rows = await db.query('SELECT version FROM schema_migrations');
+      const rows = await db.query('SELECT version FROM schema_migrations ORDER BY version');
       expect(rows.map((r) => r.version)).to.deep.equal(MIGRATIONS.map((m) => m.version));
     });
 
