@@ -1,10 +1,11 @@
-import { ApiException, CoreV1Api, createConfiguration, KubeConfig, ServerConfiguration, type V1Pod } from '@kubernetes/client-node';
+import { ApiException, CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import type { Offer } from '../../api/offer.js';
 import { agentVersion } from '../../agent/version.js';
 import {
   BackendAuthError, BackendError, NoCapacityError,
   type Backend, type BackendInstance, type CreateInstanceRequest,
 } from '../backend.js';
+import { configurationWithTimeout } from './api-configuration.js';
 import { nodeGpuModel } from './gpu-labels.js';
 import { holdsResources, nodeOffers, parseOfferId } from './offers.js';
 import {
@@ -60,17 +61,7 @@ export class KubernetesBackend implements Backend {
       throw new BackendError(`the kubernetes backend cannot load ${where}: ${(error as Error).message}`);
     }
     if (!config.getCurrentCluster()) throw new BackendError(`the kubernetes backend's ${where} names no cluster; give kubeconfig in config.yml`);
-    this.core = new CoreV1Api(createConfiguration({
-      baseServer: new ServerConfiguration(config.getCurrentCluster()!.server, {}),
-      authMethods: { default: config },
-      promiseMiddleware: [{
-        pre: async (context) => {
-          context.setSignal(AbortSignal.timeout(REQUEST_TIMEOUT_MS));
-          return context;
-        },
-        post: async (response) => response,
-      }],
-    }));
+    this.core = new CoreV1Api(configurationWithTimeout(config, REQUEST_TIMEOUT_MS));
     this.settings = {
       namespace: options.namespace ?? DEFAULT_NAMESPACE,
       image: options.image ?? defaultAgentImage(),

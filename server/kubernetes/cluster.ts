@@ -1,8 +1,8 @@
 import {
-  ApiException, CoreV1Api, createConfiguration, CustomObjectsApi, KubeConfig, ListWatch, ServerConfiguration, Watch,
-  type Configuration, type KubernetesObject, type V1Namespace,
+  ApiException, CoreV1Api, CustomObjectsApi, KubeConfig, ListWatch, Watch, type KubernetesObject, type V1Namespace,
 } from '@kubernetes/client-node';
 import { CRD_GROUP, CRD_NAMES, CRD_VERSION } from '../../api/crd.js';
+import { configurationWithTimeout } from '../../backends/kubernetes/api-configuration.js';
 import type { ResourceStatus } from '../../api/kubernetes.js';
 import type { SpecType } from '../../api/spec.js';
 
@@ -25,21 +25,6 @@ export function loadKubeConfig(path: string | undefined): KubeConfig {
   if (path) config.loadFromFile(path);
   else config.loadFromDefault();
   return config;
-}
-
-/** The client's configuration for `config`'s cluster, as `makeApiClient` makes it, with a timeout on every call. */
-function configurationWithTimeout(config: KubeConfig): Configuration {
-  return createConfiguration({
-    baseServer: new ServerConfiguration(config.getCurrentCluster()!.server, {}),
-    authMethods: { default: config },
-    promiseMiddleware: [{
-      pre: async (context) => {
-        context.setSignal(AbortSignal.timeout(REQUEST_TIMEOUT_MS));
-        return context;
-      },
-      post: async (response) => response,
-    }],
-  });
 }
 
 /** The HTTP status of a failed call, or undefined for a failure that is not an answer (the server unreachable). */
@@ -73,7 +58,7 @@ export class Cluster {
   private readonly core: CoreV1Api;
 
   constructor(private readonly config: KubeConfig) {
-    const configuration = configurationWithTimeout(config);
+    const configuration = configurationWithTimeout(config, REQUEST_TIMEOUT_MS);
     this.objects = new CustomObjectsApi(configuration);
     this.core = new CoreV1Api(configuration);
   }
