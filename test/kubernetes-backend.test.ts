@@ -1,16 +1,28 @@
-import { CoreV1Api, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, KubernetesObjectApi, loadYaml, type KubernetesObject, type V1Pod } from '@kubernetes/client-node';
 import { expect } from 'chai';
-import { rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { networkInterfaces } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { Offer } from '../api/offer.js';
 import type { Instance, Run } from '../api/objects.js';
 import { FakeKubelet } from './helpers/fake-kubelet.js';
-import { startKubeCluster, type KubeCluster } from './helpers/kube-apiserver.js';
+import { CLUSTER_START_TIMEOUT_MS, startKubeCluster, type KubeCluster } from './helpers/kube-apiserver.js';
 import { freePort } from './helpers/ports.js';
 import { startServer, type RunningServer } from '../server/server.js';
 import { eventually, FAST_TIMINGS, startTestServer, type TestServer } from './helpers/server.js';
 
 const NAMESPACE = 'gpu-pods';
+/** The server calls the API server as the manifests' service account, with only the rights manifests/kubernetes-backend grants. */
+const SERVER_ACCOUNT = 'system:serviceaccount:orchestrator:orchestrator-server';
+const BACKEND_RBAC = resolve(dirname(fileURLToPath(import.meta.url)), '..', 'manifests', 'kubernetes-backend');
+
+/** The backend's role and its binding in `namespace`, as manifests/kubernetes-backend has them for gpu-pods. */
+function backendRbac(namespace: string): KubernetesObject[] {
+  const read = (file: string) => loadYaml<KubernetesObject>(readFileSync(join(BACKEND_RBAC, file), 'utf8'));
+  const namespaced = ['role.yaml', 'role-binding.yaml'].map((file) => ({ ...read(file), metadata: { ...read(file).metadata, namespace } }));
+  return namespace === NAMESPACE ? [read('cluster-role.yaml'), read('cluster-role-binding.yaml'), ...namespaced] : namespaced;
+}
 
 async function callApi(server: RunningServer, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
   const response = await fetch(`${server.url}${path}`, {
@@ -46,7 +58,7 @@ describe('kubernetes backend: GPU pods on a real kube-apiserver, with the test a
 - name: main
   backends:
   - type: kubernetes
-    kubeconfig: ${cluster.kubeconfigPath}
+    kubeconfig: ${cluster.kubeconfigPathOf(SERVER_ACCOUNT)}
     namespace: ${namespace}
     agent_port: ${await freePort()}
     agent_address: ${agentAddress}
@@ -54,10 +66,11 @@ describe('kubernetes backend: GPU pods on a real kube-apiserver, with the test a
 `;
 
   before(async function () {
-    this.timeout(300_000);
-    cluster = await startKubeCluster();
+    this.timeout(CLUSTER_START_TIMEOUT_MS);
+    cluster = await startKubeCluster([SERVER_ACCOUNT]);
     core = cluster.kubeConfig.makeApiClient(CoreV1Api);
     await core.createNamespace({ body: { metadata: { name: NAMESPACE } } });
+    for (const object of backendRbac(NAMESPACE)) await KubernetesObjectApi.makeApiClient(cluster.kubeConfig).create(object);
     kubelet = new FakeKubelet(cluster.kubeConfig, NAMESPACE);
     await kubelet.addNode({
       name: 'l4-node', labels: { 'nvidia.com/gpu.product': 'NVIDIA-L4', 'nvidia.com/gpu.count': '2' }, taints: [GPU_TAINT],
@@ -161,6 +174,7 @@ describe('kubernetes backend: GPU pods on a real kube-apiserver, with the test a
     if (!address) this.skip();
     const namespace = 'proxied';
     await core.createNamespace({ body: { metadata: { name: namespace } } });
+    for (const object of backendRbac(namespace)) await KubernetesObjectApi.makeApiClient(cluster.kubeConfig).create(object);
     const proxiedKubelet = new FakeKubelet(cluster.kubeConfig, namespace, () => address!);
     await proxiedKubelet.start();
     const first = await startTestServer('pglite', await serverConfig(namespace, 'api-proxy'));
