@@ -194,6 +194,25 @@ describe('kubernetes source controller, against a real kube-apiserver', function
     expect(await run('sleeper')).to.include({ status: 'terminated', terminationReason: 'stopped_by_user' });
   });
 
+  it('runs a DevEnvironment object until it is deleted: its init runs once, Ready while it runs, stopped by the finalizer', async () => {
+    const created = await create({
+      apiVersion: `${CRD_GROUP}/${CRD_VERSION}`, kind: 'DevEnvironment', metadata: { name: 'workbench' },
+      spec: { init: ['echo prepared by init'], inactivity_duration: 'off' },
+    });
+    const running = await statusOf('DevEnvironment', 'workbench', (o) => o.status?.status === 'running', 'running');
+    expect(condition(running, 'Ready')).to.include({ status: 'True', reason: 'Running', observedGeneration: 1 });
+    expect(running.spec).to.deep.equal(created.spec);
+    expect(await run('workbench')).to.include({ kind: 'dev-environment', status: 'running', user: 'kubernetes' });
+    const logs = await eventually(async () => {
+      const page = (await server.api('GET', '/api/projects/main/runs/workbench/logs')).body as { lines: { text: string }[] };
+      return page.lines.some((line) => line.text === 'prepared by init') && page.lines;
+    }, 20_000, 'the init output');
+    expect(logs.filter((line) => line.text === 'prepared by init')).to.have.length(1);
+    await remove('DevEnvironment', 'workbench');
+    await eventually(async () => (await read('DevEnvironment', 'workbench')) === null, 60_000, 'the object to go');
+    expect(await run('workbench')).to.include({ status: 'terminated', terminationReason: 'stopped_by_user' });
+  });
+
   it('applies a task spec change as a re-apply: the running run stops, then the new spec runs', async () => {
     await create(task('changing', { commands: ['sleep 600'] }));
     const first = await statusOf('Task', 'changing', (o) => o.status?.status === 'running', 'running');
