@@ -1,13 +1,15 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { createRequire } from 'node:module';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 /** How to start the `orchestrator` command from this installation, built (dist/) or from source through tsx. */
 export function orchestratorCommand(): { command: string; args: string[] } {
   const built = fileURLToPath(new URL('../cli/main.js', import.meta.url));
   if (existsSync(built)) return { command: process.execPath, args: [built] };
   const source = fileURLToPath(new URL('../cli/main.ts', import.meta.url));
-  return { command: process.execPath, args: ['--import', 'tsx', source] };
+  // By its path: the command may run in a folder (a job's) from which the package is not found.
+  return { command: process.execPath, args: ['--import', pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href, source] };
 }
 
 export interface AgentLaunch {

@@ -21,7 +21,7 @@ export const GatewayCertificateSpec = Type.Object({
 export type GatewayCertificateSpec = Static<typeof GatewayCertificateSpec>;
 
 export const GatewayBackend = Type.Union([Type.Literal('local'), Type.Literal('gpucloud')], {
-  default: 'local', description: 'local: a process on the server\'s machine, started and supervised by the server; gpucloud: a small CPU instance (not supported yet)',
+  default: 'local', description: 'local: a process on the server\'s machine, started and supervised by the server; gpucloud: the cheapest machine without GPUs rented from the project\'s gpucloud backend, its agent running the gateway',
 });
 export type GatewayBackend = Static<typeof GatewayBackend>;
 
@@ -35,7 +35,7 @@ export const GatewaySpec = Type.Object({
   default: Type.Optional(Type.Boolean({ default: false, description: 'Publish the project\'s services that name no gateway here; applying a default gateway makes it the only one' })),
   backend: Type.Optional(GatewayBackend),
   certificate: Type.Optional(GatewayCertificateSpec),
-  public_ip: Type.Optional(Type.Boolean({ default: true, description: 'local: listen on every address of the machine (true) or on 127.0.0.1 only (false)' })),
+  public_ip: Type.Optional(Type.Boolean({ default: true, description: 'Listen on every address of the machine (true) or on 127.0.0.1 only (false): the server\'s machine (local) or the rented instance (gpucloud)' })),
   http_port: Type.Optional({ ...Port, default: 80, description: 'Port of plain HTTP: redirects to HTTPS and answers ACME HTTP-01 challenges (which come to port 80)' }),
   https_port: Type.Optional({ ...Port, default: 443, description: 'Port of HTTPS' }),
 }, { additionalProperties: false, description: 'A process that publishes the project\'s services at https://<run>.<domain>/ with TLS and rate limits' });
@@ -52,9 +52,6 @@ const CERTIFICATE_FIELDS: Record<GatewayCertificateSpec['type'], readonly string
 
 /** Rules that tie a gateway's fields together, checked after each field on its own. */
 export function checkGatewayRules(spec: Record<string, unknown>, report: Report): void {
-  if (spec.backend === 'gpucloud') {
-    report(['backend'], 'gpucloud gateways are not supported yet; use backend: local, which runs the gateway on the server\'s machine', 'value');
-  }
   const http = spec.http_port ?? 80;
   if (http === (spec.https_port ?? 443)) report(['https_port'], `must differ from http_port (${String(http)})`, 'value');
   const certificate = spec.certificate as Record<string, unknown> | undefined;
@@ -99,6 +96,8 @@ export const Gateway = Type.Object({
   statusMessage: Type.String(),
   /** Where it listens: `http://host:port https://host:port`, once started. */
   address: Type.Union([Type.String(), Type.Null()]),
+  /** The instance a gpucloud gateway rents (its id at the backend once created), and what it costs; null for backend local. */
+  instance: Type.Union([Type.Object({ id: Type.Union([Type.String(), Type.Null()]), offer: Type.String(), pricePerHour: Type.Number() }), Type.Null()]),
   lastSeenAt: Type.Union([Type.String(), Type.Null()]),
   certificates: Type.Array(GatewayCertificate),
   spec: Type.Record(Type.String(), Type.Unknown()),

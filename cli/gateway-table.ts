@@ -9,13 +9,20 @@ function certificateText(certificate: GatewayCertificate): string {
 }
 
 /** One row per gateway, then one per certificate under it (none for a gateway without certificates). */
+/** Where the gateway listens; for a rented instance, which one and its price. */
+function addressText(gateway: Gateway): string {
+  const { instance } = gateway;
+  const address = gateway.address ?? '-';
+  return instance ? `${address} on ${instance.id ?? 'a new instance'} (${instance.offer}, $${instance.pricePerHour}/h)` : address;
+}
+
 export function renderGateways(gateways: readonly Gateway[]): string {
   const rows = gateways.flatMap((gateway) => {
     const certificates = gateway.certificates.map(certificateText);
     const type = (gateway.spec.certificate as { type?: string } | undefined)?.type ?? 'lets-encrypt';
     const status = gateway.statusMessage ? `${gateway.status}: ${gateway.statusMessage}` : gateway.status;
     return [
-      [gateway.name, gateway.domain, gateway.default ? 'yes' : '', gateway.address ?? '-', status,
+      [gateway.name, gateway.domain, gateway.default ? 'yes' : '', addressText(gateway), status,
         certificates[0] ?? (type === 'none' ? 'none (HTTP only)' : type === 'manual' ? 'manual' : '-')],
       ...certificates.slice(1).map((text) => ['', '', '', '', '', text]),
     ];

@@ -11,6 +11,8 @@ import {
   setGatewayProcess, setGatewayToken, setGatewayUnreachable, toGateway, type GatewayRecord, type LocalGatewayProcess,
 } from '../store/gateways.js';
 import { hashToken, newToken } from '../store/projects.js';
+import type { BackendPool } from './backend-pool.js';
+import { GatewayInstances } from './gateway-instance.js';
 import { LeasedController } from './leased.js';
 
 /** How often a running gateway's process is looked at. */
@@ -41,7 +43,7 @@ function machineAddress(): string {
 }
 
 /**
- * Runs each gateway with backend local as an `orchestrator gateway-server` process on this machine: starts it
+ * Runs each gateway with backend gpucloud on an instance it rents (GatewayInstances), and each with backend local as an `orchestrator gateway-server` process on this machine: starts it
  * with a fresh token, restarts it when it is gone or its spec has a new generation, shows it unreachable when it
  * stops calling, and stops it when the gateway is deleted. The process is detached: it serves on while the server
  * restarts, and the restarted server finds it by its pid and start time instead of starting another.
@@ -49,8 +51,11 @@ function machineAddress(): string {
 export class GatewayController extends LeasedController<GatewayRecord> {
   readonly name = 'gateway';
 
-  constructor(db: Db, owner: string, logger: Logger, private readonly launch: GatewayLaunchSettings) {
+  private readonly instances: GatewayInstances;
+
+  constructor(db: Db, owner: string, logger: Logger, private readonly launch: GatewayLaunchSettings, pool: BackendPool) {
     super(db, owner, logger, { table: 'gateways', channel: CHANNELS.gateways, where: `status <> 'deleted'` });
+    this.instances = new GatewayInstances(db, owner, pool, launch.serverUrl, (gateway, reason, message) => this.event(gateway, reason, message));
   }
 
   protected toRecord(row: Row): GatewayRecord {
@@ -58,6 +63,7 @@ export class GatewayController extends LeasedController<GatewayRecord> {
   }
 
   protected async reconcile(gateway: GatewayRecord): Promise<number> {
+    if (gateway.spec.backend === 'gpucloud') return this.instances.reconcile(gateway);
     const running = alive(gateway.process) ? gateway.process : null;
     const silentMs = Date.now() - (gateway.lastSeenAt?.getTime() ?? 0);
     // A deleted gateway's process elsewhere is refused by the server from now on, and ends itself.

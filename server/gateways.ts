@@ -3,7 +3,7 @@ import type { GatewaySpec } from '../api/gateways.js';
 import type { ServiceSpec } from '../api/spec.js';
 import type { Queryable } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
-import { applyGateway, gatewayOfDomain, gatewayOfService, listGateways, type GatewayAction, type GatewayRecord } from '../store/gateways.js';
+import { applyGateway, gatewayOfDomain, gatewayOfService, getLiveGateway, listGateways, type GatewayAction, type GatewayRecord } from '../store/gateways.js';
 import type { ProjectRecord } from '../store/projects.js';
 import { HttpError, invalidSpec } from './http-errors.js';
 
@@ -13,11 +13,16 @@ export interface WrittenGateway {
   action: GatewayAction;
 }
 
-/** Writes a gateway's new generation (or the gateway) and its event; a domain another gateway serves is a conflict. */
+/** Writes a gateway's new generation (or the gateway) and its event; a domain another gateway serves, or another backend, is a conflict. */
 export async function writeGateway(q: Queryable, project: ProjectRecord, spec: GatewaySpec): Promise<WrittenGateway> {
   const other = await gatewayOfDomain(q, wildcardBase(spec.domain));
   if (other && !(other.projectId === project.id && other.name === spec.name)) {
     throw new HttpError(409, 'domain_in_use', `${spec.domain} is already served by gateway ${other.name}${other.projectId === project.id ? '' : ' of another project'}; a domain has one gateway`);
+  }
+  const existing = await getLiveGateway(q, project.id, spec.name);
+  const [was, now] = [existing?.spec.backend ?? 'local', spec.backend ?? 'local'];
+  if (existing && was !== now) {
+    throw new HttpError(409, 'backend_change', `gateway ${spec.name} runs on backend ${was}; a gateway keeps its backend: delete it and apply it again with backend ${now}`);
   }
   const { gateway, action } = await applyGateway(q, project.id, spec);
   if (action !== 'unchanged') {

@@ -111,7 +111,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     new ServiceController(db, owner, logger, secrets),
     new NodesController(db, owner, logger),
     new ScheduleController(db, owner, logger),
-    new GatewayController(db, owner, logger, { serverUrl: `http://${reachable}:${listening.port}`, stateDir: join(dir, 'gateways') }),
+    new GatewayController(db, owner, logger, { serverUrl: `http://${reachable}:${listening.port}`, stateDir: join(dir, 'gateways') }, pool),
   ], logger, options.controllerIntervalMs);
   await manager.start();
   // Custom resources mirror the database; a look every five controller loops is the safety net under watches and NOTIFYs.

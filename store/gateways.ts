@@ -16,6 +16,23 @@ export interface LocalGatewayProcess {
   generation: number;
 }
 
+/** The instance a gateway with backend gpucloud rents, and the gateway-server job its agent runs there. */
+export interface GatewayInstance {
+  backend: 'gpucloud';
+  /** The create request's idempotency key, written before the request: a server that crashed in between finds the instance again by it. */
+  key: string;
+  offerId: string;
+  pricePerHour: number;
+  /** The agent's token, given to the backend at create. */
+  agentToken: string;
+  /** Null until the backend answered the create request. */
+  backendInstanceId: string | null;
+  agentUrl: string | null;
+  /** The agent's job that runs `orchestrator gateway-server`, and the spec generation it was started with; null before the first. */
+  jobId: string | null;
+  generation: number;
+}
+
 export interface GatewayRecord {
   id: string;
   projectId: string;
@@ -28,6 +45,7 @@ export interface GatewayRecord {
   status: GatewayStatus;
   statusMessage: string;
   process: LocalGatewayProcess | null;
+  instance: GatewayInstance | null;
   address: string | null;
   lastSeenAt: Date | null;
   /** The ACME account's private key, sealed with the server key. */
@@ -37,7 +55,8 @@ export interface GatewayRecord {
 
 export const toGateway = (r: Row): GatewayRecord => ({
   id: r.id, projectId: r.project_id, name: r.name, spec: r.spec, base: r.domain, isDefault: r.is_default, generation: r.generation,
-  status: r.status, statusMessage: r.status_message, process: r.process, address: r.address, lastSeenAt: r.last_seen_at,
+  status: r.status, statusMessage: r.status_message,
+  process: r.process?.backend === undefined ? r.process : null, instance: r.process?.backend === 'gpucloud' ? r.process : null, address: r.address, lastSeenAt: r.last_seen_at,
   acmeAccountKey: r.acme_account_key, createdAt: r.created_at,
 });
 
@@ -68,7 +87,8 @@ export function certificateView(c: CertificateRecord): GatewayCertificate {
 export function gatewayView(g: GatewayRecord, project: string, certificates: CertificateRecord[]): Gateway {
   return {
     id: g.id, project, name: g.name, domain: g.spec.domain, default: g.isDefault, backend: g.spec.backend ?? 'local',
-    status: g.status, statusMessage: g.statusMessage, address: g.address, lastSeenAt: g.lastSeenAt?.toISOString() ?? null,
+    status: g.status, statusMessage: g.statusMessage, address: g.address,
+    instance: g.instance && { id: g.instance.backendInstanceId, offer: g.instance.offerId, pricePerHour: g.instance.pricePerHour }, lastSeenAt: g.lastSeenAt?.toISOString() ?? null,
     certificates: certificates.map(certificateView), spec: g.spec as unknown as Record<string, unknown>, createdAt: g.createdAt.toISOString(),
   };
 }
@@ -163,8 +183,8 @@ export async function setGatewayToken(db: Queryable, id: string, owner: string, 
   return rows.length > 0;
 }
 
-/** Records the process that serves the gateway now (null: none), where it listens, and its status. */
-export async function setGatewayProcess(db: Queryable, id: string, owner: string, process: LocalGatewayProcess | null, address: string | null, status: GatewayStatus, message: string): Promise<boolean> {
+/** Records the process or instance that serves the gateway now (null: none), where it listens, and its status. */
+export async function setGatewayProcess(db: Queryable, id: string, owner: string, process: LocalGatewayProcess | GatewayInstance | null, address: string | null, status: GatewayStatus, message: string): Promise<boolean> {
   const rows = await db.query(
     `UPDATE gateways SET process = $3::jsonb, address = $4, status = $5, status_message = $6, updated_at = now(),
        token_hash = CASE WHEN $5 = 'deleted' THEN NULL ELSE token_hash END

@@ -23,11 +23,24 @@ export const REGIONS = ['us-east-1', 'eu-west-1'] as const;
 /** A spot machine's price as a share of the same machine on demand. */
 export const SPOT_PRICE_FACTOR = 0.4;
 
-export type CatalogOffer = Omit<GpucloudOffer, 'availability'> & { gpu: { model: GpuModel } };
+/** The model name of machines without GPUs; they have their own capacity. */
+export const NO_GPU_MODEL = 'none';
+/** A machine without GPUs, sold only when asked for (`cpuOffers`), for gateways and other small services. */
+const CPU_SHAPE = { vcpus: 2, ramGb: 4, diskGb: 20, pricePerHour: 0.05 };
 
-/** Every machine shape the emulated cloud sells, on demand and, right after it, as spot, in a stable order. */
-export function buildCatalog(): CatalogOffer[] {
+export type CatalogOffer = Omit<GpucloudOffer, 'availability'> & { gpu: { model: GpuModel | typeof NO_GPU_MODEL } };
+
+/** Every machine shape the emulated cloud sells, on demand and, right after it, as spot, in a stable order; with `cpu`, a machine without GPUs per region first. */
+export function buildCatalog(options: { cpu?: boolean } = {}): CatalogOffer[] {
   const offers: CatalogOffer[] = [];
+  if (options.cpu) {
+    for (const region of REGIONS) {
+      offers.push({
+        id: `cpu-x0-${region}`, gpu: { model: NO_GPU_MODEL, memory_gb: 0, count: 0 }, vcpus: CPU_SHAPE.vcpus,
+        memory_gb: CPU_SHAPE.ramGb, disk_gb: CPU_SHAPE.diskGb, region, price_per_hour: CPU_SHAPE.pricePerHour, spot: false,
+      });
+    }
+  }
   for (const region of REGIONS) {
     for (const model of Object.keys(GPU_SHAPES) as GpuModel[]) {
       const shape = GPU_SHAPES[model];
@@ -55,7 +68,8 @@ export function buildCatalog(): CatalogOffer[] {
   return offers;
 }
 
-/** The `--gpu` argument of `orchestrator agent` for a machine of this offer, e.g. "H100:80GB:2". */
-export function agentGpuSpec(offer: CatalogOffer): string {
+/** The `--gpu` argument of `orchestrator agent` for a machine of this offer, e.g. "H100:80GB:2"; none for a machine without GPUs. */
+export function agentGpuSpec(offer: CatalogOffer): string | undefined {
+  if (offer.gpu.count === 0) return undefined;
   return `${offer.gpu.model}:${offer.gpu.memory_gb}GB:${offer.gpu.count}`;
 }

@@ -7,7 +7,7 @@ import { DECLARED_GPU_UTILIZATION_FILE } from '../../api/agent.js';
 import { stopProcessGroup, signalProcessGroup } from '../processes.js';
 import { adoptAgent, spawnedAgent, type AgentProcess } from './agent-process.js';
 import type { CreateInstanceBody, ErrorCode, GpuModel, GpucloudInstance, GpucloudOffer } from './api.js';
-import { buildCatalog, agentGpuSpec, GPU_SHAPES, type CatalogOffer } from './catalog.js';
+import { buildCatalog, agentGpuSpec, GPU_SHAPES, NO_GPU_MODEL, type CatalogOffer } from './catalog.js';
 import type { SavedInstance } from './emulator-state.js';
 import { FaultControl } from './faults.js';
 
@@ -26,6 +26,8 @@ export interface EmulatedCloudOptions {
   capacity: Record<GpuModel, number>;
   workDir: string;
   agentRuntime: AgentRuntime;
+  /** Also sell machines without GPUs (no capacity limit). */
+  cpuOffers: boolean;
   log: (line: string) => void;
   /** Receives every instance after each change; given, the instances outlive close(), as a cloud's machines outlive a restart of its API. */
   save?: (instances: SavedInstance[]) => void;
@@ -57,14 +59,16 @@ export class EmulatedCloud {
     interrupt: (id) => this.interrupt(id),
     changed: () => this.faultsChanged(),
   });
-  private readonly catalog = buildCatalog();
+  private readonly catalog: CatalogOffer[];
   private readonly machines = new Map<string, Machine>();
   private readonly byClientToken = new Map<string, Machine>();
   private readonly bootQueue: Machine[] = [];
   private activeBoots = 0;
   private closed = false;
 
-  constructor(private readonly options: EmulatedCloudOptions) {}
+  constructor(private readonly options: EmulatedCloudOptions) {
+    this.catalog = buildCatalog({ cpu: options.cpuOffers });
+  }
 
   /**
    * Takes back the instances a previous run of the emulator saved. Those whose agents still run are
@@ -281,8 +285,8 @@ export class EmulatedCloud {
     return used;
   }
 
-  private hasCapacity(model: GpuModel): boolean {
-    return !this.faults.isSoldOut(model) && this.used(model) < this.options.capacity[model];
+  private hasCapacity(model: CatalogOffer['gpu']['model']): boolean {
+    return !this.faults.isSoldOut(model) && (model === NO_GPU_MODEL || this.used(model) < this.options.capacity[model]);
   }
 
   /** Agents boot a few at a time, as many as there are CPUs: a burst of creates must not starve every boot of CPU. */

@@ -27,6 +27,8 @@ export interface EmulatorOptions {
    */
   stateDir?: string;
   agentRuntime?: AgentRuntime;
+  /** Also sell a machine without GPUs in each region (cpu-x0-<region>), as gateways rent. */
+  cpuOffers?: boolean;
   /** Receives one line per instance lifecycle event; never secrets. */
   log?: (line: string) => void;
 }
@@ -66,7 +68,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
   const workDir = options.workDir ?? (stateDir ? join(stateDir.path, 'agents') : await mkdtemp(join(tmpdir(), 'orchestrator-gpucloud-')));
   const log = options.log ?? (() => {});
   const cloud = new EmulatedCloud({
-    bootDelayMs, capacity, workDir, agentRuntime: options.agentRuntime ?? 'process', log,
+    bootDelayMs, capacity, workDir, agentRuntime: options.agentRuntime ?? 'process', cpuOffers: options.cpuOffers ?? false, log,
     ...(stateDir ? { save: (instances: SavedInstance[]) => stateDir.saveInstances(instances) } : {}),
   });
   const { faults } = cloud;

@@ -14,6 +14,7 @@ interface EmulatorFlags {
   runtime: unknown;
   workDir?: unknown;
   stateDir?: unknown;
+  cpuOffers?: boolean;
 }
 
 const RUNTIMES = ['process', 'docker', 'auto'] as const;
@@ -26,6 +27,7 @@ export function registerGpucloudEmulator(cli: CAC): void {
     .option('--boot-delay <duration>', 'How long an instance provisions before its agent starts, e.g. 500ms, 3s', { default: '3s' })
     .option('--capacity <n>', 'Instances per GPU model that may exist at once', { default: DEFAULT_CAPACITY_PER_MODEL })
     .option('--sold-out <models>', `GPU models without capacity: a comma list of ${GPU_MODELS.join(', ')}, or *`)
+    .option('--cpu-offers', 'Also sell a machine without GPUs in each region (cpu-x0-<region>, $0.05/h), as gpucloud gateways rent')
     .option('--runtime <runtime>', 'How agents run jobs: process, docker or auto', { default: 'process' })
     .option('--work-dir <dir>', 'Folder for the agents\' files (default: DIR/agents with --state-dir, else a temporary folder, removed on exit)')
     .option('--state-dir <dir>', 'Keep the API key and the instances here: a restart with the same folder takes them back, and instances run on while it is stopped')
@@ -100,6 +102,7 @@ function emulatorOptions(flags: EmulatorFlags): EmulatorOptions {
     bootDelayMs: parseDelayMs(String(flags.bootDelay)),
     capacity: Object.fromEntries(GPU_MODELS.map((model) => [model, capacityPerModel])),
     agentRuntime: runtime as typeof RUNTIMES[number],
+    cpuOffers: flags.cpuOffers === true,
     ...(flags.workDir === undefined ? {} : { workDir: String(flags.workDir) }),
     ...(flags.stateDir === undefined ? {} : { stateDir: String(flags.stateDir) }),
   };
