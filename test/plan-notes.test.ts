@@ -171,7 +171,8 @@ for (const kind of DATABASE_KINDS) {
         const line = instanceLine(applied.stderr);
         expect(line, applied.stderr).to.match(/^gpucloud-\d+ \(idle, fleet gpucloud, GPU L4:24GB:1, \$0\.8\/h\)$/);
         expect(ignoredLines(applied.stderr).map((l) => l.split(':')[0])).to.deep.equal(['image']);
-        expect((await run(name)).instance).to.equal(line!.split(' ')[0]);
+        const placed = await eventually(async () => (await run(name)).instance, 20_000, `${name} to be placed`);
+        expect(placed).to.equal(line!.split(' ')[0]);
       }
     });
 
