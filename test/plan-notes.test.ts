@@ -134,7 +134,7 @@ for (const kind of DATABASE_KINDS) {
       }, 30_000, 'the local instance idle');
       const applied = await apply('next', 'type: task\nname: next\ncommands:\n  - "true"\n');
       expect(instanceLine(applied.stderr)).to.equal(`${name} (idle, fleet local, no GPU, $0/h)`);
-      expect((await run('next')).instance).to.equal(name);
+      expect(await eventually(async () => (await run('next')).instance, 20_000, 'next to be placed')).to.equal(name);
     });
 
     it('lists the fleet fields nothing acts on in the fleet\'s plan', async () => {
