@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import { BackendError, type Backend } from './backend.js';
 import { parseDuration } from '../api/duration.js';
+import type { JobRuntime } from '../api/not-acted-on.js';
 import { BackendConfig, GpucloudBackendConfig, KubernetesBackendConfig, LocalBackendConfig } from './config.js';
 import { GpucloudBackend } from './gpucloud/client.js';
 import { agentAddress } from './kubernetes/agent-address.js';
@@ -11,6 +12,17 @@ import { firstMismatch } from './validation.js';
 export interface BackendEnvironment {
   /** Folder where backends keep what must survive a server restart. */
   stateDir: string;
+}
+
+/**
+ * How every instance of a backend runs its jobs, where its config fixes it before any agent is up: a local backend
+ * with a runtime set, and the kubernetes backend, whose pods' agents run jobs as processes. Null when it depends on
+ * the machine.
+ */
+export function fixedJobRuntime(config: BackendConfig): JobRuntime | null {
+  if (config.type === 'kubernetes') return 'process';
+  if (config.type === 'local' && config.runtime !== undefined && config.runtime !== 'auto') return config.runtime;
+  return null;
 }
 
 /** The backend driver for one config.yml entry; a malformed entry gets a BackendError naming the field. */

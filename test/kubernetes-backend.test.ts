@@ -114,6 +114,10 @@ describe('kubernetes backend: GPU pods on a real kube-apiserver, with the test a
 
   it('runs a task that needs an L4 in a pod with its GPU limit, node affinity, toleration, shm volume and disk; deleting the fleet deletes the pod', async () => {
     await apply({ type: 'fleet', name: 'cluster', backends: ['kubernetes'], nodes: '0..2' }, 'fleets');
+    // The pods' agents run jobs as processes: before any pod exists, the plan already says that an image is not used.
+    const plan = (await server.api('POST', '/api/projects/main/runs/plan', { spec: { type: 'task', image: 'alpine:3.20', commands: ['true'], resources: { gpu: 'L4' } } })).body;
+    expect(plan.runtime).to.equal('process');
+    expect(plan.notActedOn.map((n: { field: string }) => n.field)).to.include('image');
     await apply({ type: 'task', name: 'on-l4', commands: ['echo hello from a pod'], resources: { gpu: 'L4', shm_size: '1GB' }, fleets: ['cluster'] }, 'runs');
     expect((await runToEnd('on-l4')).exitCode).to.equal(0);
 

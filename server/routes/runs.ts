@@ -8,6 +8,7 @@ import { describeRequirement, intersectRequirements, normalizeResources, offerSa
 import type { RunSpec } from '../../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
 import { AgentClient } from '../../agent/client.js';
+import { fixedJobRuntime } from '../../backends/registry.js';
 import { CHANNELS } from '../../store/channels.js';
 import { agentOf } from '../../controllers/run-controller.js';
 import { place, placeNodes } from '../../controllers/scheduler.js';
@@ -170,7 +171,7 @@ function fleetsOnceApplied(active: FleetRecord[], applying: FleetDesired[], proj
 
 /**
  * How the instance the run would land on runs its jobs: its agent says so when it is up; otherwise the
- * project's config does, when every backend it could come from is a local one with a fixed runtime.
+ * project's config does, when every backend it could come from fixes its runtime.
  */
 async function landingRuntime(project: ProjectRecord, placement: Placement, candidates: FleetRecord[]): Promise<JobRuntime | null> {
   if (placement.kind === 'instance' && placement.instance.agentUrl) {
@@ -183,7 +184,7 @@ async function landingRuntime(project: ProjectRecord, placement: Placement, cand
       : [...new Set(candidates.flatMap((fleet) => fleet.backends))];
   const runtimes = new Set(backends.map((type) => {
     const config = project.backends.find((b) => b.type === type);
-    return config?.type === 'local' && config.runtime !== 'auto' ? config.runtime ?? null : null;
+    return config ? fixedJobRuntime(config) : null;
   }));
   const [only] = runtimes;
   return runtimes.size === 1 ? only ?? null : null;
