@@ -33,6 +33,9 @@ if [ "$part" != etcd ] && [ ! -x "$binaries/kube-apiserver" ]; then
 fi
 if [ "$part" != etcd ] && [ ! -x "$binaries/kube-apiserver" ]; then
   echo "kubernetes: building kube-apiserver $version from its Go modules into $binaries" >&2
+  # Go's own installer puts it in /usr/local/go, which a non-login shell may not have on its PATH.
+  command -v go >/dev/null 2>&1 || PATH="$PATH:/usr/local/go/bin"
+  command -v go >/dev/null 2>&1 || { echo "kubernetes: building kube-apiserver $version needs Go 1.24 or later on the PATH" >&2; exit 1; }
   export GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
   module=$(mktemp -d)
   trap 'rm -rf "$module"' EXIT
