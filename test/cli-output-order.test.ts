@@ -50,9 +50,9 @@ for (const kind of DATABASE_KINDS) {
       if (work) rmSync(work, { recursive: true, force: true });
     });
 
-    /** The CLI's stdout and stderr together, through one pipe, as `2>&1` gives them. */
-    const merged = (args: string) => new Promise<string>((resolve, reject) => {
-      const child = spawn('sh', ['-c', `"${process.execPath}" "${CLI_MAIN}" ${args} 2>&1`], {
+    /** The CLI's stdout and stderr together, through one pipe, as `2>&1` gives them, then through `reader` when given. */
+    const merged = (args: string, reader = '') => new Promise<string>((resolve, reject) => {
+      const child = spawn('sh', ['-c', `"${process.execPath}" "${CLI_MAIN}" ${args} 2>&1${reader}`], {
         env: { PATH: process.env.PATH ?? '', HOME: home.home, LANG: 'C.UTF-8' }, cwd: work,
       });
       let text = '';
@@ -110,6 +110,22 @@ for (const kind of DATABASE_KINDS) {
       for (const [index, line] of lines.entries()) {
         unanswered += line === 'fallback' ? -1 : 1;
         expect(unanswered, `line ${index + 1} of:\n${logs}`).to.be.at.least(0);
+      }
+    });
+
+    it('keeps that order into a pipe that fills up because its reader is slower than the output', async () => {
+      // 200 errors of about 450 bytes each: more than a pipe holds (64 KiB) while its reader sleeps.
+      const file = await freshTask('slow-reader', ['for i in $(seq 1 200); do cat /nonexistent/$(printf %0400d $i) || echo fallback; sleep 0.01; done']);
+      const applied = await runCli(['apply', '-f', file, '-y', '-d'], { home: home.home, cwd: work });
+      expect(applied.code, show(applied)).to.equal(0);
+      await eventually(async () => (await server.api('GET', '/api/projects/main/runs/slow-reader')).body.status === 'done', 60_000, 'the task to end');
+      const logs = await merged('logs slow-reader', ' | { sleep 1; cat; }');
+      const lines = logs.trimEnd().split('\n');
+      expect(lines.filter((line) => line === 'fallback')).to.have.length(200);
+      let unanswered = 0;
+      for (const [index, line] of lines.entries()) {
+        unanswered += line === 'fallback' ? -1 : 1;
+        expect(unanswered, `line ${index + 1} of ${lines.length}`).to.be.at.least(0);
       }
     });
   });

@@ -9,6 +9,7 @@ import { optionTexts } from '../args.js';
 import { ApiRequestError, type ApiClient } from '../client.js';
 import { connect, projectFlag } from '../connect.js';
 import { action, CliError } from '../errors.js';
+import { writeOutputInOrder } from '../output-order.js';
 import { renderFleets } from '../fleet-table.js';
 import { renderGateways } from '../gateway-table.js';
 import { exitCodeOf, followRun } from '../follow.js';
@@ -37,7 +38,10 @@ export function registerApply(cli: CAC): void {
     .option('--project <name>', 'Project to use (default: the default project)')
     .example('orchestrator apply -f examples/tasks/hello.yml -y')
     .example('orchestrator apply -f train.yml -y -- --epochs 3   # the words after -- fill ${{ run.args }} in commands')
-    .action(action(async (flags: ApplyFlags) => apply(flags)));
+    .action(action(async (flags: ApplyFlags) => {
+      writeOutputInOrder();
+      return apply(flags);
+    }));
 }
 
 async function apply(flags: ApplyFlags): Promise<number> {

@@ -3,6 +3,7 @@ import type { Run } from '../../api/objects.js';
 import { optionTexts } from '../args.js';
 import { connect, projectFlag } from '../connect.js';
 import { action, CliError } from '../errors.js';
+import { writeOutputInOrder } from '../output-order.js';
 import { followRun, isFinished, runPath } from '../follow.js';
 import { portRequests } from '../port-forwarding.js';
 import { accessLines, startForwarding } from '../run-access.js';
@@ -18,7 +19,10 @@ export function registerAttach(cli: CAC): void {
     .option('--logs', 'Also stream the run\'s logs')
     .option('--project <name>', 'Project to use (default: the default project)')
     .example('orchestrator attach dev --port 8888:8888')
-    .action(action(async (name: string, flags: AttachFlags) => attach(String(name), flags)));
+    .action(action(async (name: string, flags: AttachFlags) => {
+      writeOutputInOrder();
+      return attach(String(name), flags);
+    }));
 }
 
 async function attach(name: string, flags: AttachFlags): Promise<number> {

@@ -6,6 +6,7 @@ import { connect, projectFlag } from '../connect.js';
 import { action, CliError } from '../errors.js';
 import { droppedLinesNote, followRun, jobPickQuery, LogCursors, runPath } from '../follow.js';
 import { LogOutput } from '../log-output.js';
+import { writeOutputInOrder } from '../output-order.js';
 
 interface LogsFlags {
   follow?: boolean;
@@ -26,6 +27,7 @@ export function registerLogs(cli: CAC): void {
     .example('orchestrator logs train --node 1')
     .example('orchestrator logs flaky --attempt 1')
     .action(action(async (name: string, flags: LogsFlags) => {
+      writeOutputInOrder();
       const client = connect();
       const run = String(name);
       const pick = {
