@@ -13,11 +13,18 @@ export interface WrittenGateway {
   action: GatewayAction;
 }
 
-/** Writes a gateway's new generation (or the gateway) and its event; a domain another gateway serves, or another backend, is a conflict. */
+/**
+ * Writes a gateway's new generation (or the gateway) and its event; a domain another gateway serves, or another backend,
+ * is a conflict, and a backend the project lacks the user's mistake.
+ */
 export async function writeGateway(q: Queryable, project: ProjectRecord, spec: GatewaySpec): Promise<WrittenGateway> {
   const other = await gatewayOfDomain(q, wildcardBase(spec.domain));
   if (other && !(other.projectId === project.id && other.name === spec.name)) {
     throw new HttpError(409, 'domain_in_use', `${spec.domain} is already served by gateway ${other.name}${other.projectId === project.id ? '' : ' of another project'}; a domain has one gateway`);
+  }
+  const configured = project.backends.map((b) => b.type);
+  if (spec.backend === 'gpucloud' && !configured.includes('gpucloud')) {
+    throw invalidSpec(`backend: gpucloud is not configured for project ${project.name}, so no instance can be rented to run gateway ${spec.name}; configured: ${configured.join(', ') || 'none'}; backend local runs it on the server's machine`);
   }
   const existing = await getLiveGateway(q, project.id, spec.name);
   const [was, now] = [existing?.spec.backend ?? 'local', spec.backend ?? 'local'];

@@ -115,7 +115,7 @@ describe('gateways: services on a domain over HTTPS (pglite)', function () {
     expect((await runView(server.url, server.adminToken)).service!.gatewayUrl).to.equal(`https://${hostname}:${httpsPort}/`);
   });
 
-  it('refuses at apply a service naming a gateway the project lacks or asking for HTTPS without one, and a domain in use', async () => {
+  it('refuses at apply a service naming a gateway the project lacks or asking for HTTPS without one, a domain in use, and a backend the project lacks', async () => {
     const apply = (spec: Record<string, unknown>) => server.api('POST', '/api/projects/main/apply', { items: [{ spec }] });
     const service = { type: 'service', name: 'other', port: 8000, commands: ['true'] };
     const unknown = await apply({ ...service, gateway: 'nope' });
@@ -125,6 +125,10 @@ describe('gateways: services on a domain over HTTPS (pglite)', function () {
     expect(plainOnly.body.error.message).to.include('https: true needs a gateway, and gateway is false');
     const taken = await apply({ type: 'gateway', name: 'second', domain: `*.${DOMAIN}`, http_port: 18080, https_port: 18443 });
     expect([taken.status, taken.body.error.code]).to.deep.equal([409, 'domain_in_use']);
+    const nowhere = await apply({ type: 'gateway', name: 'rented', domain: '*.rented.example', backend: 'gpucloud' });
+    expect(nowhere.status).to.equal(422);
+    expect(nowhere.body.error.message).to.include('backend: gpucloud is not configured for project main, so no instance can be rented to run gateway rented; configured: local');
+    expect((await server.api('GET', '/api/projects/main/gateways')).body.map((g: { name: string }) => g.name)).to.deep.equal(['main']);
   });
 
   it('redirects HTTP to HTTPS, but answers ACME challenges on HTTP', async () => {
