@@ -20,6 +20,11 @@ export async function listSshKeys(db: Queryable, userId: string): Promise<SshKey
   return (await db.query('SELECT * FROM ssh_keys WHERE user_id = $1 ORDER BY created_at, fingerprint', [userId])).map(toSshKey);
 }
 
+/** Whether the user had the key with this fingerprint to delete. */
+export async function deleteSshKey(db: Queryable, userId: string, fingerprint: string): Promise<boolean> {
+  return (await db.query('DELETE FROM ssh_keys WHERE user_id = $1 AND fingerprint = $2 RETURNING fingerprint', [userId, fingerprint])).length > 0;
+}
+
 /** The user's keys as the text of an OpenSSH authorized_keys file: what the agent lets in. */
 export async function authorizedKeysOf(db: Queryable, userId: string): Promise<string> {
   return (await listSshKeys(db, userId)).map((k) => `${k.publicKey}\n`).join('');

@@ -175,7 +175,7 @@ for (const kind of DATABASE_KINDS) {
       expect(proxy.stderr).to.equal('error: run never-ran is failed; ssh reaches a run only while it runs\n');
     });
 
-    it('ssh <run> with the real OpenSSH client enters the running task: its env and work dir; the entry goes once the run ended and the CLI refreshed; a non-member is refused', async () => {
+    it('ssh <run> with the real OpenSSH client enters the running task: its env and work dir; the entry goes once the run ended and the CLI refreshed; a non-member and a deleted key are refused', async () => {
       const apply = startCli(['apply', '-f', task('box', 'commands: ["pwd", "sleep 300"]\n'), '-y'], { home: home.home, cwd: work });
       await apply.waitFor(/To connect via SSH: +ssh box\n/);
       await eventually(async () => apply.stdout().endsWith('\n'), 10_000, 'the task to print its work dir');
@@ -245,6 +245,21 @@ for (const kind of DATABASE_KINDS) {
       } finally {
         outsider.remove();
       }
+
+      const fingerprint = fingerprintOf(join(sshDir(), 'id_ed25519.pub'))!;
+      const listed = await cli(['ssh-key', 'list']);
+      expect(listed.code, show(listed)).to.equal(0);
+      expect(listed.stdout.split('\n')[1]).to.match(new RegExp(`^${fingerprint.replace(/[+/]/g, '\\$&')}\\s+orchestrator \\S+\\s+.+\\s+this machine$`));
+      const deleted = await cli(['ssh-key', 'delete', fingerprint]);
+      expect(deleted.code, show(deleted)).to.equal(0);
+      expect(deleted.stderr).to.equal(`SSH key ${fingerprint} deleted: it opens no new session into your runs; this machine's key: the next apply, ssh or ssh-config from here registers it again\n`);
+      const revoked = await ssh(home.home, 'box', 'true');
+      expect(revoked.code, show(revoked)).to.equal(255);
+      expect(revoked.stderr).to.contain('Permission denied (publickey)');
+      const twice = await cli(['ssh-key', 'delete', fingerprint.slice('SHA256:'.length)]);
+      expect([twice.code, twice.stderr]).to.deep.equal([1, `error: you have no SSH key ${fingerprint}\n`]);
+      expect((await cli(['ssh-config'])).code).to.equal(0);
+      expect((await ssh(home.home, 'box', 'true')).code, 'the key registered again').to.equal(0);
 
       const detached = await apply.interrupt();
       expect(detached.code, show(detached)).to.equal(130);

@@ -1,17 +1,14 @@
 import Router from '@koa/router';
 import { Value } from '@sinclair/typebox/value';
-import { createHash } from 'node:crypto';
 import ssh2 from 'ssh2';
 import { SSH_PUBLIC_KEY_MAX_BYTES, SshKeyRequest } from '../../api/objects.js';
-import { addSshKey, listSshKeys, MAX_SSH_KEYS_PER_USER } from '../../store/ssh-keys.js';
+import { PUBLIC_KEY_LINE, sshFingerprint } from '../../api/ssh-keys.js';
+import { addSshKey, deleteSshKey, listSshKeys, MAX_SSH_KEYS_PER_USER } from '../../store/ssh-keys.js';
 import { currentUser } from '../auth.js';
 import type { ServerContext } from '../context.js';
-import { HttpError, readJsonObject } from '../http-errors.js';
+import { HttpError, notFound, readJsonObject } from '../http-errors.js';
 
 const invalidKey = (message: string) => new HttpError(422, 'invalid_ssh_key', message);
-
-/** One line `type base64 [comment]`, the form of ~/.ssh/id_*.pub and authorized_keys. */
-const PUBLIC_KEY_LINE = /^(\S+) ([A-Za-z0-9+/]+={0,2})(?: +([^\r\n]*))?$/;
 
 /** The key as stored and sent to agents (its own line, comment kept), and its fingerprint as `ssh-keygen -l` prints it. */
 export function checkedPublicKey(text: string): { publicKey: string; fingerprint: string } {
@@ -21,12 +18,10 @@ export function checkedPublicKey(text: string): { publicKey: string; fingerprint
   const parsed = ssh2.utils.parseKey(line);
   if (parsed instanceof Error) throw invalidKey(`publicKey: not a valid OpenSSH public key: ${parsed.message}`);
   if (parsed.isPrivateKey()) throw invalidKey('publicKey: this is a private key; send the public one (the .pub file)');
-  const blob = Buffer.from(match[2]!, 'base64');
-  const fingerprint = `SHA256:${createHash('sha256').update(blob).digest('base64').replace(/=+$/, '')}`;
-  return { publicKey: [match[1], match[2], match[3]?.trim()].filter(Boolean).join(' '), fingerprint };
+  return { publicKey: [match[1], match[2], match[3]?.trim()].filter(Boolean).join(' '), fingerprint: sshFingerprint(line)! };
 }
 
-/** The caller's own public keys, which the agents of their projects' runs accept for `ssh`. */
+/** The caller's own public keys, which the agents of their projects' runs accept for `ssh`: list, add, delete. */
 export function sshKeyRoutes(server: ServerContext): Router {
   const { db } = server;
   const router = new Router({ prefix: '/api/users/me/ssh-keys' });
@@ -46,11 +41,18 @@ export function sshKeyRoutes(server: ServerContext): Router {
     const user = currentUser(ctx);
     const keys = await listSshKeys(db, user.id);
     if (!keys.some((k) => k.fingerprint === fingerprint) && keys.length >= MAX_SSH_KEYS_PER_USER) {
-      throw new HttpError(422, 'too_many_ssh_keys', `you have ${MAX_SSH_KEYS_PER_USER} keys, the most one user may have`);
+      throw new HttpError(422, 'too_many_ssh_keys', `you have ${MAX_SSH_KEYS_PER_USER} keys, the most one user may have; delete one you no longer use (orchestrator ssh-key list, then ssh-key delete FINGERPRINT)`);
     }
     const { key, created } = await addSshKey(db, user.id, publicKey, fingerprint);
     ctx.status = created ? 201 : 200;
     ctx.body = key;
+  });
+
+  // Agents ask for the caller's keys at each connection, so a deleted key opens no new session from then on.
+  router.delete('/:fingerprint', async (ctx) => {
+    const fingerprint = ctx.params.fingerprint!;
+    if (!await deleteSshKey(db, currentUser(ctx).id, fingerprint)) throw notFound(`you have no SSH key ${fingerprint}`);
+    ctx.status = 204;
   });
   return router;
 }
