@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import type { Run } from '../api/objects.js';
@@ -53,10 +53,14 @@ describe('dev environments through the CLI (pglite)', function () {
     expect(runName).to.equal('box');
     await eventually(async () => { try { return readFileSync(join(workDir!, 'init.txt'), 'utf8') === 'once\n'; } catch { return false; } }, 10_000, 'init to write its file');
 
+    // A machine that never applied: attach adds the Include line itself, so that plain `ssh box` works.
+    rmSync(join(home.home, '.ssh', 'config'), { force: true });
     const attach = startCli(['attach', 'box', '--port', `${localPort}:${remotePort}`], { home: home.home, cwd: work });
     await attach.waitFor(new RegExp(`Forwarding localhost:${localPort} -> port ${remotePort}`));
     expect(attach.stderr()).to.contain(`To open in VS Code Desktop: vscode://vscode-remote/ssh-remote+box${workDir}\n`);
-    expect(attach.stderr()).to.contain('To connect via SSH:         ssh ');
+    expect(attach.stderr()).to.contain('To connect via SSH:         ssh box\n');
+    expect(attach.stderr()).to.match(/^added "Include .+" at the top of .+, so that "ssh <run>" works/m);
+    expect(readFileSync(join(home.home, '.ssh', 'config'), 'utf8')).to.contain(`Include ${join(home.home, '.orchestrator', 'ssh', 'config')}`);
     const answer = await eventually(async () => {
       try {
         const response = await fetch(`http://127.0.0.1:${localPort}/index.html`);

@@ -20,8 +20,8 @@ import { followService, serviceAddresses } from '../service-progress.js';
 import { loadSpecs, type LoadedSpec } from '../spec-files.js';
 import { choosePorts, portRequests, type PortForwarder } from '../port-forwarding.js';
 import { accessLines, startForwarding } from '../run-access.js';
-import { addInclude, includeDeclined, includeLine, isIncluded, refreshFromServer, rememberIncludeDeclined, sshConfigWarning, userSshConfigPath } from '../ssh-config.js';
-import { ensureKeyRegistered } from '../ssh-keys.js';
+import { refreshFromServer, sshConfigWarning } from '../ssh-config.js';
+import { leavesSshConfig, prepareSsh } from '../ssh-setup.js';
 
 interface ApplyFlags {
   yes?: boolean;
@@ -67,7 +67,7 @@ async function apply(flags: ApplyFlags): Promise<number> {
   const confirmedRuns = confirmed.map((c) => c.spec).filter((spec): spec is RunSpec => spec.type !== 'fleet' && spec.type !== 'gateway');
   // A busy explicit local port is said before anything is submitted.
   if (flags.detach !== true && confirmedRuns.length === 1) await choosePorts(portRequests(forwardedPorts(confirmedRuns[0]!)));
-  if (confirmedRuns.length > 0) await prepareSsh(client, yes, flags.sshConfig === false || process.env.ORCHESTRATOR_NO_SSH_CONFIG === '1');
+  if (confirmedRuns.length > 0) await prepareSsh(client, yes, leavesSshConfig(flags));
   const runs = reportApplied(await applyTogether(client, confirmed));
   if (runs.length === 0) return 0;
   if (flags.detach === true || runs.length > 1) {
@@ -82,33 +82,6 @@ async function apply(flags: ApplyFlags): Promise<number> {
 function argsAfterDashes(argv: readonly string[]): string[] {
   const dashes = argv.indexOf('--');
   return dashes < 0 ? [] : argv.slice(dashes + 1);
-}
-
-/**
- * Before runs are submitted: the user's key is registered, so that the run lets them in, and ~/.ssh/config includes
- * our entries once (asked on a terminal, said in one line otherwise). A server that refuses the key costs SSH, not the apply.
- */
-async function prepareSsh(client: ApiClient, yes: boolean, leaveSshConfig: boolean): Promise<void> {
-  try {
-    await ensureKeyRegistered(client);
-  } catch (error) {
-    if (!(error instanceof ApiRequestError)) throw error;
-    process.stderr.write(`warning: ssh into runs will not work: the server did not take your SSH key: ${error.message}\n`);
-    return;
-  }
-  if (leaveSshConfig || isIncluded() || includeDeclined()) return;
-  const where = userSshConfigPath();
-  if (process.stdin.isTTY && !yes) {
-    if (await confirm(`Add "${includeLine()}" at the top of ${where}, so that "ssh <run>" reaches your runs?`, false)) {
-      addInclude();
-    } else {
-      rememberIncludeDeclined();
-      process.stderr.write(`${where} left alone; orchestrator ssh-config --include adds the line later\n`);
-    }
-    return;
-  }
-  addInclude();
-  process.stderr.write(`added "${includeLine()}" at the top of ${where}, so that "ssh <run>" works (--no-ssh-config leaves it alone)\n`);
 }
 
 /** Once the run runs: its entry in ~/.orchestrator/ssh/config, and how to use it (a dev environment's IDE link too). */

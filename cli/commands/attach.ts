@@ -7,16 +7,18 @@ import { writeOutputInOrder } from '../output-order.js';
 import { followRun, isFinished, runPath } from '../follow.js';
 import { portRequests } from '../port-forwarding.js';
 import { accessLines, startForwarding } from '../run-access.js';
-import { ensureKeyRegistered } from '../ssh-keys.js';
+import { leavesSshConfig, prepareSsh } from '../ssh-setup.js';
 
 interface AttachFlags {
   logs?: boolean;
+  sshConfig?: boolean;
 }
 
 export function registerAttach(cli: CAC): void {
   cli.command('attach <run>', 'Attach to a running run started elsewhere or with -d: its SSH entry, its ports forwarded to localhost, until Ctrl-C')
     .option('--port <local:remote>', 'Also forward this port ("8080" or "8080:80"; may be repeated)')
     .option('--logs', 'Also stream the run\'s logs')
+    .option('--no-ssh-config', 'Leave ~/.ssh/config alone (so does ORCHESTRATOR_NO_SSH_CONFIG=1); by default attach adds one Include line at its top, once, as apply does')
     .option('--project <name>', 'Project to use (default: the default project)')
     .example('orchestrator attach dev --port 8888:8888')
     .action(action(async (name: string, flags: AttachFlags) => {
@@ -30,7 +32,7 @@ async function attach(name: string, flags: AttachFlags): Promise<number> {
   const run = await client.get<Run>(runPath(client, name));
   if (run.status !== 'running') throw new CliError(`run ${name} is ${run.status}; attach reaches a run only while it runs (orchestrator ps${projectFlag()} shows it)`);
   const requests = portRequests([...((run.spec.ports as (number | string)[] | undefined) ?? []), ...optionTexts(['port'])]);
-  await ensureKeyRegistered(client);
+  await prepareSsh(client, false, leavesSshConfig(flags));
   const lines = await accessLines(client, run);
   if (lines.length === 0) throw new CliError(`run ${name} cannot be reached over SSH: its instance's agent gave no host key (an agent older than SSH support?)`);
   const forwarder = await startForwarding(client, name, requests, (text) => process.stderr.write(text));
