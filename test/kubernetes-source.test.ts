@@ -31,7 +31,11 @@ interface Resource {
 const PLURALS = Object.fromEntries(Object.values(CRD_NAMES).map((names) => [names.kind, names.plural]));
 
 function serverConfig(kubeconfig: string): string {
-  return `${LOCAL_CONFIG}kubernetes:
+  return `${LOCAL_CONFIG}- name: team
+  backends:
+  - type: local
+    runtime: process
+kubernetes:
   kubeconfig: ${kubeconfig}
   watch:
     project: main
@@ -306,6 +310,45 @@ describe('kubernetes source controller, against a real kube-apiserver', function
     const done = await statusOf('Task', 'while-away', (o) => o.status?.status === 'done', 'done after the restart');
     expect(condition(done, 'Ready')).to.include({ status: 'True' });
     await eventually(async () => (await read('Task', 'exit-three')) === null, 30_000, 'the object deleted meanwhile to go');
+  });
+
+  it('moves the objects of a namespace labelled with another project: what they run in the old one stops first, a finished task is not run again', async () => {
+    const core = cluster.kubeConfig.makeApiClient(CoreV1Api);
+    const namespace = 'moving';
+    const labelled = (project: string) => core.patchNamespace({ name: namespace, body: { metadata: { labels: { [PROJECT_LABEL]: project } } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+    const inMoving = (kind: string, name: string) => ({ group: CRD_GROUP, version: CRD_VERSION, namespace, plural: PLURALS[kind], name });
+    const readMoving = (kind: string, name: string): Promise<Resource | null> => objects.getNamespacedCustomObject(inMoving(kind, name)).catch(() => null);
+    const statusIn = (kind: string, name: string, check: (status: ResourceStatus) => boolean, what: string) =>
+      eventually(async () => {
+        const object = await readMoving(kind, name);
+        return object?.status && object.status.observedGeneration === object.metadata.generation && check(object.status) ? object.status : undefined;
+      }, 60_000, `${kind} ${name}: ${what}`);
+    const runIn = async (project: string, name: string) => (await server.api('GET', `/api/projects/${project}/runs/${name}`)).body;
+    await core.createNamespace({ body: { metadata: { name: namespace, labels: { [PROJECT_LABEL]: 'main' } } } });
+    const fleetIn = (project: string) => server.api('POST', `/api/projects/${project}/fleets/apply`, { spec: { type: 'fleet', name: 'pool', backends: ['local'], nodes: '0..2' } });
+    expect((await fleetIn('team')).status).to.be.oneOf([200, 201]);
+    const body = (kind: string, name: string, spec: Record<string, unknown>) => ({ apiVersion: `${CRD_GROUP}/${CRD_VERSION}`, kind, metadata: { name }, spec });
+    await objects.createNamespacedCustomObject({ ...inMoving('Task', ''), body: body('Task', 'mover', { commands: ['sleep 600'] }) });
+    await objects.createNamespacedCustomObject({ ...inMoving('Task', ''), body: body('Task', 'once', { commands: ['echo ran once'] }) });
+    const before = await statusIn('Task', 'mover', (s) => s.status === 'running' && s.project === 'main', 'running in main');
+    await statusIn('Task', 'once', (s) => s.status === 'done' && s.project === 'main', 'done in main');
+
+    await labelled('team');
+    const after = await statusIn('Task', 'mover', (s) => s.status === 'running' && s.project === 'team', 'running in team');
+    expect(after.submittedAt).to.not.equal(before.submittedAt);
+    expect(await runIn('main', 'mover')).to.include({ status: 'terminated', terminationReason: 'stopped_by_user' });
+    const events = (await server.api('GET', '/api/projects/main/events?object=mover')).body as { reason: string; message: string }[];
+    expect(events.find((e) => e.reason === 'Stopping')?.message).to.equal(`task ${namespace}/mover moved to project team with its namespace`);
+    const once = await readMoving('Task', 'once');
+    expect(once!.status).to.include({ project: 'main', status: 'done' });
+    expect((await server.api('GET', '/api/projects/team/runs/once')).status).to.equal(404);
+
+    await objects.deleteNamespacedCustomObject(inMoving('Task', 'mover'));
+    await eventually(async () => (await readMoving('Task', 'mover')) === null, 60_000, 'the moved object to go');
+    expect(await runIn('team', 'mover')).to.include({ status: 'terminated', terminationReason: 'stopped_by_user' });
+    await objects.deleteNamespacedCustomObject(inMoving('Task', 'once'));
+    await eventually(async () => (await readMoving('Task', 'once')) === null, 60_000, 'the finished object to go');
+    await server.api('DELETE', '/api/projects/team/fleets/pool');
   });
 
   it('sets Stalled for a namespace whose project the server does not have', async () => {

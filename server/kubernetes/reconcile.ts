@@ -33,6 +33,13 @@ function conditionChanges(before: ResourceStatus | undefined, after: ResourceSta
   return [];
 }
 
+/** Why the orchestrator's side of an object goes: the condition reason, the event's wording, and until when. */
+interface Release {
+  reason: string;
+  cause: string;
+  until: string;
+}
+
 /** The copy of the object this reconcile acted on is out of date: read it again and start over. */
 export class StaleObject extends Error {}
 
@@ -102,6 +109,16 @@ export class Reconciler {
       return this.writeStatus(type, current, stalledStatus({ ...context, project: object.status?.project ?? projectName }, 'UnknownProject',
         `project ${projectName} is not in the orchestrator server's config.yml; label the namespace ${object.metadata.namespace} with orchestrator.dev/project=<a project that is>`));
     }
+    const moved = object.status?.project;
+    if (moved !== undefined && moved !== projectName) {
+      // Its namespace now maps to another project. What the object made in the one before goes first, so that no
+      // instance is left running for it there; a run that has finished there stays its run until the spec changes.
+      const before = await getProject(this.db, moved);
+      const staying = await this.release(type, current, before, context, {
+        reason: 'Moving', cause: `moved to project ${projectName} with its namespace`, until: `before it runs in project ${projectName}`,
+      }) ?? await this.finishedIn(type, current, before, context);
+      if (staying) return this.writeStatus(type, current, staying);
+    }
     const { item, problems } = checkedObject(type, object, project);
     if (!item) return this.writeStatus(type, current, stalledStatus(context, 'InvalidSpec', problems.join('; ')));
     const status = item.kind === 'fleet' ? await this.applyFleet(project, item, context) : await this.applyRun(type, current, project, item, context);
@@ -160,29 +177,56 @@ export class Reconciler {
   private async finalize(type: SpecType, object: CustomResource, project: ProjectRecord | null, context: StatusContext): Promise<void> {
     const finalizers = object.metadata.finalizers ?? [];
     if (!finalizers.includes(FINALIZER)) return;
-    const name = object.metadata.name;
-    if (project && type === 'fleet') {
-      const fleet = await getLiveFleet(this.db, project.id, name);
-      if (fleet) {
-        if (fleet.status === 'active') {
-          await requestFleetDeletion(this.db, fleet.id);
-          await recordEvent(this.db, { projectId: project.id, objectKind: 'fleet', objectId: fleet.id, objectName: name, reason: 'Deleting', message: `fleet ${object.metadata.namespace}/${name} was deleted in Kubernetes` });
-          await this.db.notify(CHANNELS.fleets);
-        }
-        return this.writeStatus(type, object, reconcilingStatus(context, 'Deleting', `deleting fleet ${name}; its instances are terminated first`, { status: 'terminating' }));
-      }
-    } else if (project) {
-      const run = await getRunByName(this.db, project.id, name);
-      if (run && isActive(run) && startedBy(object, run)) {
-        if (run.desired === 'run') {
-          await requestRunStop(this.db, run.id, false);
-          await recordEvent(this.db, { projectId: project.id, objectKind: 'run', objectId: run.id, objectName: name, reason: 'Stopping', message: `${type} ${object.metadata.namespace}/${name} was deleted in Kubernetes` });
-          await this.db.notify(CHANNELS.runs);
-        }
-        return this.writeStatus(type, object, reconcilingStatus(context, 'Stopping', `stopping run ${name} before the object is deleted`, { status: run.status, submittedAt: object.status?.submittedAt }));
-      }
-    }
+    const releasing = await this.release(type, object, project, context, {
+      reason: type === 'fleet' ? 'Deleting' : 'Stopping', cause: 'was deleted in Kubernetes', until: 'before the object is deleted',
+    });
+    if (releasing) return this.writeStatus(type, object, releasing);
     await this.cluster.setFinalizers(type, object, finalizers.filter((finalizer) => finalizer !== FINALIZER));
+  }
+
+  /**
+   * Stops the run the object started in `project`, or deletes its fleet there: the status to write while that is
+   * under way (naming that project, so that a server that restarts meanwhile finds it again), null once nothing
+   * of the object is left in it.
+   */
+  private async release(type: SpecType, object: CustomResource, project: ProjectRecord | null, context: StatusContext, why: Release): Promise<ResourceStatus | null> {
+    if (!project) return null;
+    const { name, namespace } = object.metadata;
+    const there = { ...context, project: project.name };
+    const event = async (objectKind: 'fleet' | 'run', objectId: string, reason: string) => {
+      await recordEvent(this.db, { projectId: project.id, objectKind, objectId, objectName: name, reason, message: `${type} ${namespace}/${name} ${why.cause}` });
+    };
+    if (type === 'fleet') {
+      const fleet = await getLiveFleet(this.db, project.id, name);
+      if (!fleet) return null;
+      if (fleet.status === 'active') {
+        await requestFleetDeletion(this.db, fleet.id);
+        await event('fleet', fleet.id, 'Deleting');
+        await this.db.notify(CHANNELS.fleets);
+      }
+      return reconcilingStatus(there, why.reason, `deleting fleet ${name} of project ${project.name} ${why.until}; its instances are terminated first`, { status: 'terminating' });
+    }
+    const run = await getRunByName(this.db, project.id, name);
+    if (!run || !isActive(run) || !startedBy(object, run)) return null;
+    if (run.desired === 'run') {
+      await requestRunStop(this.db, run.id, false);
+      await event('run', run.id, 'Stopping');
+      await this.db.notify(CHANNELS.runs);
+    }
+    return reconcilingStatus(there, why.reason, `stopping run ${name} of project ${project.name} ${why.until}`, { status: run.status, submittedAt: object.status?.submittedAt });
+  }
+
+  /**
+   * The status of the run the object started in `project` when it ended there by itself (done or failed) with the object's
+   * spec, else null; a run that was stopped (by the move, or by a user) is not an outcome to keep.
+   */
+  private async finishedIn(type: SpecType, object: CustomResource, project: ProjectRecord | null, context: StatusContext): Promise<ResourceStatus | null> {
+    if (!project || type === 'fleet') return null;
+    const run = await getRunByName(this.db, project.id, object.metadata.name);
+    if (!run || (run.status !== 'done' && run.status !== 'failed') || !startedBy(object, run)) return null;
+    const { item } = checkedObject(type, object, project);
+    if (item?.kind !== 'run' || !sameSpec(run.spec, item.spec)) return null;
+    return runStatus({ ...context, project: project.name }, await getRunView(this.db, run.id), run.firstSubmittedAt);
   }
 
   /**
