@@ -13,6 +13,9 @@ export function wildcardBase(domain: string): string {
   return base;
 }
 
+/** The name under a gateway's domain that serves the OpenAI-compatible endpoint of the models it publishes, not a run. */
+export const GATEWAY_MODELS_NAME = 'gateway';
+
 /** The run a Host header names under a gateway's domain base, or null: `echo.ml.example.com:8443` → `echo`. */
 export function runOfHost(host: string | undefined, base: string): string | null {
   if (!host) return null;

@@ -32,6 +32,8 @@ export const ServiceInfo = Type.Object({
   modelPath: Type.Union([Type.String(), Type.Null()]),
   /** Where the service's gateway publishes it, `https://<run>.<domain>/`; null when no gateway does. */
   gatewayUrl: Type.Union([Type.String(), Type.Null()]),
+  /** The gateway's OpenAI-compatible endpoint with the service's model, `https://gateway.<domain>/v1/`; null without a model or gateway. */
+  gatewayModelUrl: Type.Union([Type.String(), Type.Null()]),
 });
 export type ServiceInfo = Static<typeof ServiceInfo>;
 
@@ -84,6 +86,8 @@ export const ServiceRoute = Type.Object({
   https: Type.Union([Type.Boolean(), Type.Literal('auto')]),
   rateLimits: Type.Array(RateLimitRoute),
   replicas: Type.Array(ReplicaRoute),
+  /** When the service was submitted, in Unix seconds: the `created` of its model in a model list. */
+  createdAt: Type.Integer(),
 });
 export type ServiceRoute = Static<typeof ServiceRoute>;
 

@@ -33,6 +33,7 @@ export function serviceAddresses(serverUrl: string, service: ServiceInfo): strin
   if (service.gatewayUrl !== null) lines.push(`Gateway:  ${service.gatewayUrl}`);
   if (service.model !== null && service.modelPath !== null) {
     lines.push(`Model:    ${serverUrl}${service.modelPath}   (model: ${service.model}, OpenAI-compatible)`);
+    if (service.gatewayModelUrl !== null) lines.push(`          ${service.gatewayModelUrl}   (the same, on the gateway)`);
   }
   return `${lines.join('\n')}\n`;
 }

@@ -6,7 +6,7 @@ import type { Db } from '../store/db.js';
 import { recordServiceSeconds } from '../store/service-stats.js';
 import { AccessCache } from './access-cache.js';
 import { GatewayError, refuseUpgrade, sendError, type ErrorShape } from './errors.js';
-import { modelRequest, MODELS_PREFIX, sendModelList } from './model-endpoint.js';
+import { modelRequest, MODELS_PREFIX, sendModelList, serverModelCall } from './model-endpoint.js';
 import { ProxyCore } from './proxy-core.js';
 import { RoutingTable } from './routing-table.js';
 import { serviceExchange, SERVICES_PREFIX } from './service-proxy.js';
@@ -58,7 +58,7 @@ export class Gateway {
     const shape: ErrorShape = req.url?.startsWith(MODELS_PREFIX) ? 'openai' : 'api';
     try {
       if (shape === 'api') return await this.core.web(req, res, await serviceExchange(this.access, this.table, req));
-      const request = await modelRequest(this.options.db, this.access, this.table, req);
+      const request = await modelRequest(this.access, this.table, serverModelCall(req), req);
       if (request.kind === 'list') return sendModelList(res, request.body);
       return await this.core.web(req, res, request.exchange);
     } catch (error) {

@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import { runOfHost } from '../api/domains.js';
+import { GATEWAY_MODELS_NAME, runOfHost } from '../api/domains.js';
 import type { ServiceRoute } from '../api/services.js';
 import { admit, type CallerAccess } from './access.js';
 import { GatewayError } from './errors.js';
@@ -17,8 +17,13 @@ export interface HostDomain {
 /** The service a Host header names under the gateway's domain, if the gateway publishes it. */
 export function hostRoute(table: RoutingTable, domain: HostDomain, host: string | undefined): ServiceRoute | undefined {
   const run = runOfHost(host, domain.base);
-  const route = run === null ? undefined : table.service(domain.project, run);
+  const route = run === null || run === GATEWAY_MODELS_NAME ? undefined : table.service(domain.project, run);
   return route && domain.publishes(route) ? route : undefined;
+}
+
+/** Whether a Host header names the gateway's model endpoint, `gateway.<domain>`. */
+export function isModelsHost(domain: HostDomain, host: string | undefined): boolean {
+  return runOfHost(host, domain.base) === GATEWAY_MODELS_NAME;
 }
 
 /**

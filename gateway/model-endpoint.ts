@@ -2,8 +2,6 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ModelList } from '../api/gateway.js';
 import { isDnsLabel } from '../api/names.js';
 import type { ServiceRoute } from '../api/services.js';
-import type { Queryable } from '../store/db.js';
-import { runsCreatedAt } from '../store/gateway-models.js';
 import { admit, isMember, type CallerAccess } from './access.js';
 import { GatewayError } from './errors.js';
 import type { Exchange } from './proxy-core.js';
@@ -13,6 +11,8 @@ export const MODELS_PREFIX = '/proxy/models/';
 
 /** `/proxy/models/<project>/[v1/]<route>?<query>`, from the raw request line. */
 const MODELS_URL = /^\/proxy\/models\/([^/?]*)\/(?:v1\/)?([^?]*)(\?.*)?$/;
+/** `/[v1/]<route>?<query>` on a gateway's `gateway.<domain>`, whose project is the gateway's. */
+const GATEWAY_MODELS_URL = /^\/(?:v1\/)?([^?]*)(\?.*)?$/;
 const FORWARDED_ROUTES = new Set(['chat/completions', 'completions', 'embeddings']);
 /** A request body is read whole to find its model; no service accepts more than this by default. */
 const DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024;
@@ -22,18 +22,38 @@ const notFound = (message: string) => new GatewayError(404, 'not_found', message
 /** What a request to the model endpoint asks for: the list of models, or a request for one model's service. */
 export type ModelRequest = { kind: 'list'; body: ModelList } | { kind: 'forward'; exchange: Exchange };
 
+/** Which project's endpoint a request calls, and what it asks of it. */
+interface ModelCall {
+  project: string;
+  route: string;
+  query: string;
+}
+
+/** A call to the server's `/proxy/models/<project>/...`. */
+export function serverModelCall(req: IncomingMessage): ModelCall {
+  const match = MODELS_URL.exec(req.url ?? '');
+  const [, project = '', route = '', query = ''] = match ?? [];
+  if (!match || !isDnsLabel(project)) throw notFound(`no model endpoint at ${req.url}`);
+  return { project, route, query };
+}
+
+/** A call to a gateway's `gateway.<domain>/...`, the endpoint of `project`'s services that the gateway publishes. */
+export function gatewayModelCall(project: string, req: IncomingMessage): ModelCall {
+  const match = GATEWAY_MODELS_URL.exec(req.url ?? '');
+  if (!match) throw notFound(`no model endpoint at ${req.url}`);
+  return { project, route: match[1] ?? '', query: match[2] ?? '' };
+}
+
 /**
  * The OpenAI-compatible endpoint of a project: lists the models its services declare and sends each
  * request to the service whose model the body names, with the body's bytes unchanged.
  */
-export async function modelRequest(db: Queryable, access: CallerAccess, table: RoutingTable, req: IncomingMessage): Promise<ModelRequest> {
-  const match = MODELS_URL.exec(req.url ?? '');
-  const [, project = '', route = '', query = ''] = match ?? [];
-  if (!match || !isDnsLabel(project)) throw notFound(`no model endpoint at ${req.url}`);
+export async function modelRequest(access: CallerAccess, table: RoutingTable, call: ModelCall, req: IncomingMessage): Promise<ModelRequest> {
+  const { project, route, query } = call;
   const services = table.models(project);
   if (route === 'models') {
     if (req.method !== 'GET') throw new GatewayError(405, 'method_not_allowed', `${req.method} is not allowed on ${route}; use GET`, { Allow: 'GET' });
-    return { kind: 'list', body: await modelList(db, access, project, services, req) };
+    return { kind: 'list', body: await modelList(access, project, services, req) };
   }
   if (!FORWARDED_ROUTES.has(route)) throw notFound(`no route ${route} on the model endpoint; it serves models, chat/completions, completions and embeddings`);
   if (req.method !== 'POST') throw new GatewayError(405, 'method_not_allowed', `${req.method} is not allowed on ${route}; use POST`, { Allow: 'POST' });
@@ -54,14 +74,13 @@ export function sendModelList(res: ServerResponse, list: ModelList): void {
 }
 
 /** Public models for anyone; the others only for members of the project, as their services would answer them. */
-async function modelList(db: Queryable, access: CallerAccess, project: string, services: ServiceRoute[], req: IncomingMessage): Promise<ModelList> {
+async function modelList(access: CallerAccess, project: string, services: ServiceRoute[], req: IncomingMessage): Promise<ModelList> {
   const member = services.some((service) => service.auth) && await isMember(access, services[0]!.projectId, req.headers);
   const shown = services.filter((service, index) => (!service.auth || member)
     && services.findIndex((other) => other.model!.name === service.model!.name) === index);
-  const created = await runsCreatedAt(db, shown.map((service) => service.runId));
   return {
     object: 'list',
-    data: shown.map((service) => ({ id: service.model!.name, object: 'model', created: created.get(service.runId) ?? 0, owned_by: project })),
+    data: shown.map((service) => ({ id: service.model!.name, object: 'model', created: service.createdAt, owned_by: project })),
   };
 }
 

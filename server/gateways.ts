@@ -1,4 +1,4 @@
-import { wildcardBase } from '../api/domains.js';
+import { GATEWAY_MODELS_NAME, wildcardBase } from '../api/domains.js';
 import type { GatewaySpec } from '../api/gateways.js';
 import type { ServiceSpec } from '../api/spec.js';
 import type { Queryable } from '../store/db.js';
@@ -55,6 +55,9 @@ export async function checkServiceGateway(q: Queryable, project: ProjectRecord, 
   if (spec.gateway !== undefined && !gateway) {
     const names = gateways.filter((g) => g.status !== 'deleting').map((g) => g.name);
     throw invalidSpec(`gateway: project ${project.name} has no gateway ${spec.gateway}; gateways: ${names.join(', ') || 'none'} (apply one with type: gateway)`);
+  }
+  if (gateway && spec.name === GATEWAY_MODELS_NAME) {
+    throw invalidSpec(`name: ${GATEWAY_MODELS_NAME}.${gateway.base} is gateway ${gateway.name}'s model endpoint, so a service it publishes cannot be named ${GATEWAY_MODELS_NAME}; choose another name, or set gateway: false`);
   }
   if (spec.https !== true) return;
   if (!gateway) throw invalidSpec(`https: true needs a gateway, and project ${project.name} has no default gateway; name one with gateway: NAME`);

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
-import { wildcardBase } from '../api/domains.js';
+import { GATEWAY_MODELS_NAME, wildcardBase } from '../api/domains.js';
 import type { GatewayConfig } from '../api/gateway-process.js';
 import type { Gateway, GatewayCertificate, GatewaySpec, GatewayStatus } from '../api/gateways.js';
 import type { Queryable, Row } from './db.js';
@@ -104,6 +104,11 @@ export function gatewayUrl(gateway: GatewayRecord, run: string, https: boolean |
   const secure = https !== false && (gateway.spec.certificate?.type ?? 'lets-encrypt') !== 'none';
   const port = secure ? gateway.spec.https_port ?? 443 : gateway.spec.http_port ?? 80;
   return `${secure ? 'https' : 'http'}://${run}.${gateway.base}${port === (secure ? 443 : 80) ? '' : `:${port}`}/`;
+}
+
+/** The gateway's OpenAI-compatible endpoint, at `gateway.<domain>` with the scheme its services get by default. */
+export function gatewayModelsUrl(gateway: GatewayRecord): string {
+  return `${gatewayUrl(gateway, GATEWAY_MODELS_NAME, undefined)}v1/`;
 }
 
 export async function getLiveGateway(db: Queryable, projectId: string, name: string): Promise<GatewayRecord | null> {

@@ -5,7 +5,7 @@ import type { ServiceInfo } from '../api/services.js';
 import type { ServiceSpec } from '../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../api/status.js';
 import type { Queryable, Row } from './db.js';
-import { gatewayOfService, gatewayUrl, listGateways, type GatewayRecord } from './gateways.js';
+import { gatewayModelsUrl, gatewayOfService, gatewayUrl, listGateways, type GatewayRecord } from './gateways.js';
 import { FINISHED, toRun } from './runs.js';
 import { isMultiNodeParent, nodeViews } from './nodes.js';
 import { replicaViews } from './services.js';
@@ -116,6 +116,7 @@ async function withServices(db: Queryable, rows: Row[]): Promise<Run[]> {
       model,
       ...servicePaths(r.project_name, r.name, model),
       gatewayUrl: gateway ? gatewayUrl(gateway, r.name, spec.https) : null,
+      gatewayModelUrl: gateway && model !== null ? gatewayModelsUrl(gateway) : null,
     };
     return runView(r, service, await serviceSsh(db, r));
   }));

@@ -62,7 +62,7 @@ export async function insertReplica(db: Queryable, service: RunRecord, replica: 
 /** The services the gateway publishes and their ready replicas, as one snapshot. */
 export async function loadRoutingTable(db: Queryable): Promise<ServiceRoute[]> {
   const services = await db.query(
-    `SELECT r.id, r.project_id, r.name, r.spec, p.name AS project_name FROM runs r JOIN projects p ON p.id = r.project_id
+    `SELECT r.id, r.project_id, r.name, r.spec, r.submitted_at, p.name AS project_name FROM runs r JOIN projects p ON p.id = r.project_id
      WHERE r.kind = 'service' AND r.service_id IS NULL AND NOT r.deleted AND r.status IN ('submitted', 'provisioning', 'running')`);
   if (services.length === 0) return [];
   const replicas = await db.query(
@@ -79,6 +79,7 @@ export async function loadRoutingTable(db: Queryable): Promise<ServiceRoute[]> {
       holdMs: settings.holdMs, gateway: settings.gateway, https: settings.https, rateLimits: settings.rateLimits,
       replicas: replicas.filter((r) => r.service_id === service.id)
         .map((r) => ({ id: r.id, replica: r.replica, agentUrl: r.agent_url, agentToken: r.agent_token })),
+      createdAt: Math.floor(new Date(service.submitted_at).getTime() / 1000),
     };
   });
 }

@@ -48,7 +48,7 @@ describe('gateway core: a replica that has just gone', function () {
     const unreachableAgent = `http://127.0.0.1:${await freePort()}`;
     route = {
       runId: 'service', projectId: 'project', project: 'main', run: 'svc', port, auth: false, stripPrefix: true, model: null,
-      maxBodyBytes: 1024 * 1024, firstByteTimeoutMs: 5000, idleTimeoutMs: 5000, holdMs: 0, gateway: null, https: 'auto', rateLimits: [],
+      maxBodyBytes: 1024 * 1024, firstByteTimeoutMs: 5000, idleTimeoutMs: 5000, holdMs: 0, gateway: null, https: 'auto', rateLimits: [], createdAt: 0,
       replicas: [
         { id: 'stopped-and-removed', replica: 0, agentUrl: agent.url, agentToken: token },
         { id: jobId, replica: 1, agentUrl: agent.url, agentToken: token },

@@ -66,6 +66,16 @@ describe('gateways: services on a domain over HTTPS (pglite)', function () {
       res.setEncoding('utf8').on('data', (chunk: string) => { body += chunk; }).on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body }));
     }).on('error', reject).end();
   });
+  const postHttps = (host: string, path: string, body: unknown, headers: Record<string, string> = {}) => new Promise<Answer>((resolve, reject) => {
+    const text = JSON.stringify(body);
+    httpsRequest({
+      method: 'POST', host: '127.0.0.1', port: httpsPort, path, servername: host, ca: pebble.root, agent: false,
+      headers: { host: `${host}:${httpsPort}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers },
+    }, (res) => {
+      let answer = '';
+      res.setEncoding('utf8').on('data', (chunk: string) => { answer += chunk; }).on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: answer }));
+    }).on('error', reject).end(text);
+  });
   const gatewayOf = async (): Promise<Gateway> => (await server.api('GET', '/api/projects/main/gateways/main')).body as Gateway;
   const certificateOf = async (hostname: string) => (await gatewayOf()).certificates.find((c) => c.hostname === hostname);
 
@@ -115,7 +125,27 @@ describe('gateways: services on a domain over HTTPS (pglite)', function () {
     expect((await runView(server.url, server.adminToken)).service!.gatewayUrl).to.equal(`https://${hostname}:${httpsPort}/`);
   });
 
-  it('refuses at apply a service naming a gateway the project lacks or asking for HTTPS without one, a domain in use, and a backend the project lacks', async () => {
+  it('serves the models of the services it publishes at gateway.<domain>, over HTTPS with a certificate of its own', async () => {
+    const hostname = `gateway.${DOMAIN}`;
+    await eventually(async () => (await certificateOf(hostname))?.state === 'valid', 30_000, `a certificate for ${hostname}`);
+    const listed = await eventually(async () => {
+      const tried = await overHttps(hostname, '/v1/models', admin());
+      return tried.status === 200 && tried;
+    }, 20_000, 'the model list over HTTPS');
+    expect(JSON.parse(listed.body).data.map((m: { id: string; owned_by: string }) => [m.id, m.owned_by])).to.deep.equal([['echo', 'main']]);
+    expect(JSON.parse((await overHttps(hostname, '/models')).body).data, 'a model behind auth: true is listed to members only').to.deep.equal([]);
+    const chat = await postHttps(hostname, '/v1/chat/completions', { model: 'echo', messages: [{ role: 'user', content: 'through the gateway' }] }, admin());
+    expect(chat.status, chat.body).to.equal(200);
+    expect(JSON.parse(chat.body).choices[0].message.content).to.equal('echo: through the gateway');
+    const unknown = await postHttps(hostname, '/v1/chat/completions', { model: 'nonesuch', messages: [] }, admin());
+    expect([unknown.status, JSON.parse(unknown.body).error.code]).to.deep.equal([404, 'model_not_found']);
+    expect((await postHttps(hostname, '/v1/chat/completions', { model: 'echo', messages: [] })).status, 'the service\'s auth holds').to.equal(401);
+    const plain = await overHttp(hostname, '/v1/models');
+    expect([plain.status, plain.headers.location]).to.deep.equal([308, `https://${hostname}:${httpsPort}/v1/models`]);
+    expect((await runView(server.url, server.adminToken)).service!.gatewayModelUrl).to.equal(`https://${hostname}:${httpsPort}/v1/`);
+  });
+
+  it('refuses at apply a service naming a gateway the project lacks, asking for HTTPS without one, or named gateway, a domain in use, and a backend the project lacks', async () => {
     const apply = (spec: Record<string, unknown>) => server.api('POST', '/api/projects/main/apply', { items: [{ spec }] });
     const service = { type: 'service', name: 'other', port: 8000, commands: ['true'] };
     const unknown = await apply({ ...service, gateway: 'nope' });
@@ -125,6 +155,9 @@ describe('gateways: services on a domain over HTTPS (pglite)', function () {
     expect(plainOnly.body.error.message).to.include('https: true needs a gateway, and gateway is false');
     const taken = await apply({ type: 'gateway', name: 'second', domain: `*.${DOMAIN}`, http_port: 18080, https_port: 18443 });
     expect([taken.status, taken.body.error.code]).to.deep.equal([409, 'domain_in_use']);
+    const reserved = await apply({ ...service, name: 'gateway' });
+    expect(reserved.status).to.equal(422);
+    expect(reserved.body.error.message).to.include(`name: gateway.${DOMAIN} is gateway main's model endpoint, so a service it publishes cannot be named gateway`);
     const nowhere = await apply({ type: 'gateway', name: 'rented', domain: '*.rented.example', backend: 'gpucloud' });
     expect(nowhere.status).to.equal(422);
     expect(nowhere.body.error.message).to.include('backend: gpucloud is not configured for project main, so no instance can be rented to run gateway rented; configured: local');
@@ -227,6 +260,6 @@ describe('gateways: services on a domain over HTTPS (pglite)', function () {
       return answer.status === 404 && answer;
     }, 10_000, 'the gateway to drop the service');
     expect(JSON.parse(gone.body).error.message).to.equal(`no service is published at plain.${DOMAIN}:${httpPort}`);
-    expect((await gatewayOf()).certificates.map((c) => c.hostname)).to.deep.equal([`echo-llm.${DOMAIN}`]);
+    expect((await gatewayOf()).certificates.map((c) => c.hostname).sort()).to.deep.equal([`echo-llm.${DOMAIN}`, `gateway.${DOMAIN}`]);
   });
 });

@@ -29,7 +29,7 @@ function serviceRun(replicas: Replica[]): Run {
     terminationReason: null, priority: 0, generation: 2, attempt: 1, spec: { type: 'service', name: 'echo-llm', port: 8000 }, fleet: null, instance: null,
     gpu: null, pricePerHour: null, exitCode: null, queuePosition: null, submittedAt: new Date(Date.now() - 65_000).toISOString(),
     startedAt: null, finishedAt: null, inactivityStopAt: null,
-    service: { desiredReplicas: 3, replicas, path: '/proxy/services/main/echo-llm/', model: 'echo', modelPath: '/proxy/models/main/', gatewayUrl: null },
+    service: { desiredReplicas: 3, replicas, path: '/proxy/services/main/echo-llm/', model: 'echo', modelPath: '/proxy/models/main/', gatewayUrl: null, gatewayModelUrl: null },
     ssh: null,
   };
 }

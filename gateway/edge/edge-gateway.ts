@@ -4,7 +4,8 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'winston';
 import { GatewayError, refuseUpgrade, sendError } from '../errors.js';
-import { hostExchange, hostRoute, type HostDomain } from '../host-routing.js';
+import { hostExchange, hostRoute, isModelsHost, type HostDomain } from '../host-routing.js';
+import { gatewayModelCall, modelRequest, sendModelList } from '../model-endpoint.js';
 import { ProxyCore } from '../proxy-core.js';
 import { RoutingTable } from '../routing-table.js';
 import { ServiceStatsRecorder } from '../stats.js';
@@ -29,7 +30,7 @@ export interface EdgeGatewayOptions {
 
 /**
  * The gateway process: publishes its project's services at `<run>.<domain>` over HTTP and HTTPS (SNI, one
- * certificate per service), with the proxy core, authentication, rate limits and statistics of the in-server
+ * certificate per service), and their models at `gateway.<domain>`, with the proxy core, authentication, rate limits and statistics of the in-server
  * gateway. Routes, callers and certificates come from the server (`ConfigSync`); request counts go back to it.
  */
 export class EdgeGateway {
@@ -95,17 +96,18 @@ export class EdgeGateway {
   }
 
   /**
-   * Port 80: ACME's HTTP-01 challenges, a redirect to HTTPS for a service with a certificate (and `https` not
-   * false), the service itself otherwise, and `/health` for any other host.
+   * Port 80: ACME's HTTP-01 challenges, a redirect to HTTPS for a service (or the model endpoint) with a certificate
+   * (and `https` not false), the service itself otherwise, and `/health` for any other host.
    */
   private async plain(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = req.url ?? '/';
     if (url.startsWith(ACME_CHALLENGE_PREFIX)) return this.challenge(url.slice(ACME_CHALLENGE_PREFIX.length), res);
     const domain = this.domain();
     const route = domain ? hostRoute(this.table, domain, req.headers.host) : undefined;
-    if (!route && url === '/health') return this.health(res);
+    const models = domain !== null && isModelsHost(domain, req.headers.host);
+    if (!route && !models && url === '/health') return this.health(res);
     const hostname = (req.headers.host ?? '').replace(/:\d+$/, '').toLowerCase();
-    if (route && route.https !== false && this.certificates.has(hostname)) {
+    if (((route && route.https !== false) || models) && this.certificates.has(hostname)) {
       const port = this.sync.config!.gateway.httpsPort;
       res.writeHead(308, { location: `https://${hostname}${port === 443 ? '' : `:${port}`}${url}`, 'content-length': 0 });
       res.end();
@@ -114,11 +116,17 @@ export class EdgeGateway {
     return this.web(req, res);
   }
 
+  /** `<run>.<domain>`: that service; `gateway.<domain>`: the OpenAI-compatible endpoint of the models published here. */
   private async web(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const domain = this.domain();
+    const models = domain !== null && isModelsHost(domain, req.headers.host);
     try {
-      await this.core.web(req, res, await hostExchange(this.sync, this.table, this.requireDomain(), req));
+      if (!models) return await this.core.web(req, res, await hostExchange(this.sync, this.table, this.requireDomain(), req));
+      const request = await modelRequest(this.sync, this.table, gatewayModelCall(domain.project, req), req);
+      if (request.kind === 'list') return sendModelList(res, request.body);
+      await this.core.web(req, res, request.exchange);
     } catch (error) {
-      sendError(res, this.known(req, error), 'api');
+      sendError(res, this.known(req, error), models ? 'openai' : 'api');
     }
   }
 

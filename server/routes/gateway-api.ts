@@ -3,7 +3,7 @@ import Router from '@koa/router';
 import { Value } from '@sinclair/typebox/value';
 import type { Context, Next } from 'koa';
 import type { TSchema, Static } from '@sinclair/typebox';
-import { runOfHost } from '../../api/domains.js';
+import { GATEWAY_MODELS_NAME, runOfHost } from '../../api/domains.js';
 import {
   AccountKeyUpload, CertificateFailure, CertificateUpload, GatewayStatsReport, type GatewayConfig,
 } from '../../api/gateway-process.js';
@@ -33,10 +33,14 @@ export function publishes(gateway: GatewayRecord, route: ServiceRoute): boolean 
   return route.projectId === gateway.projectId && (route.gateway === gateway.name || (route.gateway === null && gateway.isDefault));
 }
 
-/** The hostnames that need a certificate from the ACME server: every published service that HTTPS is not off for. */
+/**
+ * The hostnames that need a certificate from the ACME server: every published service that HTTPS is not off for, and
+ * the model endpoint `gateway.<domain>` while a published service declares a model.
+ */
 export function certificateHostnames(gateway: GatewayRecord, routes: ServiceRoute[]): string[] {
   if ((gateway.spec.certificate?.type ?? 'lets-encrypt') !== 'lets-encrypt') return [];
-  return routes.filter((route) => route.https !== false).map((route) => `${route.run}.${gateway.base}`);
+  const services = routes.filter((route) => route.https !== false).map((route) => `${route.run}.${gateway.base}`);
+  return routes.some((route) => route.model !== null) ? [...services, `${GATEWAY_MODELS_NAME}.${gateway.base}`] : services;
 }
 
 /** A gateway process calls with its own token, which its server gave it when it started it. */
