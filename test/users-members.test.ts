@@ -47,6 +47,7 @@ const ALLOWED: Record<string, Caller[]> = {
   'POST /api/users/:name/rotate-token': ADMINS,
   'GET /api/users/me/ssh-keys': ANY_USER,
   'PUT /api/users/me/ssh-keys': ANY_USER,
+  'DELETE /api/users/me/ssh-keys/:fingerprint': ANY_USER,
   'GET /metrics': ADMINS,
   'GET /api/projects/:project/members': MEMBERS,
   'POST /api/projects/:project/members': PROJECT_ADMINS,
