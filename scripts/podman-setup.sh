@@ -57,8 +57,9 @@ export CONTAINERS_CONF="$CONF"
 if ! socket_answers; then
   log "starting podman system service on $SOCKET"
   rm -f "$SOCKET"
-  # setsid: the service outlives the shell (and test run) that started it.
-  setsid podman system service --time=0 "unix://$SOCKET" >"$SERVICE_LOG" 2>&1 </dev/null 9>&- &
+  # setsid: the service outlives the shell (and test run) that started it. From /: a service whose working
+  # directory is removed (a checkout deleted after its test run) cannot start containers any more.
+  (cd / && exec setsid podman system service --time=0 "unix://$SOCKET" >"$SERVICE_LOG" 2>&1 </dev/null 9>&-) &
   tries=0
   until socket_answers; do
     tries=$((tries + 1))
