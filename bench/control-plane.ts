@@ -1,9 +1,11 @@
 /**
  * Control-plane benchmark: how fast an applied task reaches `running` on an idle instance, how long
- * 500 tasks take on 50 instances, and how long one scheduling pass over 10 000 queued runs takes.
+ * 500 tasks take on 50 instances, how long one scheduling pass over 10 000 queued runs takes, and how
+ * long the run list (`orchestrator ps`) takes beside those 10 000 and 200 services.
  *
  *   npm run bench                 # embedded PGlite, as `orchestrator server` runs by default
  *   npm run bench -- --postgres   # against ORCHESTRATOR_TEST_POSTGRES_URL (default: local Postgres)
+ *   npm run bench -- --listing-only   # the run list alone
  *
  * Each figure is printed beside a reference measured in the same process (the floor the control
  * plane adds to), and beside dstack's published 1–2 s from apply to running on an idle instance.
@@ -21,7 +23,9 @@ import type { Db } from '../store/db.js';
 import { applyFleet } from '../store/fleets.js';
 import { openDatabase } from '../store/open.js';
 import { upsertProject, upsertUser } from '../store/projects.js';
+import { listRunViews } from '../store/run-views.js';
 import { insertRun } from '../store/runs.js';
+import { insertReplica } from '../store/services.js';
 import { startServer } from '../server/server.js';
 import { createScratchDatabase } from '../test/helpers/databases.js';
 
@@ -32,6 +36,8 @@ const flag = (name: string, fallback: number) => {
 const INSTANCES = flag('instances', 50);
 const TASKS = flag('tasks', 500);
 const QUEUED = 10_000;
+const SERVICES = 200;
+const REPLICAS = 2;
 const PACED_INTERVAL_MS = 40;
 const DSTACK_APPLY_TO_RUNNING_S = '1–2';
 
@@ -182,7 +188,47 @@ async function schedulerPass(): Promise<void> {
   }
 }
 
+/** `orchestrator ps`: the run list of a project with a long queue and many services, beside reading its rows alone. */
+async function listingRuns(): Promise<void> {
+  const scratch = await database();
+  const db = await openDatabase({ url: scratch.url });
+  try {
+    console.log(`\n## listing runs (ps) with ${QUEUED} queued runs and ${SERVICES} services of ${REPLICAS} replicas (${db.driver})`);
+    const project = await upsertProject(db, 'main', [{ type: 'local', runtime: 'process' }]);
+    const user = await upsertUser(db, 'bench', 'bench-token', 'admin');
+    const requirement = normalizeResources(undefined, 'run');
+    await db.transaction(async (tx) => {
+      for (let i = 0; i < QUEUED; i++) {
+        await insertRun(tx, { projectId: project.id, userId: user.id, name: `q${i}`, kind: 'task', spec: { type: 'task', commands: ['true'] }, files: [], requirement, priority: i % 3 });
+      }
+      for (let i = 0; i < SERVICES; i++) {
+        const service = await insertRun(tx, { projectId: project.id, userId: user.id, name: `s${i}`, kind: 'service', spec: { type: 'service', port: 8000, commands: ['true'] }, files: [], requirement, priority: 0 });
+        for (let replica = 0; replica < REPLICAS; replica++) await insertReplica(tx, service!, replica);
+      }
+    });
+    const median = async (work: () => Promise<unknown>) => {
+      const times: number[] = [];
+      for (let i = 0; i < 5; i++) {
+        const t0 = performance.now();
+        await work();
+        times.push(performance.now() - t0);
+      }
+      return quantile(times, 0.5);
+    };
+    const listed = await median(() => listRunViews(db, project.id, false, 1000));
+    const floor = await median(() => db.query(`SELECT * FROM runs WHERE project_id = $1 AND NOT deleted AND service_id IS NULL ORDER BY submitted_at DESC LIMIT 1000`, [project.id]));
+    console.log(`the 1000 newest live runs, each with its queue position, replicas and SSH hosts: median of 5 ${ms(listed)}`);
+    console.log(`  reference, same process: reading those 1000 rows alone: median ${ms(floor)} (ratio ${(listed / floor).toFixed(1)}x)`);
+  } finally {
+    await db.close();
+    await scratch.drop();
+  }
+}
+
 console.log(`# control-plane benchmark (${usePostgres ? 'postgres' : 'pglite'})`);
-await applyToRunning();
-await schedulerPass();
+if (!process.argv.includes('--listing-only')) {
+  await applyToRunning();
+  await schedulerPass();
+}
+await listingRuns();
 process.exit(0);

@@ -8,18 +8,14 @@ import type { Queryable, Row } from './db.js';
 import { gatewayModelsUrl, gatewayOfService, gatewayUrl, listGateways, type GatewayRecord } from './gateways.js';
 import { FINISHED, toRun } from './runs.js';
 import { isMultiNodeParent, nodeViews } from './nodes.js';
-import { replicaViews } from './services.js';
+import { replicaViewsOf } from './services.js';
 
 const VIEW_SELECT = `
   SELECT r.*, u.name AS user_name, p.name AS project_name, f.name AS fleet_name, i.name AS instance_name, i.offer AS instance_offer,
     i.ssh_host_key AS instance_ssh_host_key, s.name AS schedule_name,
     CASE WHEN r.kind = 'task' AND r.spec -> 'schedule' IS NOT NULL THEN (
       SELECT c.name FROM runs c WHERE c.schedule_id = r.id AND NOT c.deleted ORDER BY c.submitted_at DESC LIMIT 1)
-    END AS schedule_last_run,
-    CASE WHEN r.status = 'submitted' THEN (
-      SELECT count(*)::int + 1 FROM runs q WHERE q.status = 'submitted' AND q.project_id = r.project_id AND NOT q.deleted
-        AND (q.priority > r.priority OR (q.priority = r.priority AND (q.submitted_at, q.id) < (r.submitted_at, r.id))))
-    END AS queue_position
+    END AS schedule_last_run
   FROM runs r JOIN users u ON u.id = r.user_id JOIN projects p ON p.id = r.project_id
   LEFT JOIN fleets f ON f.id = r.fleet_id LEFT JOIN instances i ON i.id = r.instance_id LEFT JOIN runs s ON s.id = r.schedule_id`;
 
@@ -31,14 +27,14 @@ export function sshHostAlias(project: string, run: string, replica?: number): st
   return ['orchestrator', project, run, ...(replica === undefined ? [] : [String(replica)])].join('.');
 }
 
-function runView(r: Row, service: ServiceInfo | null, ssh: RunSsh | null): Run {
+function runView(r: Row, service: ServiceInfo | null, ssh: RunSsh | null, queuePosition: number | null): Run {
   const run = toRun(r);
   return {
     id: run.id, project: r.project_name, user: r.user_name, name: run.name, kind: run.kind, status: run.status,
     statusMessage: run.statusMessage, terminationReason: run.terminationReason, priority: run.priority,
     generation: run.generation, attempt: run.attempt, spec: run.spec, fleet: r.fleet_name ?? null, instance: r.instance_name ?? null,
     gpu: r.instance_offer?.gpu ?? null, pricePerHour: r.instance_offer?.pricePerHour ?? null, exitCode: run.exitCode,
-    queuePosition: r.queue_position ?? null, service, ssh, submittedAt: run.submittedAt.toISOString(),
+    queuePosition, service, ssh, submittedAt: run.submittedAt.toISOString(),
     startedAt: run.startedAt?.toISOString() ?? null, finishedAt: run.finishedAt?.toISOString() ?? null,
     inactivityStopAt: run.status === 'running' ? run.inactivityStopAt?.toISOString() ?? null : null,
     ...scheduleParts(r),
@@ -63,10 +59,41 @@ export async function listRunViews(db: Queryable, projectId: string, includeFini
   return withServices(db, rows);
 }
 
+/**
+ * Each submitted run's place in its project's queue (1 is taken next), in the scheduler's order, for the projects of
+ * `rows` that have one waiting: one read of the queue rather than a count for each run.
+ */
+async function queuePositions(db: Queryable, rows: Row[]): Promise<Map<string, number>> {
+  const projects = [...new Set(rows.filter((r) => r.status === 'submitted').map((r) => r.project_id as string))];
+  if (projects.length === 0) return new Map();
+  const queued = await db.query<{ id: string; position: number }>(
+    `SELECT id, row_number() OVER (PARTITION BY project_id ORDER BY priority DESC, submitted_at, id)::int AS position
+     FROM runs WHERE project_id = ANY($1::text[]) AND status = 'submitted' AND NOT deleted`, [projects]);
+  return new Map(queued.map((row) => [row.id, row.position]));
+}
+
 /** A running job's host: the key of its instance's agent, once that agent gave one. */
 function taskSsh(r: Row): RunSsh | null {
   if (r.status !== 'running' || !r.instance_ssh_host_key) return null;
   return { hostAlias: sshHostAlias(r.project_name, r.name), hostKeys: [r.instance_ssh_host_key], replicas: [] };
+}
+
+/** A running replica of a service (or node of a multi-node task) and its agent's host key. */
+interface ReachableJob {
+  service_id: string;
+  replica: number;
+  ssh_host_key: string;
+}
+
+/** The running replicas (nodes) of each parent that can be reached, by parent id, in one query. */
+async function reachableJobsOf(db: Queryable, parentIds: readonly string[]): Promise<Map<string, ReachableJob[]>> {
+  const reachable = new Map<string, ReachableJob[]>(parentIds.map((id) => [id, []]));
+  if (parentIds.length === 0) return reachable;
+  const rows = await db.query<ReachableJob>(
+    `SELECT q.service_id, q.replica, i.ssh_host_key FROM runs q JOIN instances i ON i.id = q.instance_id
+     WHERE q.service_id = ANY($1::text[]) AND NOT q.deleted AND q.status = 'running' AND i.ssh_host_key IS NOT NULL ORDER BY q.replica`, [parentIds]);
+  for (const row of rows) reachable.get(row.service_id)!.push(row);
+  return reachable;
 }
 
 /**
@@ -74,50 +101,58 @@ function taskSsh(r: Row): RunSsh | null {
  * any of their keys. A replica runs (and may be ready) a moment before its service reads as running, and one may be
  * entered while none is ready.
  */
-async function serviceSsh(db: Queryable, r: Row): Promise<RunSsh | null> {
-  if (FINISHED_RUN_STATUSES.includes(r.status)) return null;
-  const rows = await db.query<{ replica: number; ssh_host_key: string }>(
-    `SELECT q.replica, i.ssh_host_key FROM runs q JOIN instances i ON i.id = q.instance_id
-     WHERE q.service_id = $1 AND NOT q.deleted AND q.status = 'running' AND i.ssh_host_key IS NOT NULL ORDER BY q.replica`, [r.id]);
-  if (rows.length === 0) return null;
+function parentSsh(r: Row, jobs: readonly ReachableJob[]): RunSsh | null {
+  if (FINISHED_RUN_STATUSES.includes(r.status) || jobs.length === 0) return null;
   return {
     hostAlias: sshHostAlias(r.project_name, r.name),
-    hostKeys: [...new Set(rows.map((row) => row.ssh_host_key))],
-    replicas: rows.map((row) => ({ replica: row.replica, hostAlias: sshHostAlias(r.project_name, r.name, row.replica), hostKeys: [row.ssh_host_key] })),
+    hostKeys: [...new Set(jobs.map((job) => job.ssh_host_key))],
+    replicas: jobs.map((job) => ({ replica: job.replica, hostAlias: sshHostAlias(r.project_name, r.name, job.replica), hostKeys: [job.ssh_host_key] })),
   };
 }
 
 /** A multi-node task's view: its nodes, the GPUs of each, the price of all, and SSH into each. */
-async function multiNodeView(db: Queryable, r: Row): Promise<Run> {
+async function multiNodeView(db: Queryable, r: Row, ssh: RunSsh | null): Promise<Run> {
   const nodes = await nodeViews(db, r.id);
-  const view = runView(r, null, await serviceSsh(db, r));
+  const view = runView(r, null, ssh, null);
   if (nodes.length === 0) return view;
   const prices = nodes.map((node) => node.pricePerHour ?? 0);
   return { ...view, nodes, gpu: nodes[0]!.gpu, pricePerHour: nodes.some((node) => node.pricePerHour !== null) ? prices.reduce((a, b) => a + b, 0) : null };
 }
 
-/** Views of the rows, a service's with its replicas and paths, a multi-node task's with its nodes. */
+/**
+ * Views of the rows, a service's with its replicas and paths, a multi-node task's with its nodes. What every row
+ * needs from other rows (queue positions, replicas, reachable jobs, gateways) is read once for all of them.
+ */
 async function withServices(db: Queryable, rows: Row[]): Promise<Run[]> {
+  const isService = (r: Row) => r.kind === 'service' && r.service_id === null;
+  const services = rows.filter(isService);
+  const parents = rows.filter((r) => isService(r) || isMultiNodeParent(toRun(r)));
+  const finishedServices = services.filter((r) => FINISHED_RUN_STATUSES.includes(r.status)).map((r) => r.id as string);
+  const [positions, replicas, reachable] = await Promise.all([
+    queuePositions(db, rows),
+    replicaViewsOf(db, services.map((r) => r.id as string), finishedServices),
+    reachableJobsOf(db, parents.filter((r) => !FINISHED_RUN_STATUSES.includes(r.status)).map((r) => r.id as string)),
+  ]);
   const gatewaysOf = new Map<string, Promise<GatewayRecord[]>>();
   const projectGateways = (projectId: string) => {
     if (!gatewaysOf.has(projectId)) gatewaysOf.set(projectId, listGateways(db, projectId));
     return gatewaysOf.get(projectId)!;
   };
   return Promise.all(rows.map(async (r) => {
-    if (isMultiNodeParent(toRun(r))) return multiNodeView(db, r);
-    if (r.kind !== 'service' || r.service_id !== null) return runView(r, null, taskSsh(r));
+    const ssh = parentSsh(r, reachable.get(r.id) ?? []);
+    if (isMultiNodeParent(toRun(r))) return multiNodeView(db, r, ssh);
+    if (!isService(r)) return runView(r, null, taskSsh(r), positions.get(r.id) ?? null);
     const model = serviceSettings(r.spec as ServiceSpec).model?.name ?? null;
-    const finished = FINISHED_RUN_STATUSES.includes(r.status);
     const spec = r.spec as ServiceSpec;
-    const gateway = finished ? undefined : gatewayOfService(await projectGateways(r.project_id), spec);
+    const gateway = FINISHED_RUN_STATUSES.includes(r.status) ? undefined : gatewayOfService(await projectGateways(r.project_id), spec);
     const service: ServiceInfo = {
       desiredReplicas: r.desired_replicas ?? 0,
-      replicas: await replicaViews(db, r.id, finished),
+      replicas: replicas.get(r.id) ?? [],
       model,
       ...servicePaths(r.project_name, r.name, model),
       gatewayUrl: gateway ? gatewayUrl(gateway, r.name, spec.https) : null,
       gatewayModelUrl: gateway && model !== null ? gatewayModelsUrl(gateway) : null,
     };
-    return runView(r, service, await serviceSsh(db, r));
+    return runView(r, service, ssh, positions.get(r.id) ?? null);
   }));
 }

@@ -35,18 +35,25 @@ export async function listReplicas(db: Queryable, serviceId: string): Promise<Re
   return rows.map(toReplica);
 }
 
-export async function replicaViews(db: Queryable, serviceId: string, includeFinished = false): Promise<Replica[]> {
+/**
+ * The replicas of each service, by service id, in one query: live ones, and for the services in `showAllOf`
+ * (those that have finished) every one that has not been deleted.
+ */
+export async function replicaViewsOf(db: Queryable, serviceIds: readonly string[], showAllOf: readonly string[]): Promise<Map<string, Replica[]>> {
+  const views = new Map<string, Replica[]>(serviceIds.map((id) => [id, []]));
+  if (serviceIds.length === 0) return views;
   const rows = await db.query(
     `SELECT r.*, i.name AS instance_name FROM runs r LEFT JOIN instances i ON i.id = r.instance_id
-     WHERE r.service_id = $1 AND NOT r.deleted AND ($2 OR r.status NOT IN ${FINISHED})
-     ORDER BY r.replica, r.submitted_at`, [serviceId, includeFinished]);
-  return rows.map((row) => {
+     WHERE r.service_id = ANY($1::text[]) AND NOT r.deleted AND (r.service_id = ANY($2::text[]) OR r.status NOT IN ${FINISHED})
+     ORDER BY r.replica, r.submitted_at`, [serviceIds, showAllOf]);
+  for (const row of rows) {
     const replica = toReplica(row);
-    return {
+    views.get(replica.serviceId)!.push({
       replica: replica.replica, generation: replica.generation, state: replicaState(replica), statusMessage: replica.statusMessage,
       instance: row.instance_name ?? null, startedAt: replica.startedAt?.toISOString() ?? null, readyAt: replica.readyAt?.toISOString() ?? null,
-    };
-  });
+    });
+  }
+  return views;
 }
 
 /** Adds a replica: a submitted run of the service's current spec, which the scheduler places like a task. */
