@@ -170,6 +170,20 @@ describe('kubernetes source controller, against a real kube-apiserver', function
     expect(row('exit-three')[6]).to.equal('False');
   });
 
+  it('does not run a finished task again when its run is deleted with the CLI, but runs a changed spec', async () => {
+    expect((await server.api('DELETE', '/api/projects/main/runs/exit-three')).status).to.equal(204);
+    // Every deletion wakes the source controller; a second of looks finds no new run.
+    for (let look = 0; look < 5; look++) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      expect((await server.api('GET', '/api/projects/main/runs/exit-three')).status, `look ${look}`).to.equal(404);
+    }
+    expect((await read('Task', 'exit-three'))!.status).to.include({ status: 'failed', exitCode: 3 });
+    await mergePatch('Task', 'exit-three', { spec: { commands: ['echo fixed'] } });
+    const fixed = await statusOf('Task', 'exit-three', (o) => o.status?.status === 'done', 'the changed spec done');
+    expect(fixed.status!.exitCode).to.equal(0);
+    expect((await run('exit-three')).spec.commands).to.deep.equal(['echo fixed']);
+  });
+
   it('sets Stalled with the message the CLI prints for an invalid spec, applies nothing, and runs the corrected generation', async () => {
     const body = { resources: { gpu: 'H10' }, commands: ['echo fixed'] };
     await create(task('bad-gpu', body));

@@ -2,7 +2,7 @@ import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'winston';
 import { FINALIZER, type Condition, type ResourceStatus } from '../../api/kubernetes.js';
 import type { RunSpec, SpecType } from '../../api/spec.js';
-import { FINISHED_RUN_STATUSES } from '../../api/status.js';
+import { FINISHED_RUN_STATUSES, type RunStatus } from '../../api/status.js';
 import { CHANNELS } from '../../store/channels.js';
 import type { Db } from '../../store/db.js';
 import { recordEvent } from '../../store/events.js';
@@ -145,6 +145,12 @@ export class Reconciler {
         await this.db.notify(CHANNELS.runs);
       }
       return reconcilingStatus(context, 'Replacing', `stopping run ${name} to apply generation ${context.generation}`, { status: run.status, submittedAt: object.status?.submittedAt });
+    }
+    const previous = object.status;
+    if (!run && previous?.project === project.name && previous.observedGeneration === context.generation
+      && previous.status !== undefined && FINISHED_RUN_STATUSES.includes(previous.status as RunStatus)) {
+      // This generation's run ended and was then deleted (`orchestrator delete`): it is not run again until the spec changes.
+      return previous;
     }
     let applied = run;
     if (!run || (isActive(run) ? !same : !(ours && same))) {
