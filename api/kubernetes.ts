@@ -29,7 +29,7 @@ export const ResourceStatus = Type.Object({
   exitCode: Type.Optional(Type.Integer({ description: "A finished task's exit code" })),
   instance: Type.Optional(Type.String({ description: 'The instance the run is on' })),
   gpu: Type.Optional(Type.String({ description: "The run's GPUs, such as H100:80GB:1" })),
-  serviceUrl: Type.Optional(Type.String({ description: "A service's path under the server's URL" })),
+  serviceUrl: Type.Optional(Type.String({ description: "A service's URL: under the server's server_url, or its path when the server has none" })),
   instances: Type.Optional(Type.Integer({ minimum: 0, description: "A fleet's instances that are not terminated" })),
   submittedAt: Type.Optional(Type.String({ description: 'When the run this object started was first submitted; tells it from a run of the same name applied otherwise' })),
 });

@@ -27,6 +27,8 @@ const STOP_GRACE_MS = 5000;
 export interface GatewayLaunchSettings {
   /** The server's URL as the gateway process on this machine reaches it. */
   serverUrl: string;
+  /** The server's URL as a rented instance reaches it: config.yml's server_url, else the address it listens on. */
+  instanceServerUrl: string;
   /** Each gateway's folder (its log) goes under it. */
   stateDir: string;
 }
@@ -55,7 +57,7 @@ export class GatewayController extends LeasedController<GatewayRecord> {
 
   constructor(db: Db, owner: string, logger: Logger, private readonly launch: GatewayLaunchSettings, pool: BackendPool) {
     super(db, owner, logger, { table: 'gateways', channel: CHANNELS.gateways, where: `status <> 'deleted'` });
-    this.instances = new GatewayInstances(db, owner, pool, launch.serverUrl, (gateway, reason, message) => this.event(gateway, reason, message));
+    this.instances = new GatewayInstances(db, owner, pool, launch.instanceServerUrl, (gateway, reason, message) => this.event(gateway, reason, message));
   }
 
   protected toRecord(row: Row): GatewayRecord {

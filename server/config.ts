@@ -35,7 +35,11 @@ const KubernetesConfig = Type.Object({
 }, { additionalProperties: false });
 export type KubernetesConfig = Static<typeof KubernetesConfig>;
 
+/** The address this server is reached at from elsewhere: the instances that run gateways, links in custom resources. */
+const ServerUrl = Type.String({ minLength: 1, description: 'e.g. https://orchestrator.example.com' });
+
 export const ServerConfig = Type.Object({
+  server_url: Type.Optional(ServerUrl),
   projects: Type.Array(Type.Object({
     name: Type.String({ pattern: '^[a-z][-a-z0-9]{0,39}$' }),
     backends: Type.Array(BackendConfig),
@@ -48,6 +52,9 @@ export const ServerConfig = Type.Object({
 export type ServerConfig = Static<typeof ServerConfig>;
 
 export const DEFAULT_CONFIG = `# The orchestrator server's configuration. Restart the server after editing it.
+# The address other machines reach this server at: gateways on rented instances call it there, and the
+# custom resources' status links there. Without it, the address the server listens on.
+# server_url: https://orchestrator.example.com
 projects:
 - name: main
   backends:
@@ -85,6 +92,17 @@ export const DEFAULT_MAX_LOG_SIZE_PER_RUN = '100MB';
 /** Bytes of log text one run may keep. */
 export function maxLogBytesPerRun(config: ServerConfig): number {
   return parseSize(config.logs?.max_size_per_run ?? DEFAULT_MAX_LOG_SIZE_PER_RUN) * 1024 * 1024;
+}
+
+function isServerUrl(text: string): boolean {
+  if (!URL.canParse(text)) return false;
+  const url = new URL(text);
+  return (url.protocol === 'http:' || url.protocol === 'https:') && url.username === '' && url.password === '' && url.search === '' && url.hash === '';
+}
+
+/** `server_url` without a trailing slash, or null when config.yml gives none. */
+export function advertisedServerUrl(config: ServerConfig): string | null {
+  return config.server_url === undefined ? null : config.server_url.replace(/\/+$/, '');
 }
 
 /** A reason the server cannot start that the user can fix; shown without a stack trace. */
@@ -135,6 +153,7 @@ function plainValue(document: Document, path: string): unknown {
 
 const BACKEND_SCHEMAS = { gpucloud: GpucloudBackendConfig, local: LocalBackendConfig, kubernetes: KubernetesBackendConfig } as const;
 const Outline = Type.Object({
+  server_url: Type.Optional(ServerUrl),
   projects: Type.Array(Type.Object({ name: ServerConfig.properties.projects.items.properties.name, backends: Type.Array(Type.Unknown()) },
     { additionalProperties: false }), { minItems: 1 }),
   logs: Type.Optional(LogsConfig),
@@ -165,6 +184,10 @@ function configProblems(value: unknown): Problem[] {
     } catch (error) {
       add(['logs', 'max_size_per_run'], (error as Error).message);
     }
+  }
+  const serverUrl = (value as ServerConfig).server_url;
+  if (serverUrl !== undefined && !isServerUrl(serverUrl)) {
+    add(['server_url'], `expected the http:// or https:// address this server is reached at from other machines, such as https://orchestrator.example.com, got ${JSON.stringify(serverUrl)}`);
   }
   const watchedProject = (value as ServerConfig).kubernetes?.watch.project;
   const projects = (value as ServerConfig).projects.map((project) => project.name);

@@ -23,7 +23,7 @@ import { createApp } from './app.js';
 import { KubernetesSource } from './kubernetes/source-controller.js';
 import { kubernetesSourceOptions } from './kubernetes/start.js';
 import { SshRelay } from './routes/ssh.js';
-import { loadServerConfig, maxLogBytesPerRun, StartupError } from './config.js';
+import { advertisedServerUrl, loadServerConfig, maxLogBytesPerRun, StartupError } from './config.js';
 import { serverDir } from './paths.js';
 import { loadSecretsKey } from './secrets-key.js';
 import { VERSION } from './version.js';
@@ -111,7 +111,9 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     new ServiceController(db, owner, logger, secrets),
     new NodesController(db, owner, logger),
     new ScheduleController(db, owner, logger),
-    new GatewayController(db, owner, logger, { serverUrl: `http://${reachable}:${listening.port}`, stateDir: join(dir, 'gateways') }, pool),
+    new GatewayController(db, owner, logger, {
+      serverUrl: `http://${reachable}:${listening.port}`, instanceServerUrl: advertisedServerUrl(config) ?? `http://${reachable}:${listening.port}`, stateDir: join(dir, 'gateways'),
+    }, pool),
   ], logger, options.controllerIntervalMs);
   await manager.start();
   // Custom resources mirror the database; a look every five controller loops is the safety net under watches and NOTIFYs.

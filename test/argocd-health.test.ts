@@ -7,7 +7,7 @@ import type { Fleet, Run } from '../api/objects.js';
 import { fleetStatus, reconcilingStatus, runStatus, stalledStatus, type StatusContext } from '../server/kubernetes/status.js';
 import { argoCdHealth } from './helpers/argocd-health.js';
 
-const context: StatusContext = { generation: 2, project: 'main', previous: undefined, now: '2026-01-01T00:00:00.000Z' };
+const context: StatusContext = { generation: 2, project: 'main', previous: undefined, now: '2026-01-01T00:00:00.000Z', serverUrl: null };
 const submitted = new Date('2026-01-01T00:00:00.000Z');
 
 function task(fields: Partial<Run>): Run {

@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { readdirSync, readFileSync } from 'node:fs';
 import { request } from 'node:http';
 import type { Gateway } from '../api/gateways.js';
 import type { GpucloudInstance } from '../backends/gpucloud/api.js';
@@ -19,6 +20,7 @@ describe('gateways on a gpucloud instance (pglite)', function () {
   let emulator: RunningEmulator;
   let server: TestServer;
   let httpPort: number;
+  let serverPort: number;
   const home = makeHome();
 
   const overHttp = (host: string, address: string, port: number, path: string) => new Promise<{ status: number; body: string }>((resolve, reject) => {
@@ -37,9 +39,10 @@ describe('gateways on a gpucloud instance (pglite)', function () {
   });
 
   before(async () => {
-    httpPort = await freePort();
+    [httpPort, serverPort] = await Promise.all([freePort(), freePort()]);
     emulator = await startEmulator({ port: 0, bootDelayMs: 100, cpuOffers: true });
-    server = await startTestServer('pglite', gpucloudConfig(emulator.url, emulator.apiKey));
+    // The address the instance calls the server at, given as server_url: a name, where the server itself listens on 127.0.0.1.
+    server = await startTestServer('pglite', `server_url: http://localhost:${serverPort}/\n${gpucloudConfig(emulator.url, emulator.apiKey)}`, { port: serverPort });
     await applyItems(server.url, server.adminToken,
       { spec: { type: 'gateway', name: 'edge', domain: `*.${DOMAIN}`, default: true, backend: 'gpucloud', certificate: { type: 'none' }, public_ip: false, http_port: httpPort, https_port: await freePort() } },
       { spec: { type: 'fleet', name: 'l4', backends: ['gpucloud'], nodes: '0..1', resources: { gpu: 'L4' } } },
@@ -62,6 +65,10 @@ describe('gateways on a gpucloud instance (pglite)', function () {
     expect([instance?.offer_id, instance?.name]).to.deep.equal([gateway.instance!.offer, 'gateway-edge']);
     expect(gateway.instance).to.deep.include({ offer: 'cpu-x0-us-east-1', pricePerHour: 0.05 });
     expect(gateway.address).to.equal(`http://127.0.0.1:${httpPort} https://127.0.0.1:${gateway.spec.https_port}`);
+    const gatewayCommands = readdirSync('/proc').filter((pid) => /^\d+$/.test(pid))
+      .map((pid) => { try { return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0'); } catch { return []; } })
+      .filter((argv) => argv.includes('gateway-server') && argv.includes(String(httpPort)));
+    expect(gatewayCommands.map((argv) => argv[argv.indexOf('--server') + 1]), 'the job calls the server at its server_url').to.deep.equal([`http://localhost:${serverPort}`]);
     const answer = await eventually(async () => {
       const tried = await overHttp(`plain.${DOMAIN}`, '127.0.0.1', httpPort, '/hello');
       return tried.status === 200 && tried;

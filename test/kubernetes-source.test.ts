@@ -12,6 +12,7 @@ import { parseSpecText } from '../api/parse.js';
 import { startServer, type RunningServer } from '../server/server.js';
 import { argoCdHealth } from './helpers/argocd-health.js';
 import { CLUSTER_START_TIMEOUT_MS, startKubeCluster, type KubeCluster } from './helpers/kube-apiserver.js';
+import { freePort } from './helpers/ports.js';
 import { eventually, FAST_TIMINGS, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -30,8 +31,9 @@ interface Resource {
 
 const PLURALS = Object.fromEntries(Object.values(CRD_NAMES).map((names) => [names.kind, names.plural]));
 
-function serverConfig(kubeconfig: string): string {
-  return `${LOCAL_CONFIG}- name: team
+function serverConfig(kubeconfig: string, serverUrl: string): string {
+  return `server_url: ${serverUrl}
+${LOCAL_CONFIG}- name: team
   backends:
   - type: local
     runtime: process
@@ -126,7 +128,8 @@ describe('kubernetes source controller, against a real kube-apiserver', function
         return conditions.some((c) => c.type === 'Established' && c.status === 'True');
       }, 20_000, `${name} to be established`);
     }
-    server = await startTestServer('postgres', serverConfig(cluster.kubeconfigPathOf(SERVER_ACCOUNT)));
+    const port = await freePort();
+    server = await startTestServer('postgres', serverConfig(cluster.kubeconfigPathOf(SERVER_ACCOUNT), `http://localhost:${port}`), { port });
   });
 
   it('applies the examples: the fleet, then the task runs to its exit code, with kstatus conditions and printer columns', async () => {
@@ -261,8 +264,8 @@ describe('kubernetes source controller, against a real kube-apiserver', function
     const service = (answer: string) => ({ port: 8000, commands: [listening(answer)], probes: [{ type: 'http', url: '/', interval: '1s' }] });
     await create({ apiVersion: `${CRD_GROUP}/${CRD_VERSION}`, kind: 'Service', metadata: { name: 'web' }, spec: service('first') });
     const ready = await statusOf('Service', 'web', (o) => condition(o, 'Ready')?.status === 'True' && !condition(o, 'Reconciling'), 'ready');
-    expect(ready.status!.serviceUrl).to.equal('/proxy/services/main/web/');
-    const answer = async () => (await fetch(`${server.url}${ready.status!.serviceUrl}`, { headers: { authorization: `Bearer ${server.adminToken}` } })).text();
+    expect(ready.status!.serviceUrl).to.equal(`http://localhost:${new URL(server.url).port}/proxy/services/main/web/`);
+    const answer = async () => (await fetch(ready.status!.serviceUrl!, { headers: { authorization: `Bearer ${server.adminToken}` } })).text();
     expect(await answer()).to.equal('first');
 
     await mergePatch('Service', 'web', { spec: { commands: [listening('second')] } });

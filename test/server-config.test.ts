@@ -87,6 +87,18 @@ describe('server configuration', function () {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  it('takes server_url as an http or https address, and names a mistake in it', () => {
+    const local = 'projects:\n- name: main\n  backends:\n  - type: local\n';
+    const dir = tempDir();
+    writeFileSync(join(dir, 'config.yml'), `server_url: https://orchestrator.example.com/\n${local}`);
+    expect(loadServerConfig(join(dir, 'config.yml')).server_url).to.equal('https://orchestrator.example.com/');
+    rmSync(dir, { recursive: true, force: true });
+    for (const wrong of ['orchestrator.example.com', 'ftp://orchestrator.example.com', 'https://user:pass@orchestrator.example.com']) {
+      expect(configError(`server_url: ${wrong}\n${local}`)).to.equal(
+        `invalid server config:\nconfig.yml:1:13: server_url: expected the http:// or https:// address this server is reached at from other machines, such as https://orchestrator.example.com, got "${wrong}"`);
+    }
+  });
+
   it('names the mistakes of a kubernetes backend\'s settings', () => {
     const backend = 'projects:\n- name: main\n  backends:\n  - type: kubernetes\n';
     expect(configError(`${backend}    unschedulable_timeout: 5 minutes\n`)).to.match(/^config\.yml:5:28: projects\[0\]\.backends\[0\]\.unschedulable_timeout: invalid duration/m);

@@ -93,10 +93,13 @@ function checkedObject(type: SpecType, object: CustomResource, project: ProjectR
  * running it again, or on another server at the same time, ends in the same place.
  */
 export class Reconciler {
-  constructor(private readonly db: Db, private readonly cluster: Cluster, private readonly userId: string, private readonly logger: Logger) {}
+  constructor(private readonly db: Db, private readonly cluster: Cluster, private readonly userId: string, private readonly logger: Logger,
+    private readonly serverUrl: string | null) {}
 
   async reconcile(type: SpecType, object: CustomResource, projectName: string): Promise<void> {
-    const context: StatusContext = { generation: object.metadata.generation ?? 0, project: projectName, previous: object.status, now: new Date().toISOString() };
+    const context: StatusContext = {
+      generation: object.metadata.generation ?? 0, project: projectName, previous: object.status, now: new Date().toISOString(), serverUrl: this.serverUrl,
+    };
     // A deleted object's run is stopped in the project it was applied to, even if its namespace has moved since.
     if (object.metadata.deletionTimestamp) return this.finalize(type, object, await getProject(this.db, object.status?.project ?? projectName), context);
     const project = await getProject(this.db, projectName);

@@ -26,6 +26,8 @@ export interface KubernetesSourceOptions {
   defaultProject: string;
   /** Everything is looked at again this often, whether or not a watch or a NOTIFY said it changed. */
   resyncMs: number;
+  /** config.yml's server_url, which makes a service's `status.serviceUrl` a whole URL rather than a path. */
+  serverUrl: string | null;
 }
 
 interface Watched {
@@ -64,7 +66,7 @@ export class KubernetesSource {
     this.running = true;
     const user = (await createUser(this.db, KUBERNETES_USER, 'user'))?.user ?? await getUser(this.db, KUBERNETES_USER);
     if (!user) throw new Error(`cannot create the ${KUBERNETES_USER} user that custom resources are applied as`);
-    this.reconciler = new Reconciler(this.db, this.cluster, user.id, this.logger);
+    this.reconciler = new Reconciler(this.db, this.cluster, user.id, this.logger, this.options.serverUrl);
     const namespaces = this.watching('namespaces', (onWatching) => this.cluster.namespaceInformer(() => {
       onWatching();
       this.namespacesListed = true;

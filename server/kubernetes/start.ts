@@ -1,5 +1,5 @@
 import type { KubeConfig } from '@kubernetes/client-node';
-import { StartupError, type ServerConfig } from '../config.js';
+import { advertisedServerUrl, StartupError, type ServerConfig } from '../config.js';
 import { loadKubeConfig } from './cluster.js';
 import type { KubernetesSourceOptions } from './source-controller.js';
 
@@ -15,5 +15,8 @@ export function kubernetesSourceOptions(config: ServerConfig): Omit<KubernetesSo
     throw new StartupError(`kubernetes: cannot load ${where}: ${(error as Error).message}`);
   }
   if (!kubeConfig.getCurrentCluster()) throw new StartupError(`kubernetes: ${where} names no cluster; give kubernetes.kubeconfig in config.yml, or run the server in a pod`);
-  return { config: kubeConfig, namespaces: settings.watch.namespaces ?? null, defaultProject: settings.watch.project ?? config.projects[0].name };
+  return {
+    config: kubeConfig, namespaces: settings.watch.namespaces ?? null, defaultProject: settings.watch.project ?? config.projects[0].name,
+    serverUrl: advertisedServerUrl(config),
+  };
 }

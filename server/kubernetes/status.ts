@@ -35,6 +35,8 @@ export interface StatusContext {
   project: string;
   previous: ResourceStatus | undefined;
   now: string;
+  /** config.yml's server_url, before a service's path; null leaves the path alone. */
+  serverUrl: string | null;
 }
 
 function statusOf(context: StatusContext, stated: Stated, fields: StatusFields = {}): ResourceStatus {
@@ -99,7 +101,7 @@ export function runStatus(context: StatusContext, run: Run, submittedAt: Date): 
     exitCode: run.exitCode,
     instance: run.instance,
     gpu: run.gpu ? formatGpu(run.gpu) : null,
-    serviceUrl: run.service?.path,
+    serviceUrl: run.service ? `${context.serverUrl ?? ''}${run.service.path}` : undefined,
     submittedAt: submittedAt.toISOString(),
   });
 }
