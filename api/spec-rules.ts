@@ -135,14 +135,6 @@ export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: RUN_KINDS, path: ['home_dir'], message: 'home_dir is deprecated in dstack and has no effect there; remove it' },
   { kinds: RUN_KINDS, path: ['setup'], message: 'setup is deprecated in dstack; put its commands first in commands (init for a dev environment)' },
   { kinds: ['service', 'dev-environment'], path: ['schedule'], message: 'schedule is taken by tasks only: services and dev environments are not started on a schedule here' },
-  {
-    kinds: RUN_KINDS, path: ['startup_order'], sameMeaning: (v) => v === 'any',
-    message: 'startup_order is not supported: the nodes of a multi-node task start together, once every one of their instances is up',
-  },
-  {
-    kinds: RUN_KINDS, path: ['stop_criteria'], sameMeaning: (v) => v === 'all-done',
-    message: 'stop_criteria is not supported: a multi-node task is done when every node exits 0, and fails when one fails',
-  },
   { kinds: ['task'], path: ['groups'], message: 'node groups are not supported: the nodes of a multi-node task are alike; give nodes, commands and resources at the top level' },
   { kinds: ['service'], path: ['groups'], message: 'replica groups are not supported: a service has one kind of replica; give replicas, commands and resources at the top level' },
   { kinds: ['service'], path: ['replicas'], message: 'replica groups are not supported: replicas is a number or a range such as 1..4 here', sameMeaning: (v) => !Array.isArray(v) },

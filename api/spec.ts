@@ -233,6 +233,14 @@ export const TaskSpec = Type.Object({
     minimum: 1, default: 1,
     description: 'Instances of one fleet the task runs on together, one job on each, all placed at once; the task is done when every node exits 0',
   })),
+  startup_order: Type.Optional(Type.Union([Type.Literal('any'), Type.Literal('master-first'), Type.Literal('workers-first')], {
+    default: 'any', 'x-expected': 'any, master-first or workers-first',
+    description: 'Which jobs of a multi-node task start first: all at once, node 0 (the master) before the others, or the others before node 0',
+  })),
+  stop_criteria: Type.Optional(Type.Union([Type.Literal('all-done'), Type.Literal('master-done')], {
+    default: 'all-done', 'x-expected': 'all-done or master-done',
+    description: 'When a multi-node task is done: once every node exits 0, or once node 0 (the master) does, the others being stopped then',
+  })),
   schedule: Type.Optional(Schedule),
 }, { additionalProperties: false, description: 'A batch job that runs its commands to completion' });
 export type TaskSpec = Static<typeof TaskSpec>;

@@ -14,9 +14,10 @@ const REQUEUE_BACKOFF_MS = 5000;
 
 /**
  * Owns each multi-node task once the scheduler has placed its nodes (store/nodes.ts): it is running once every node
- * runs, and done once every node exited 0. When a node ends otherwise, or the user stops the task, the other nodes
- * are stopped and the task ends as that node did; a node whose instance could not be provisioned, before any node
- * started, puts the whole task back in the queue instead, so that no instance stays held for it.
+ * runs, and done once every node exited 0 (with `stop_criteria: master-done`, once node 0 did, the others being
+ * stopped then). When a node ends otherwise, or the user stops the task, the other nodes are stopped and the task
+ * ends as that node did; a node whose instance could not be provisioned, before any node started, puts the whole
+ * task back in the queue instead, so that no instance stays held for it.
  */
 export class NodesController extends LeasedController<RunRecord> {
   readonly name = 'nodes';
@@ -37,12 +38,30 @@ export class NodesController extends LeasedController<RunRecord> {
     const live = nodes.filter((node) => !FINISHED_RUN_STATUSES.includes(node.status));
     const firstEnded = nodes.filter((node) => node.status === 'failed' || node.status === 'terminated')
       .sort((a, b) => a.finishedAt!.getTime() - b.finishedAt!.getTime())[0];
+    const master = nodes.find((node) => node.replica === 0);
+    const masterDone = run.spec.stop_criteria === 'master-done' && master?.status === 'done'
+      && (!firstEnded || firstEnded.finishedAt!.getTime() >= master.finishedAt!.getTime());
+    if (run.desired === 'run' && masterDone) return this.stopWorkers(run, nodes, live);
     if (run.desired !== 'run' || firstEnded) return this.stopNodes(run, nodes, live, firstEnded);
     if (live.length === 0) {
       await this.end(run, nodes, 'done', 'done_by_user_code', `all ${nodes.length} nodes exited with code 0`, 0);
     } else if (run.status === 'provisioning' && live.every((node) => node.status === 'running')) {
       await this.transition(run, 'running', `running on ${nodes.length} nodes`, { started_at: new Date() });
     }
+    return LOOK_MS;
+  }
+
+  /** `stop_criteria: master-done` and node 0 exited 0: the others are stopped, and the task is done once none runs. */
+  private async stopWorkers(run: RunRecord, nodes: RunRecord[], live: RunRecord[]): Promise<number> {
+    const toStop = live.filter((node) => node.desired === 'run');
+    for (const node of toStop) await requestRunStop(this.db, node.id, false);
+    if (toStop.length > 0) await this.db.notify(CHANNELS.runs);
+    const why = 'node 0 exited with code 0 (stop_criteria: master-done)';
+    if (live.length > 0) {
+      if (run.status !== 'terminating') await this.transition(run, 'terminating', `${why}; stopping the other nodes`);
+      return LOOK_MS;
+    }
+    await this.end(run, nodes, 'done', 'done_by_user_code', `${why}; the other nodes were stopped`, 0);
     return LOOK_MS;
   }
 

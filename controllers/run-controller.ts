@@ -10,7 +10,7 @@ import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
 import { getInstance, releaseInstanceFromRun, type InstanceRecord } from '../store/instances.js';
-import { instanceAddress, isNodeJob, MULTI_NODE_PARENT, nodeAddresses } from '../store/nodes.js';
+import { instanceAddress, isNodeJob, MULTI_NODE_PARENT, nodeAddresses, startupWait } from '../store/nodes.js';
 import { toRun, updateRun, type RunRecord } from '../store/runs.js';
 import { requiredSecrets, type SecretBox } from '../store/secrets.js';
 import { SERVICE_PARENT } from '../store/services.js';
@@ -121,6 +121,11 @@ export class RunController extends LeasedController<RunRecord> {
     if (instance.status !== 'busy' || !instance.agentUrl) return RUNNING_POLL_MS;
     const ips = isNodeJob(run) ? await nodeAddresses(this.db, run.parentId!) : [instanceAddress(instance.agentUrl)];
     if (!ips) return SIBLING_POLL_MS;
+    const waiting = isNodeJob(run) ? await startupWait(this.db, run) : null;
+    if (waiting) {
+      if (run.statusMessage !== waiting) await updateRun(this.db, run.id, this.owner, { status_message: waiting });
+      return SIBLING_POLL_MS;
+    }
     const submission = await this.withSecrets(run, jobFor(run, instance, ips));
     if (typeof submission === 'string') {
       await releaseInstanceFromRun(this.db, instance.id, run.id);

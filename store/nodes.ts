@@ -63,6 +63,23 @@ export async function nodeAddresses(db: Queryable, parentId: string): Promise<st
   return rows.map((row) => instanceAddress(row.agent_url!));
 }
 
+/**
+ * What node `node` of a multi-node task waits for before its job starts, as its status message, or null when it may start:
+ * with `startup_order: master-first` the others wait for node 0 to have started, with `workers-first` node 0 waits for
+ * every other node to have started.
+ */
+export async function startupWait(db: Queryable, node: RunRecord): Promise<string | null> {
+  const order = node.spec.startup_order;
+  if (order !== 'master-first' && order !== 'workers-first') return null;
+  if ((order === 'master-first') === (node.replica === 0)) return null;
+  const rows = await db.query<{ replica: number }>(
+    `SELECT replica FROM runs WHERE service_id = $1 AND NOT deleted AND started_at IS NULL AND replica ${order === 'master-first' ? '= 0' : '<> 0'}`, [node.parentId]);
+  if (rows.length === 0) return null;
+  return order === 'master-first'
+    ? 'waiting for node 0 to start (startup_order: master-first)'
+    : `waiting for node${rows.length === 1 ? '' : 's'} ${rows.map((row) => row.replica).join(', ')} to start (startup_order: workers-first)`;
+}
+
 /** An instance's address: the host its agent answers on, without an IPv6 literal's brackets. */
 export function instanceAddress(agentUrl: string): string {
   return new URL(agentUrl).hostname.replace(/^\[(.*)\]$/, '$1');

@@ -81,6 +81,30 @@ describe('multi-node tasks through the CLI on the gpucloud emulator (pglite)', f
     }, 10_000, 'every instance to be given back');
   });
 
+  it('with stop_criteria: master-done, is done once node 0 exits 0, stopping the other nodes', async () => {
+    const file = join(suite.work, 'master-done.yml');
+    writeFileSync(file, `${task('master-done', 2, 'L4', ['if [ "$ORCHESTRATOR_NODE_RANK" = 0 ]; then echo master finished; exit 0; fi; echo serving; sleep 300'])}stop_criteria: master-done\n`);
+    const applied = await suite.cli(['apply', '-f', file, '-y']);
+    expect(applied.code, show(applied)).to.equal(0);
+    expect(applied.stdout).to.contain('[rank 0] master finished\n');
+    const run = (await suite.run('master-done'))!;
+    expect(run).to.include({ status: 'done', exitCode: 0, statusMessage: 'node 0 exited with code 0 (stop_criteria: master-done); the other nodes were stopped' });
+    expect(run.nodes!.map((node) => [node.rank, node.status])).to.deep.equal([[0, 'done'], [1, 'terminated']]);
+  });
+
+  it('starts node 0 before the other nodes with startup_order: master-first, and after them with workers-first', async () => {
+    for (const order of ['master-first', 'workers-first']) {
+      const name = `${order.split('-')[0]}-order`;
+      await suite.apply(name, `${task(name, 3, 'L4', ['echo started'])}startup_order: ${order}\n`);
+      const run = await suite.waitFor(name, (r) => r.status === 'done', `the ${order} task to finish`);
+      const [master, ...workers] = run.nodes!.map((node) => Date.parse(node.startedAt!));
+      const firstWorker = Math.min(...workers);
+      const lastWorker = Math.max(...workers);
+      if (order === 'master-first') expect(firstWorker, `${order}: every worker starts after node 0`).to.be.greaterThan(master!);
+      else expect(master, `${order}: node 0 starts after every worker`).to.be.greaterThan(lastWorker);
+    }
+  });
+
   it('keeps a task that needs more nodes than its fleet may have queued, saying so, without taking an instance', async () => {
     await suite.apply('h100', 'type: fleet\nname: h100\nbackends: [gpucloud]\nnodes: 0..2\nresources:\n  gpu: H100\n');
     const applied = await suite.apply('wide', task('wide', 3, 'H100', ['true']));
