@@ -8,7 +8,6 @@ function certificateText(certificate: GatewayCertificate): string {
   return `${certificate.hostname}: valid until ${formatTime(certificate.notAfter!)}`;
 }
 
-/** One row per gateway, then one per certificate under it (none for a gateway without certificates). */
 /** Where the gateway listens; for a rented instance, which one and its price. */
 function addressText(gateway: Gateway): string {
   const { instance } = gateway;
@@ -16,6 +15,7 @@ function addressText(gateway: Gateway): string {
   return instance ? `${address} on ${instance.id ?? 'a new instance'} (${instance.offer}, $${instance.pricePerHour}/h)` : address;
 }
 
+/** One row per gateway, then one per certificate under it (none for a gateway without certificates). */
 export function renderGateways(gateways: readonly Gateway[]): string {
   const rows = gateways.flatMap((gateway) => {
     const certificates = gateway.certificates.map(certificateText);
