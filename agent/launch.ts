@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { AGENT_TOKEN_VARIABLE } from '../api/agent.js';
 
 /** How to start the `orchestrator` command from this installation, built (dist/) or from source through tsx. */
 export function orchestratorCommand(): { command: string; args: string[] } {
@@ -41,7 +42,7 @@ export async function startAgentProcess(launch: AgentLaunch, timeoutMs = 20_000)
   if (launch.workDir) agentArgs.push('--work-dir', launch.workDir);
   if (launch.orphanTimeoutSeconds !== undefined) agentArgs.push('--orphan-timeout', String(launch.orphanTimeoutSeconds));
   if (launch.exitWhenMissing) agentArgs.push('--exit-when-missing', launch.exitWhenMissing);
-  const { child, announced } = await startUntilListening(agentArgs, { ...launch.env, ORCHESTRATOR_AGENT_TOKEN: launch.token }, launch.detached ?? false, timeoutMs);
+  const { child, announced } = await startUntilListening(agentArgs, { ...launch.env, [AGENT_TOKEN_VARIABLE]: launch.token }, launch.detached ?? false, timeoutMs);
   return { child, url: announced.url as string };
 }
 

@@ -132,6 +132,9 @@ export type LogsPage = Static<typeof LogsPage>;
  */
 export const AGENT_FORWARD_AUTH_HEADER = 'x-agent-authorization';
 
+/** The environment variable `orchestrator agent` takes its token from (and removes from its own environment). */
+export const AGENT_TOKEN_VARIABLE = 'ORCHESTRATOR_AGENT_TOKEN';
+
 /** `GET /api/jobs/:id/ssh`: base64 of the OpenSSH authorized_keys text whose keys alone may log in. */
 export const SSH_AUTHORIZED_KEYS_HEADER = 'x-ssh-authorized-keys';
 

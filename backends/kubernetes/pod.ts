@@ -1,6 +1,6 @@
 import type { V1Pod, V1Secret } from '@kubernetes/client-node';
 import type { Offer } from '../../api/offer.js';
-import { AGENT_TOKEN_VARIABLE } from '../../cli/commands/agent.js';
+import { AGENT_TOKEN_VARIABLE } from '../../api/agent.js';
 import { GPU_RESOURCE, type NodeGpuModel } from './gpu-labels.js';
 
 export const MANAGED_BY_SELECTOR = 'app.kubernetes.io/managed-by=orchestrator';

@@ -2,8 +2,7 @@ import type { CAC } from 'cac';
 import { parseDurationOrOff } from '../../api/duration.js';
 import { parseSize } from '../../api/quantity.js';
 import type { RuntimeChoice } from '../../agent/server.js';
-
-export const AGENT_TOKEN_VARIABLE = 'ORCHESTRATOR_AGENT_TOKEN';
+import { AGENT_TOKEN_VARIABLE } from '../../api/agent.js';
 
 interface AgentFlags {
   host: string;
