@@ -1,4 +1,17 @@
-import { createConfiguration, ServerConfiguration, type Configuration, type KubeConfig } from '@kubernetes/client-node';
+import { ApiException, createConfiguration, KubeConfig, ServerConfiguration, type Configuration } from '@kubernetes/client-node';
+
+/** The kubeconfig file named, or else the default: $KUBECONFIG, ~/.kube/config, or the pod's service account. */
+export function loadKubeConfig(path: string | undefined): KubeConfig {
+  const config = new KubeConfig();
+  if (path) config.loadFromFile(path);
+  else config.loadFromDefault();
+  return config;
+}
+
+/** The HTTP status of a failed call, or undefined for a failure that is not an answer (the server unreachable). */
+export function statusCodeOf(error: unknown): number | undefined {
+  return error instanceof ApiException ? error.code : undefined;
+}
 
 /**
  * The client's configuration for `config`'s current cluster, as `makeApiClient` makes it, with a timeout on every

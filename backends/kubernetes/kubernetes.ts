@@ -1,11 +1,11 @@
-import { ApiException, CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
+import { ApiException, CoreV1Api, type KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import type { Offer } from '../../api/offer.js';
 import { agentVersion } from '../../agent/version.js';
 import {
   BackendAuthError, BackendError, NoCapacityError,
   type Backend, type BackendInstance, type CreateInstanceRequest,
 } from '../backend.js';
-import { configurationWithTimeout } from './api-configuration.js';
+import { configurationWithTimeout, loadKubeConfig, statusCodeOf } from './api-configuration.js';
 import { nodeGpuModel } from './gpu-labels.js';
 import { holdsResources, nodeOffers, parseOfferId } from './offers.js';
 import {
@@ -52,11 +52,10 @@ export class KubernetesBackend implements Backend {
   private readonly address: AgentAddress;
 
   constructor(options: KubernetesBackendOptions) {
-    const config = new KubeConfig();
     const where = options.kubeconfig ?? 'the default kubeconfig ($KUBECONFIG, ~/.kube/config) or the pod\'s service account';
+    let config: KubeConfig;
     try {
-      if (options.kubeconfig) config.loadFromFile(options.kubeconfig);
-      else config.loadFromDefault();
+      config = loadKubeConfig(options.kubeconfig);
     } catch (error) {
       throw new BackendError(`the kubernetes backend cannot load ${where}: ${(error as Error).message}`);
     }
@@ -132,7 +131,7 @@ export class KubernetesBackend implements Backend {
       return await this.call(`create pod ${name}`, () => this.core.createNamespacedPod({ namespace: this.settings.namespace, body }));
     } catch (error) {
       // Another server made it for the same instance a moment ago.
-      if (statusOf((error as BackendError).cause) === 409) return (await this.readPod(name)) ?? Promise.reject(error);
+      if (statusCodeOf((error as BackendError).cause) === 409) return (await this.readPod(name)) ?? Promise.reject(error);
       throw error;
     }
   }
@@ -146,7 +145,7 @@ export class KubernetesBackend implements Backend {
     try {
       await this.call(`create secret ${name}`, () => this.core.createNamespacedSecret({ namespace, body: agentTokenSecret(pod, token) }));
     } catch (error) {
-      if (statusOf((error as BackendError).cause) !== 409) throw error;
+      if (statusCodeOf((error as BackendError).cause) !== 409) throw error;
     }
   }
 
@@ -174,7 +173,7 @@ export class KubernetesBackend implements Backend {
     try {
       return await work();
     } catch (error) {
-      const status = statusOf(error);
+      const status = statusCodeOf(error);
       const detail = error instanceof ApiException ? apiMessage(error) : (error as Error).message;
       const message = `kubernetes: cannot ${what} in ${status === undefined ? 'the cluster' : `namespace ${this.settings.namespace}`}: ${detail}`;
       const failure = status === 401 || status === 403 ? new BackendAuthError(message) : new BackendError(message, status === undefined || status >= 500 || status === 429);
@@ -187,14 +186,10 @@ export class KubernetesBackend implements Backend {
     try {
       return await this.call(what, work);
     } catch (error) {
-      if (statusOf((error as BackendError).cause) === 404) return null;
+      if (statusCodeOf((error as BackendError).cause) === 404) return null;
       throw error;
     }
   }
-}
-
-function statusOf(error: unknown): number | undefined {
-  return error instanceof ApiException ? error.code : undefined;
 }
 
 /** The message of the API server's Status answer, or the status code when the body is not one. */

@@ -1,8 +1,8 @@
 import {
-  ApiException, CoreV1Api, CustomObjectsApi, KubeConfig, ListWatch, Watch, type KubernetesObject, type V1Namespace,
+  CoreV1Api, CustomObjectsApi, KubeConfig, ListWatch, Watch, type KubernetesObject, type V1Namespace,
 } from '@kubernetes/client-node';
 import { CRD_GROUP, CRD_NAMES, CRD_VERSION } from '../../api/crd.js';
-import { configurationWithTimeout } from '../../backends/kubernetes/api-configuration.js';
+import { configurationWithTimeout, statusCodeOf } from '../../backends/kubernetes/api-configuration.js';
 import type { ResourceStatus } from '../../api/kubernetes.js';
 import type { SpecType } from '../../api/spec.js';
 
@@ -18,19 +18,6 @@ const FIELD_MANAGER = 'orchestrator';
 const REQUEST_TIMEOUT_MS = 30_000;
 /** The API server refuses longer event messages. */
 const MAX_EVENT_MESSAGE = 1024;
-
-/** The kubeconfig file named, or else the default: $KUBECONFIG, ~/.kube/config, or the pod's service account. */
-export function loadKubeConfig(path: string | undefined): KubeConfig {
-  const config = new KubeConfig();
-  if (path) config.loadFromFile(path);
-  else config.loadFromDefault();
-  return config;
-}
-
-/** The HTTP status of a failed call, or undefined for a failure that is not an answer (the server unreachable). */
-export function statusCodeOf(error: unknown): number | undefined {
-  return error instanceof ApiException ? error.code : undefined;
-}
 
 /**
  * Watches that also ask for bookmarks, so that a watch resumed after a quiet spell starts from a recent

@@ -5,7 +5,8 @@ import { SPEC_TYPES, type SpecType } from '../../api/spec.js';
 import { CHANNELS } from '../../store/channels.js';
 import type { Db } from '../../store/db.js';
 import { createUser, getUser } from '../../store/projects.js';
-import { Cluster, statusCodeOf, type CustomResource } from './cluster.js';
+import { statusCodeOf } from '../../backends/kubernetes/api-configuration.js';
+import { Cluster, type CustomResource } from './cluster.js';
 import { Reconciler, StaleObject } from './reconcile.js';
 
 /** The user that runs applied from custom resources are submitted as; it has no token anyone knows. */

@@ -1,6 +1,6 @@
 import type { KubeConfig } from '@kubernetes/client-node';
 import { advertisedServerUrl, StartupError, type ServerConfig } from '../config.js';
-import { loadKubeConfig } from './cluster.js';
+import { loadKubeConfig } from '../../backends/kubernetes/api-configuration.js';
 import type { KubernetesSourceOptions } from './source-controller.js';
 
 /** The source controller's settings from config.yml's `kubernetes` section; a kubeconfig it cannot read stops the server. */
