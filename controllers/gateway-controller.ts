@@ -8,17 +8,14 @@ import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
 import {
-  setGatewayProcess, setGatewayToken, setGatewayUnreachable, toGateway, type GatewayRecord, type LocalGatewayProcess,
+  setGatewayProcess, setGatewayToken, toGateway, type GatewayRecord, type LocalGatewayProcess,
 } from '../store/gateways.js';
 import { hashToken, newToken } from '../store/projects.js';
 import type { BackendPool } from './backend-pool.js';
 import { GatewayInstances } from './gateway-instance.js';
+import { SUPERVISE_MS, watchSilence } from './gateway-silence.js';
 import { LeasedController } from './leased.js';
 
-/** How often a running gateway's process is looked at. */
-const SUPERVISE_MS = 2000;
-/** A gateway process polls its server every second; silent for this long, it is shown unreachable. */
-const UNREACHABLE_AFTER_MS = 10_000;
 /** A process on another server's machine is left to that server until it has been silent this long; then this server starts one. */
 const TAKE_OVER_AFTER_MS = 30_000;
 const RETRY_START_MS = 10_000;
@@ -77,10 +74,7 @@ export class GatewayController extends LeasedController<GatewayRecord> {
     }
     const elsewhere = gateway.process !== null && gateway.process.host !== hostname() && gateway.status !== 'failed';
     if (running?.generation === gateway.generation || (elsewhere && silentMs < TAKE_OVER_AFTER_MS)) {
-      if (gateway.status === 'running' && silentMs > UNREACHABLE_AFTER_MS) {
-        await setGatewayUnreachable(this.db, gateway.id, this.owner, `the gateway process (pid ${gateway.process!.pid} on ${gateway.process!.host}) has not called the server for ${Math.round(silentMs / 1000)} s`);
-      }
-      return SUPERVISE_MS;
+      return watchSilence(this.db, this.owner, gateway, `the gateway process (pid ${gateway.process!.pid} on ${gateway.process!.host}) has not called the server`);
     }
     if (running) await stopProcessGroup(running.pid, STOP_GRACE_MS, waitForExit(running.pid));
     return this.start(gateway, running ? `restarting for generation ${gateway.generation}` : gateway.process ? 'its process was gone; starting it again' : 'starting');

@@ -5,15 +5,14 @@ import { GATEWAY_TOKEN_VARIABLE } from '../api/gateway-process.js';
 import type { Offer } from '../api/offer.js';
 import { NoCapacityError } from '../backends/backend.js';
 import type { Db } from '../store/db.js';
-import { setGatewayProcess, setGatewayToken, setGatewayUnreachable, type GatewayInstance, type GatewayRecord } from '../store/gateways.js';
+import { setGatewayProcess, setGatewayToken, type GatewayInstance, type GatewayRecord } from '../store/gateways.js';
 import { hashToken, newToken } from '../store/projects.js';
 import type { BackendPool } from './backend-pool.js';
+import { SUPERVISE_MS, watchSilence } from './gateway-silence.js';
 
 const BACKEND = 'gpucloud';
-const SUPERVISE_MS = 2000;
 const BOOT_POLL_MS = 500;
 const RETRY_MS = 10_000;
-const UNREACHABLE_AFTER_MS = 10_000;
 const AGENT_TIMEOUT_MS = 5000;
 
 type Event = (gateway: GatewayRecord, reason: string, message: string) => Promise<void>;
@@ -59,10 +58,10 @@ export class GatewayInstances {
     const agent = new AgentClient(remote.agentUrl, instance.agentToken, { timeoutMs: AGENT_TIMEOUT_MS });
     const current = { ...instance, agentUrl: remote.agentUrl };
     const job = current.jobId ? await agent.job(current.jobId).catch((error: Error) => (error instanceof AgentError ? null : error)) : null;
-    if (job instanceof Error) return this.watchSilence(gateway, `the agent of instance ${instance.backendInstanceId} does not answer: ${job.message}`);
+    if (job instanceof Error) return watchSilence(this.db, this.owner, gateway, `the agent of instance ${instance.backendInstanceId} does not answer: ${job.message}`);
     const jobRuns = job !== null && (job.state === 'pending' || job.state === 'running');
     if (jobRuns && current.generation === gateway.generation && current.agentUrl === instance.agentUrl) {
-      return this.watchSilence(gateway, `the gateway on instance ${instance.backendInstanceId} has not called the server`);
+      return watchSilence(this.db, this.owner, gateway, `the gateway on instance ${instance.backendInstanceId} has not called the server`);
     }
     if (jobRuns) await agent.stop(current.jobId!).catch(() => undefined);
     if (job === null || jobRuns) return this.startJob(gateway, current, agent, job === null ? 'starting' : `restarting for generation ${gateway.generation}`);
@@ -110,14 +109,6 @@ export class GatewayInstances {
     const address = `http://${host}:${httpPort} https://${host}:${httpsPort}`;
     await this.save(gateway, { ...instance, jobId, generation: gateway.generation }, 'starting', `${why}: waiting for its first call`, address);
     await this.event(gateway, 'Started', `gateway-server job ${jobId} on instance ${instance.backendInstanceId} ($${instance.pricePerHour}/h) at ${address}`);
-    return SUPERVISE_MS;
-  }
-
-  private async watchSilence(gateway: GatewayRecord, message: string): Promise<number> {
-    const silentMs = Date.now() - (gateway.lastSeenAt?.getTime() ?? 0);
-    if (gateway.status === 'running' && silentMs > UNREACHABLE_AFTER_MS) {
-      await setGatewayUnreachable(this.db, gateway.id, this.owner, `${message} for ${Math.round(silentMs / 1000)} s`);
-    }
     return SUPERVISE_MS;
   }
 
