@@ -97,12 +97,12 @@ async function reachableJobsOf(db: Queryable, parentIds: readonly string[]): Pro
 }
 
 /**
- * A service's running replicas (a multi-node task's running nodes) that can be reached; the run's own alias accepts
+ * A live service's running replicas (a multi-node task's running nodes) that can be reached; the run's own alias accepts
  * any of their keys. A replica runs (and may be ready) a moment before its service reads as running, and one may be
  * entered while none is ready.
  */
 function parentSsh(r: Row, jobs: readonly ReachableJob[]): RunSsh | null {
-  if (FINISHED_RUN_STATUSES.includes(r.status) || jobs.length === 0) return null;
+  if (jobs.length === 0) return null;
   return {
     hostAlias: sshHostAlias(r.project_name, r.name),
     hostKeys: [...new Set(jobs.map((job) => job.ssh_host_key))],
@@ -111,9 +111,9 @@ function parentSsh(r: Row, jobs: readonly ReachableJob[]): RunSsh | null {
 }
 
 /** A multi-node task's view: its nodes, the GPUs of each, the price of all, and SSH into each. */
-async function multiNodeView(db: Queryable, r: Row, ssh: RunSsh | null): Promise<Run> {
+async function multiNodeView(db: Queryable, r: Row, ssh: RunSsh | null, queuePosition: number | null): Promise<Run> {
   const nodes = await nodeViews(db, r.id);
-  const view = runView(r, null, ssh, null);
+  const view = runView(r, null, ssh, queuePosition);
   if (nodes.length === 0) return view;
   const prices = nodes.map((node) => node.pricePerHour ?? 0);
   return { ...view, nodes, gpu: nodes[0]!.gpu, pricePerHour: nodes.some((node) => node.pricePerHour !== null) ? prices.reduce((a, b) => a + b, 0) : null };
@@ -125,13 +125,13 @@ async function multiNodeView(db: Queryable, r: Row, ssh: RunSsh | null): Promise
  */
 async function withServices(db: Queryable, rows: Row[]): Promise<Run[]> {
   const isService = (r: Row) => r.kind === 'service' && r.service_id === null;
+  const multiNode = new Set(rows.filter((r) => isMultiNodeParent(toRun(r))).map((r) => r.id as string));
+  const finished = (r: Row) => FINISHED_RUN_STATUSES.includes(r.status);
   const services = rows.filter(isService);
-  const parents = rows.filter((r) => isService(r) || isMultiNodeParent(toRun(r)));
-  const finishedServices = services.filter((r) => FINISHED_RUN_STATUSES.includes(r.status)).map((r) => r.id as string);
   const [positions, replicas, reachable] = await Promise.all([
     queuePositions(db, rows),
-    replicaViewsOf(db, services.map((r) => r.id as string), finishedServices),
-    reachableJobsOf(db, parents.filter((r) => !FINISHED_RUN_STATUSES.includes(r.status)).map((r) => r.id as string)),
+    replicaViewsOf(db, services.map((r) => r.id as string), services.filter(finished).map((r) => r.id as string)),
+    reachableJobsOf(db, rows.filter((r) => (isService(r) || multiNode.has(r.id)) && !finished(r)).map((r) => r.id as string)),
   ]);
   const gatewaysOf = new Map<string, Promise<GatewayRecord[]>>();
   const projectGateways = (projectId: string) => {
@@ -139,12 +139,12 @@ async function withServices(db: Queryable, rows: Row[]): Promise<Run[]> {
     return gatewaysOf.get(projectId)!;
   };
   return Promise.all(rows.map(async (r) => {
-    const ssh = parentSsh(r, reachable.get(r.id) ?? []);
-    if (isMultiNodeParent(toRun(r))) return multiNodeView(db, r, ssh);
-    if (!isService(r)) return runView(r, null, taskSsh(r), positions.get(r.id) ?? null);
+    const position = positions.get(r.id) ?? null;
+    if (multiNode.has(r.id)) return multiNodeView(db, r, parentSsh(r, reachable.get(r.id) ?? []), position);
+    if (!isService(r)) return runView(r, null, taskSsh(r), position);
     const model = serviceSettings(r.spec as ServiceSpec).model?.name ?? null;
     const spec = r.spec as ServiceSpec;
-    const gateway = FINISHED_RUN_STATUSES.includes(r.status) ? undefined : gatewayOfService(await projectGateways(r.project_id), spec);
+    const gateway = finished(r) ? undefined : gatewayOfService(await projectGateways(r.project_id), spec);
     const service: ServiceInfo = {
       desiredReplicas: r.desired_replicas ?? 0,
       replicas: replicas.get(r.id) ?? [],
@@ -153,6 +153,6 @@ async function withServices(db: Queryable, rows: Row[]): Promise<Run[]> {
       gatewayUrl: gateway ? gatewayUrl(gateway, r.name, spec.https) : null,
       gatewayModelUrl: gateway && model !== null ? gatewayModelsUrl(gateway) : null,
     };
-    return runView(r, service, ssh, positions.get(r.id) ?? null);
+    return runView(r, service, parentSsh(r, reachable.get(r.id) ?? []), position);
   }));
 }

@@ -112,6 +112,7 @@ describe('multi-node tasks through the CLI on the gpucloud emulator (pglite)', f
     expect(applied.stderr).to.match(new RegExp(`^  problem\\s+waiting for 3 instances at once: ${reason.replace(/[()]/g, '\\$&')}$`, 'm'));
     const queued = await suite.waitFor('wide', (r) => r.statusMessage.includes(reason), 'the queue reason');
     expect(queued.status).to.equal('submitted');
+    expect((await suite.cli(['ps'])).stdout, 'its place in the queue').to.match(/^wide\s+task\s+submitted \(#1\)/m);
     await new Promise((resolve) => setTimeout(resolve, 1000));
     const fleet = (await suite.server.api('GET', '/api/projects/main/fleets/h100')).body as { instances: unknown[] };
     expect(fleet.instances).to.deep.equal([]);
