@@ -36,6 +36,11 @@ const NOT_ACTED_ON: readonly Entry[] = [
     when: (spec) => normalizeResources((spec as { resources?: Parameters<typeof normalizeResources>[0] }).resources, 'run').gpu.count.max === 0,
   },
   { kinds: ['fleet'], field: 'resources.shm_size', message: 'not used on a fleet: each run sets the shared memory of its own container with resources.shm_size' },
+  {
+    kinds: ['task'], field: 'startup_order', honoured: ['any'],
+    message: 'not acted on: it orders the jobs of a multi-node task, and this task runs one job (nodes: 1)',
+    when: (spec) => ((spec as { nodes?: number }).nodes ?? 1) <= 1,
+  },
 ];
 
 /** What the process runtime, which has no containers, leaves unused. */

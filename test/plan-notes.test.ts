@@ -97,6 +97,13 @@ for (const kind of DATABASE_KINDS) {
       expect((await plan({ type: 'task', commands: ['true'], resources: { gpu: 'L4' }, utilization_policy: policy })).notActedOn).to.deep.equal([]);
     });
 
+    it('says startup_order does nothing for a task of one node', async () => {
+      const json = await plan({ type: 'task', commands: ['true'], startup_order: 'master-first' });
+      expect(json.notActedOn).to.deep.equal([{ field: 'startup_order', message: 'not acted on: it orders the jobs of a multi-node task, and this task runs one job (nodes: 1)' }]);
+      expect((await plan({ type: 'task', commands: ['true'], startup_order: 'any' })).notActedOn).to.deep.equal([]);
+      expect((await plan({ type: 'task', commands: ['true'], nodes: 2, startup_order: 'master-first' })).notActedOn).to.deep.equal([]);
+    });
+
     it('names image, and says the runtime, when the run would land on the process runtime', async () => {
       const json = await plan({ type: 'task', image: 'alpine:3.20', commands: ['true'] });
       expect(json.runtime).to.equal('process');
