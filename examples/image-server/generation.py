@@ -18,19 +18,30 @@ log = logging.getLogger("image-server")
 @dataclass(frozen=True)
 class LoadedModel:
     """pipeline is called like Flux2KleinPipeline.__call__; make_generator(seed) seeds its noise;
-    optimisations name what was applied to it (torch.compile among them)."""
+    optimisations name what was applied to it (torch.compile among them); embed_prompt, where set, gives
+    a prompt's text embeddings (a PromptCache), which the pipeline then takes instead of encoding it."""
     pipeline: Callable[..., Any]
     make_generator: Callable[[int], Any]
     optimisations: tuple = ()
+    embed_prompt: Optional[Callable[[str], Any]] = None
 
 
 def draw_seed() -> int:
     return secrets.randbelow(SEED_RANGE[1] + 1)
 
 
+def prompt_arguments(model: LoadedModel, request: GenerateRequest) -> dict:
+    if model.embed_prompt is None:
+        return {"prompt": request.prompt}
+    guided = request.guidance_scale > 1 and not model.pipeline.config.is_distilled
+    # With guidance the pipeline encodes the empty negative prompt on every call too.
+    return {"prompt_embeds": model.embed_prompt(request.prompt),
+            "negative_prompt_embeds": model.embed_prompt("") if guided else None}
+
+
 def generate_image(model: LoadedModel, request: GenerateRequest, seed: int) -> Any:
     output = model.pipeline(
-        prompt=request.prompt,
+        **prompt_arguments(model, request),
         image=list(request.images) or None,
         height=request.height,
         width=request.width,

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Optional
 from PIL import Image
 
 from generation import LoadedModel, generate_image
+from prompt_cache import pipeline_prompt_cache
 from settings import Settings
 from validation import GenerateRequest
 from variants import Variant
@@ -22,6 +23,7 @@ log = logging.getLogger("image-server")
 
 TRUTHY = {"1", "true", "yes", "on"}
 WARMUP_PROMPT = "a lighthouse on a rocky coast at dusk, photograph"
+PROMPT_CACHE_NAME = "prompt embedding cache"
 
 
 class HubAccessError(Exception):
@@ -148,16 +150,7 @@ def plan_optimisations(pipeline: Any, device_type: str, compile: bool, attention
     )
 
 
-def configure_inductor(config: Any) -> None:
-    """The inductor settings that diffusers' own speed guide uses for diffusion transformers."""
-    config.conv_1x1_as_mm = True
-    config.coordinate_descent_tuning = True
-    config.coordinate_descent_check_all_directions = True
-    config.epilogue_fusion = False
-
-
-def apply_optimisations(pipeline: Any, plan: OptimisationPlan, channels_last: Any,
-                        inductor_config: Any = None) -> list:
+def apply_optimisations(pipeline: Any, plan: OptimisationPlan, channels_last: Any) -> list:
     applied = []
     if plan.fuse_qkv:
         pipeline.transformer.fuse_qkv_projections()
@@ -170,10 +163,10 @@ def apply_optimisations(pipeline: Any, plan: OptimisationPlan, channels_last: An
     if plan.attention_backend:
         pipeline.transformer.set_attention_backend(plan.attention_backend)
         applied.append(f"attention backend {plan.attention_backend}")
-    if plan.compiles and inductor_config is not None:
-        configure_inductor(inductor_config)
     # Compiled in place with automatic dynamic shapes: the first size gets a specialised graph,
-    # the second warm-up size a shape-generic one that every later size reuses.
+    # the second warm-up size a shape-generic one that every later size reuses. Inductor keeps its
+    # defaults: with coordinate-descent tuning, an H100 had not compiled the 4B model's first size after
+    # more than four minutes, where the defaults take 83 s for the whole warm-up (see README.md, Speed).
     if plan.compile_transformer:
         pipeline.transformer.compile()
         applied.append("torch.compile transformer")
@@ -219,14 +212,29 @@ def load_pipeline(source: str, device: str, torch: Any) -> Any:
     return pipeline
 
 
-def optimise_pipeline(pipeline: Any, device: str, compile: bool, attention_backend: str, torch: Any) -> tuple:
+def plan_pipeline(pipeline: Any, device: str, compile: bool, attention_backend: str, torch: Any) -> OptimisationPlan:
     cuda_major = torch.cuda.get_device_capability()[0] if device == "cuda" else None
     backend = choose_attention_backend(attention_backend, device, cuda_major)
-    plan = plan_optimisations(pipeline, device, compile, backend, compile_blocker(device))
-    inductor_config = None
-    if plan.compiles:
-        import torch._inductor.config as inductor_config
-    return plan, apply_optimisations(pipeline, plan, torch.channels_last, inductor_config)
+    return plan_optimisations(pipeline, device, compile, backend, compile_blocker(device))
+
+
+def apply_plan(pipeline: Any, plan: OptimisationPlan, torch: Any) -> list:
+    return apply_optimisations(pipeline, plan, torch.channels_last)
+
+
+def optimise_pipeline(pipeline: Any, device: str, compile: bool, attention_backend: str, torch: Any) -> tuple:
+    plan = plan_pipeline(pipeline, device, compile, attention_backend, torch)
+    return plan, apply_plan(pipeline, plan, torch)
+
+
+def plan_steps(plan: OptimisationPlan) -> list:
+    """The plan cut into the steps that apply_optimisations takes in turn, so that each one can be timed alone."""
+    steps = [OptimisationPlan(fuse_qkv=True) if plan.fuse_qkv else None,
+             OptimisationPlan(channels_last_vae=True) if plan.channels_last_vae else None,
+             OptimisationPlan(attention_backend=plan.attention_backend) if plan.attention_backend else None,
+             OptimisationPlan(compile_transformer=plan.compile_transformer,
+                              compile_vae_decoder=plan.compile_vae_decoder) if plan.compiles else None]
+    return [step for step in steps if step is not None]
 
 
 def describe_optimisations(applied: list, plan: OptimisationPlan, device: str) -> str:
@@ -253,6 +261,6 @@ def load_model(settings: Settings, report: Callable[[str], None]) -> LoadedModel
         log.warning("torch.compile skipped: %s", plan.compile_skipped)
     report("optimising: " + describe_optimisations(applied, plan, device))
     model = LoadedModel(pipeline=pipeline, make_generator=generator_factory(torch, device),
-                        optimisations=tuple(applied))
+                        optimisations=(*applied, PROMPT_CACHE_NAME), embed_prompt=pipeline_prompt_cache(pipeline))
     warm_up(model, settings, plan.compiles, report)
     return model

@@ -20,6 +20,25 @@ def test_random_weights_bench_times_baseline_and_optimised_and_says_weights_do_n
     assert "these seconds check the benchmark's code, they say nothing about the real models" in finished.stdout
 
 
+def test_the_bench_times_each_step_compares_the_same_seed_and_serves_concurrent_requests():
+    """Without compiling, on the CPU, no step of the CUDA path applies: the baseline, then the prompt cache.
+    The cache changes no pixel, and two requests sent at once through the server's app are both answered."""
+    finished = run_in_venv(["bench.py", "--random-weights", "--tiny", "--no-compile", "--runs", "1",
+                            "--size", "64x64", "--variants", "4b-distilled", "--concurrency", "2"])
+    assert finished.returncode == 0, finished.stderr
+    output = finished.stdout
+    steps = re.findall(r"^  (baseline|prompt embedding cache \(the same prompt again\)) +\d+\.\d{3} +(\S+)$",
+                       output, re.MULTILINE)
+    assert [name for name, _ in steps] == ["baseline", "prompt embedding cache (the same prompt again)"]
+    assert steps[0][1] == "-" and re.fullmatch(r"[+-]\d+%", steps[1][1])
+    assert "same seed, optimised against baseline: pixels differ by 0.00 on average, 0 at most (of 255)" in output
+    served = re.search(r"through the server: one request alone (\d+\.\d\d) s; 2 at once answered in "
+                       r"(\d+\.\d\d), (\d+\.\d\d) s; (\d+\.\d\d) images/s", output)
+    assert served, output
+    # One pipeline: the second request waits for the first, so it takes about twice as long.
+    assert float(served.group(3)) > float(served.group(2))
+
+
 def test_full_size_random_weights_need_a_gpu_and_tiny_needs_random_weights():
     on_cpu = run_in_venv(["bench.py", "--random-weights", "--variants", "4b-distilled"])
     assert on_cpu.returncode == 1

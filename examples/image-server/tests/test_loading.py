@@ -13,7 +13,7 @@ import pytest
 from generation import LoadedModel
 from loading import (HubAccessError, HubRefused, OptimisationPlan, apply_optimisations, check_hub_access,
                      choose_attention_backend, compile_blocker, cpu_compiler, generator_factory, plan_optimisations,
-                     warm_up)
+                     plan_steps, warm_up)
 from real_server import free_port, run_in_venv
 from seeded_pipeline import SeededPipeline, make_generator
 from settings import Settings, parse_settings
@@ -217,9 +217,8 @@ CHANNELS_LAST = "channels_last"
 
 def test_on_cuda_the_optimised_path_fuses_qkv_goes_channels_last_picks_flash_and_compiles():
     pipeline, journal = fake_pipeline()
-    inductor = SimpleNamespace()
     plan = plan_optimisations(pipeline, "cuda", compile=True, attention_backend="_native_flash")
-    applied = apply_optimisations(pipeline, plan, CHANNELS_LAST, inductor)
+    applied = apply_optimisations(pipeline, plan, CHANNELS_LAST)
     assert journal == [
         ("transformer", "fuse_qkv_projections"),
         ("vae", "fuse_qkv_projections"),
@@ -230,18 +229,28 @@ def test_on_cuda_the_optimised_path_fuses_qkv_goes_channels_last_picks_flash_and
     ]
     assert applied == ["fused QKV projections", "channels-last VAE", "attention backend _native_flash",
                        "torch.compile transformer", "torch.compile VAE decoder"]
-    assert inductor.conv_1x1_as_mm is True and inductor.epilogue_fusion is False
+
+
+def test_the_plan_cut_into_steps_applies_the_same_calls_in_the_same_order():
+    """bench.py times each step alone; together they must do exactly what the whole plan does."""
+    whole, whole_journal = fake_pipeline()
+    apply_optimisations(whole, plan_optimisations(whole, "cuda", compile=True, attention_backend="flash"), CHANNELS_LAST)
+    stepped, stepped_journal = fake_pipeline()
+    plan = plan_optimisations(stepped, "cuda", compile=True, attention_backend="flash")
+    applied = [apply_optimisations(stepped, step, CHANNELS_LAST) for step in plan_steps(plan)]
+    assert stepped_journal == whole_journal
+    assert applied == [["fused QKV projections"], ["channels-last VAE"], ["attention backend flash"],
+                       ["torch.compile transformer", "torch.compile VAE decoder"]]
+    assert plan_steps(plan_optimisations(stepped, "cpu", compile=False, attention_backend=None)) == []
 
 
 def test_no_compile_keeps_the_eager_optimisations_and_skips_torch_compile():
     pipeline, journal = fake_pipeline()
-    inductor = SimpleNamespace()
     plan = plan_optimisations(pipeline, "cuda", compile=False, attention_backend="flash")
-    apply_optimisations(pipeline, plan, CHANNELS_LAST, inductor)
+    apply_optimisations(pipeline, plan, CHANNELS_LAST)
     assert not plan.compiles
     assert ("transformer", "compile") not in journal and ("vae.decoder", "compile") not in journal
     assert ("transformer", "set_attention_backend", "flash") in journal
-    assert vars(inductor) == {}
 
 
 def test_on_the_cpu_only_torch_compile_applies():
