@@ -72,7 +72,7 @@ def test_health_goes_from_loading_the_folder_through_warm_up_to_ready(distilled,
     assert (seen[-1]["code"], seen[-1]["status"]) == (200, "ready")
     phases = [answer["phase"] for answer in seen]
     assert f"loading {pipeline_dirs['distilled']} (a local folder, as 4B distilled)" in phases[0]
-    assert seen[-1]["optimisations"] == []
+    assert seen[-1]["optimisations"] == ["prompt embedding cache"]
     log = distilled.log
     assert "warming up 1/2: 64x64" in log and "warming up 2/2: 64x64 with a reference image" in log
     assert "ready after" in log
@@ -135,10 +135,11 @@ def test_compile_runs_on_the_cpu_where_a_compiler_is_found(pipeline_dirs, log_di
         ready = server.wait_until_ready()
         assert ready["status"] == "ready", server.log
         if compiler is None:
-            assert ready["optimisations"] == []
+            assert ready["optimisations"] == ["prompt embedding cache"]
             assert "torch.compile skipped: no C++ compiler" in server.log
         else:
-            assert ready["optimisations"] == ["torch.compile transformer", "torch.compile VAE decoder"]
+            assert ready["optimisations"] == ["torch.compile transformer", "torch.compile VAE decoder",
+                                              "prompt embedding cache"]
             assert "the first run spends minutes compiling" in server.log
         small = {**FOX, "width": 64, "height": 64}
         assert decode_png(png_of(server.generate(small))).size == (64, 64)
@@ -150,7 +151,7 @@ def test_without_a_compiler_compile_is_skipped_with_the_reason_logged(pipeline_d
                  env={"CXX": "/nonexistent/c++"}) as server:
         ready = server.wait_until_ready()
         assert ready["status"] == "ready", server.log
-        assert ready["optimisations"] == []
+        assert ready["optimisations"] == ["prompt embedding cache"]
         assert ("torch.compile skipped: no C++ compiler (g++, clang++ or $CXX) was found, "
                 "and torch.compile needs one on the CPU") in server.log
         assert png_of(server.generate({**FOX, "width": 64, "height": 64}))
