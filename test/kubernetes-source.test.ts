@@ -1,6 +1,6 @@
-import { ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, KubernetesObjectApi, loadYaml, PatchStrategy, setHeaderOptions, type KubeConfig, type KubernetesObject, type V1CustomResourceDefinition } from '@kubernetes/client-node';
+import { CoreV1Api, CustomObjectsApi, KubernetesObjectApi, loadYaml, PatchStrategy, setHeaderOptions, type KubeConfig, type KubernetesObject } from '@kubernetes/client-node';
 import { expect } from 'chai';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -11,6 +11,7 @@ import type { Fleet, Run } from '../api/objects.js';
 import { parseSpecText } from '../api/parse.js';
 import { startServer, type RunningServer } from '../server/server.js';
 import { argoCdHealth } from './helpers/argocd-health.js';
+import { installCrds } from './helpers/crds.js';
 import { CLUSTER_START_TIMEOUT_MS, startKubeCluster, type KubeCluster } from './helpers/kube-apiserver.js';
 import { freePort } from './helpers/ports.js';
 import { eventually, FAST_TIMINGS, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
@@ -113,21 +114,7 @@ describe('kubernetes source controller, against a real kube-apiserver', function
   });
 
   it('installs the generated CRDs: structural schemas the API server accepts, established', async () => {
-    const extensions = cluster.kubeConfig.makeApiClient(ApiextensionsV1Api);
-    const files = readdirSync(join(ROOT, 'crds')).filter((name) => name.endsWith('.yaml'));
-    for (const file of files) {
-      // Read into the client's own model, whose fields (xKubernetesIntOrString...) it writes back out with their JSON names.
-      await extensions.createCustomResourceDefinition({ body: loadYaml<V1CustomResourceDefinition>(readFileSync(join(ROOT, 'crds', file), 'utf8')) });
-    }
-    for (const file of files) {
-      const name = file.replace(/\.yaml$/, '');
-      await eventually(async () => {
-        const crd = await extensions.readCustomResourceDefinition({ name });
-        const conditions = crd.status?.conditions ?? [];
-        expect(conditions.find((c) => c.type === 'NonStructuralSchema'), `${name} is not structural`).to.equal(undefined);
-        return conditions.some((c) => c.type === 'Established' && c.status === 'True');
-      }, 20_000, `${name} to be established`);
-    }
+    await installCrds(cluster.kubeConfig);
     const port = await freePort();
     server = await startTestServer('postgres', serverConfig(cluster.kubeconfigPathOf(SERVER_ACCOUNT), `http://localhost:${port}`), { port });
   });
