@@ -13,6 +13,7 @@ import { startServer, type RunningServer } from '../server/server.js';
 import { argoCdHealth } from './helpers/argocd-health.js';
 import { installCrds } from './helpers/crds.js';
 import { CLUSTER_START_TIMEOUT_MS, startKubeCluster, type KubeCluster } from './helpers/kube-apiserver.js';
+import { kstatusBinary, kstatusOf } from './helpers/kstatus.js';
 import { freePort } from './helpers/ports.js';
 import { eventually, FAST_TIMINGS, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
@@ -70,6 +71,7 @@ describe('kubernetes source controller, against a real kube-apiserver', function
   let cluster: KubeCluster;
   let server: TestServer;
   let objects: CustomObjectsApi;
+  let kstatus: string;
 
   const read = async (kind: string, name: string): Promise<Resource | null> => {
     try {
@@ -97,7 +99,7 @@ describe('kubernetes source controller, against a real kube-apiserver', function
 
   before(async function () {
     this.timeout(CLUSTER_START_TIMEOUT_MS);
-    cluster = await startKubeCluster([SERVER_ACCOUNT]);
+    [cluster, kstatus] = await Promise.all([startKubeCluster([SERVER_ACCOUNT]), kstatusBinary()]);
     objects = cluster.kubeConfig.makeApiClient(CustomObjectsApi);
     await cluster.kubeConfig.makeApiClient(CoreV1Api).createNamespace({ body: { metadata: { name: NAMESPACE } } });
     const manifests = KubernetesObjectApi.makeApiClient(cluster.kubeConfig);
@@ -244,6 +246,16 @@ describe('kubernetes source controller, against a real kube-apiserver', function
     const done = await statusOf('Task', 'taken', (o) => o.status?.status === 'done', 'its own run done');
     expect(condition(done, 'Stalled')).to.equal(undefined);
     expect((await run('taken')).spec.commands).to.deep.equal(['echo mine']);
+  });
+
+  it('makes a task stopped with orchestrator stop Stalled (StoppedByUser), which kstatus reads as Failed and Argo CD as Degraded', async () => {
+    await create(task('halted', { commands: ['sleep 600'] }));
+    await statusOf('Task', 'halted', (o) => o.status?.status === 'running', 'running');
+    expect((await server.api('POST', '/api/projects/main/runs/halted/stop', {})).status).to.equal(202);
+    const stopped = await statusOf('Task', 'halted', (o) => o.status?.status === 'terminated', 'terminated');
+    expect(condition(stopped, 'Stalled')).to.include({ status: 'True', reason: 'StoppedByUser' });
+    expect(kstatusOf(kstatus, [stopped])).to.deep.equal([{ status: 'Failed', message: condition(stopped, 'Stalled')!.message }]);
+    expect(argoCdHealth(stopped).status).to.equal('Degraded');
   });
 
   it('rolls a service over to a new generation, with its URL in the status, and stops it when deleted', async () => {
