@@ -104,6 +104,13 @@ const PRINTER_COLUMNS: Record<SpecType, Json[]> = {
   'dev-environment': [STATUS_COLUMN, GPU_COLUMN, INSTANCE_COLUMN, MESSAGE_COLUMN],
 };
 
+/**
+ * The status of an object no server has written to yet (the API server fills it in on every read, objects stored
+ * before this default included): generation 0 observed, so that kstatus, Flux and Argo CD read it as in progress
+ * rather than as an object without status, which kstatus counts as current.
+ */
+const UNOBSERVED_STATUS: ResourceStatus = { observedGeneration: 0, conditions: [] };
+
 function crdFor(type: SpecType): Json {
   const names = CRD_NAMES[type];
   return {
@@ -134,7 +141,7 @@ function crdFor(type: SpecType): Json {
               kind: { type: 'string' },
               metadata: { type: 'object' },
               spec: specSchema(type),
-              status: { ...toStructural(ResourceStatus as unknown as Json), description: 'Written by the orchestrator' },
+              status: { ...toStructural(ResourceStatus as unknown as Json), description: 'Written by the orchestrator', default: UNOBSERVED_STATUS },
             },
             'x-kubernetes-validations': [{
               rule: `self.metadata.name.size() <= ${MAX_NAME_LENGTH} && self.metadata.name.matches('${NAME_PATTERN}')`,

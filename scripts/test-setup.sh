@@ -1,7 +1,7 @@
 #!/bin/sh
 # Everything the test suite talks to, installed and started when missing: PostgreSQL on 127.0.0.1:5432,
 # Podman's Docker API socket with a locally built test image, the image server's Python packages, a Kubernetes
-# API server with its etcd (built once, then cached), and the
+# API server with its etcd and the kstatus checker (built once, then cached), and the
 # command-line tools the tests call (tmux is the terminal the CLI's screen is read from; git and docker-registry
 # serve repos and private images).
 set -eu
@@ -12,7 +12,7 @@ sh scripts/postgres-setup.sh
 # suites run last and wait for it (scripts/install-kubernetes.sh holds a lock while it builds).
 sh scripts/install-kubernetes.sh etcd >/dev/null
 mkdir -p "${XDG_CACHE_HOME:-$HOME/.cache}/orchestrator/kubernetes"
-nohup nice -n 19 sh scripts/install-kubernetes.sh kube-apiserver >"${XDG_CACHE_HOME:-$HOME/.cache}/orchestrator/kubernetes/build.log" 2>&1 &
+nohup nice -n 19 sh -c 'sh scripts/install-kubernetes.sh kube-apiserver && sh scripts/install-kubernetes.sh kstatus' >"${XDG_CACHE_HOME:-$HOME/.cache}/orchestrator/kubernetes/build.log" 2>&1 &
 sh scripts/podman-setup.sh >/dev/null
 sh scripts/install-image-server-deps.sh
 # Command-line tools the tests run: the OpenSSH client (ssh, scp, ssh-keygen), curl, tmux, git (its daemon

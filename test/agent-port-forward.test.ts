@@ -52,8 +52,10 @@ const server = http.createServer((req, res) => {
     return;
   }
   if (req.method === 'POST') {
-    res.writeHead(200, { 'content-type': 'application/octet-stream' });
-    req.pipe(res);
+    // Each piece of the body as it arrives, and when: one line per piece.
+    res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+    req.on('data', (piece) => res.write(JSON.stringify({ text: String(piece), receivedAt: Date.now() }) + '\\n'));
+    req.on('end', () => res.end());
     return;
   }
   res.writeHead(203, { 'content-type': 'application/json', 'x-job': 'served' });
@@ -122,18 +124,24 @@ describe('agent port forward (process runtime)', function () {
 
   it('streams a POST body to the job and its answer back', async () => {
     const chunks = ['first chunk,', 'second chunk,', 'third chunk'];
+    let lastSentAt = 0;
     const body = new ReadableStream<Uint8Array>({
       async pull(controller) {
         const next = chunks.shift();
         if (next === undefined) return controller.close();
-        await new Promise((resolve) => setTimeout(resolve, 50));
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        if (chunks.length === 0) lastSentAt = Date.now();
         controller.enqueue(new TextEncoder().encode(next));
       },
     });
     const { url, headers } = access('/upload');
     const response = await fetch(url, { method: 'POST', headers, body, duplex: 'half' } as RequestInit);
     expect(response.status).to.equal(200);
-    expect(await response.text()).to.equal('first chunk,second chunk,third chunk');
+    const received = (await response.text()).trimEnd().split('\n').map((line) => JSON.parse(line) as { text: string; receivedAt: number });
+    expect(received.map((piece) => piece.text).join('')).to.equal('first chunk,second chunk,third chunk');
+    // The job had the first chunk before the last was sent: nothing on the way held the body back until it was whole.
+    expect(received[0]!.text).to.equal('first chunk,');
+    expect(received[0]!.receivedAt).to.be.below(lastSentAt);
   });
 
   it('passes Server-Sent Events on one by one, as the job emits them', async () => {

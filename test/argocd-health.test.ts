@@ -57,8 +57,13 @@ describe('Argo CD health check (manifests/argocd/health.lua) on the status the o
       .to.deep.equal({ status: 'Degraded', message: 'InvalidSpec: spec.resources.gpu: unknown GPU model "H10"' });
   });
 
-  it('is Suspended for a run stopped on purpose', () => {
+  it('is Degraded for a run stopped on purpose, as kstatus reads it Failed: it runs again only when its spec changes', () => {
     expect(health(runStatus(context, task({ status: 'terminated', terminationReason: 'stopped_by_user', statusMessage: 'stopped' }), submitted)))
-      .to.deep.equal({ status: 'Suspended', message: 'StoppedByUser: stopped' });
+      .to.deep.equal({ status: 'Degraded', message: 'StoppedByUser: stopped' });
+  });
+
+  it('is Progressing, as kstatus reads it, for Ready False with neither Reconciling nor Stalled', () => {
+    const readyFalse = { observedGeneration: 2, conditions: [{ type: 'Ready', status: 'False', reason: 'Waiting', message: 'on something', lastTransitionTime: context.now, observedGeneration: 2 }] };
+    expect(health(readyFalse)).to.deep.equal({ status: 'Progressing', message: 'Waiting: on something' });
   });
 });

@@ -1,8 +1,10 @@
 import { expect } from 'chai';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { createServer, request as httpRequest } from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { Fleet, Instance, Run } from '../api/objects.js';
@@ -63,6 +65,38 @@ function printedKey(output: string): string {
   return key;
 }
 
+interface RecordingProxy {
+  /** The proxy's gpucloud API URL, to give the server in place of the emulator's. */
+  url: string;
+  /** Each request the server made through it, with the emulator's answer. */
+  requests: { method: string; path: string; status: number }[];
+  close(): Promise<void>;
+}
+
+/** An HTTP proxy to the emulator on `port` (which keeps working across the emulator's restarts on that port), recording what the server asks. */
+async function recordingProxy(port: number): Promise<RecordingProxy> {
+  const requests: RecordingProxy['requests'] = [];
+  const proxy = createServer((request, response) => {
+    const forwarded = httpRequest({ host: '127.0.0.1', port, method: request.method, path: request.url, headers: request.headers }, (answer) => {
+      requests.push({ method: request.method!, path: request.url!, status: answer.statusCode! });
+      response.writeHead(answer.statusCode!, answer.headers);
+      answer.pipe(response);
+    });
+    forwarded.on('error', () => response.destroy());
+    request.pipe(forwarded);
+  });
+  proxy.listen(0, '127.0.0.1');
+  await once(proxy, 'listening');
+  return {
+    url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}/v1`,
+    requests,
+    close: () => {
+      proxy.closeAllConnections();
+      return new Promise((resolve) => proxy.close(() => resolve()));
+    },
+  };
+}
+
 async function emulatorState(url: string, key: string): Promise<{ instances: { id: string; status: string; agent_pid: number | null }[] }> {
   const response = await fetch(`${url}/_emulator/state`, { headers: { authorization: `Bearer ${key}` } });
   return response.json() as Promise<{ instances: { id: string; status: string; agent_pid: number | null }[] }>;
@@ -73,13 +107,14 @@ for (const kind of ONE_DATABASE) {
     this.timeout(120_000);
     let emulator: EmulatorProcess | null = null;
     let server: TestServer | null = null;
+    let proxy: RecordingProxy | null = null;
     let home: ReturnType<typeof makeHome>;
     let dir: string;
     const cli = (args: string[]) => runCli(args, { home: home.home, cwd: REPO, env: { COLUMNS: '250' } });
     const run = async (name: string) => (JSON.parse((await cli(['ps', '-a', '--json'])).stdout) as Run[]).find((r) => r.name === name);
     const instances = async (all = false) => (await server!.api('GET', `/api/projects/main/instances${all ? '?all=true' : ''}`)).body as Instance[];
-    const startServer = async (key: string) => {
-      server = await startTestServer(kind, gpucloudConfig(emulator!.url, key));
+    const startServer = async (key: string, apiUrl = emulator!.url) => {
+      server = await startTestServer(kind, gpucloudConfig(apiUrl, key));
       await addProject(home.home, server.url);
     };
     const runSleeper = async () => {
@@ -98,6 +133,8 @@ for (const kind of ONE_DATABASE) {
       this.timeout(60_000);
       await server?.stop();
       server = null;
+      await proxy?.close();
+      proxy = null;
       await emulator?.stop();
       emulator = null;
       home.remove();
@@ -167,7 +204,8 @@ for (const kind of ONE_DATABASE) {
 
     it('shows an instance it cannot terminate because the key is refused in fleet and in one event, and names it in the queue reason', async () => {
       emulator = await startEmulatorCli(['--port', '0', '--api-key', 'gc_the-first-key']);
-      await startServer('gc_the-first-key');
+      proxy = await recordingProxy(emulator.port);
+      await startServer('gc_the-first-key', proxy.url);
       expect((await cli(['apply', '-f', join(dir, 'one.yml'), '-y'])).code).to.equal(0);
       await runSleeper();
       const [instance] = await instances();
@@ -185,8 +223,11 @@ for (const kind of ONE_DATABASE) {
       expect(submitted.code, show(submitted)).to.equal(0);
       await eventually(async () => (await run('hello'))?.statusMessage === 'waiting: fleet one is at its maximum of 1 node: 1 terminating', 10_000, 'the queue reason');
 
-      // Long enough for at least one more refused attempt.
-      await new Promise((r) => setTimeout(r, 6000));
+      // The server keeps trying (the key may be fixed), so a second terminate is refused too; it is not told again.
+      const refusedTerminates = () => proxy!.requests.filter((r) => r.method === 'DELETE' && r.path.startsWith('/v1/instances/') && r.status === 401).length;
+      await eventually(async () => refusedTerminates() >= 2, 20_000, 'a second terminate attempt, refused');
+      // An event for it would be written straight after the answer.
+      await new Promise((r) => setTimeout(r, 1000));
       const events = await cli(['events', '--object', instance!.name]);
       expect(events.code, show(events)).to.equal(0);
       const refusals = events.stdout.split('\n').filter((line) => line.includes(refusal));

@@ -1,6 +1,6 @@
-import { ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, KubernetesObjectApi, loadYaml, PatchStrategy, setHeaderOptions, type KubeConfig, type KubernetesObject, type V1CustomResourceDefinition } from '@kubernetes/client-node';
+import { CoreV1Api, CustomObjectsApi, KubernetesObjectApi, loadYaml, PatchStrategy, setHeaderOptions, type KubeConfig, type KubernetesObject } from '@kubernetes/client-node';
 import { expect } from 'chai';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -11,7 +11,9 @@ import type { Fleet, Run } from '../api/objects.js';
 import { parseSpecText } from '../api/parse.js';
 import { startServer, type RunningServer } from '../server/server.js';
 import { argoCdHealth } from './helpers/argocd-health.js';
+import { installCrds } from './helpers/crds.js';
 import { CLUSTER_START_TIMEOUT_MS, startKubeCluster, type KubeCluster } from './helpers/kube-apiserver.js';
+import { kstatusBinary, kstatusOf } from './helpers/kstatus.js';
 import { freePort } from './helpers/ports.js';
 import { eventually, FAST_TIMINGS, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
@@ -69,6 +71,7 @@ describe('kubernetes source controller, against a real kube-apiserver', function
   let cluster: KubeCluster;
   let server: TestServer;
   let objects: CustomObjectsApi;
+  let kstatus: string;
 
   const read = async (kind: string, name: string): Promise<Resource | null> => {
     try {
@@ -96,7 +99,7 @@ describe('kubernetes source controller, against a real kube-apiserver', function
 
   before(async function () {
     this.timeout(CLUSTER_START_TIMEOUT_MS);
-    cluster = await startKubeCluster([SERVER_ACCOUNT]);
+    [cluster, kstatus] = await Promise.all([startKubeCluster([SERVER_ACCOUNT]), kstatusBinary()]);
     objects = cluster.kubeConfig.makeApiClient(CustomObjectsApi);
     await cluster.kubeConfig.makeApiClient(CoreV1Api).createNamespace({ body: { metadata: { name: NAMESPACE } } });
     const manifests = KubernetesObjectApi.makeApiClient(cluster.kubeConfig);
@@ -113,21 +116,7 @@ describe('kubernetes source controller, against a real kube-apiserver', function
   });
 
   it('installs the generated CRDs: structural schemas the API server accepts, established', async () => {
-    const extensions = cluster.kubeConfig.makeApiClient(ApiextensionsV1Api);
-    const files = readdirSync(join(ROOT, 'crds')).filter((name) => name.endsWith('.yaml'));
-    for (const file of files) {
-      // Read into the client's own model, whose fields (xKubernetesIntOrString...) it writes back out with their JSON names.
-      await extensions.createCustomResourceDefinition({ body: loadYaml<V1CustomResourceDefinition>(readFileSync(join(ROOT, 'crds', file), 'utf8')) });
-    }
-    for (const file of files) {
-      const name = file.replace(/\.yaml$/, '');
-      await eventually(async () => {
-        const crd = await extensions.readCustomResourceDefinition({ name });
-        const conditions = crd.status?.conditions ?? [];
-        expect(conditions.find((c) => c.type === 'NonStructuralSchema'), `${name} is not structural`).to.equal(undefined);
-        return conditions.some((c) => c.type === 'Established' && c.status === 'True');
-      }, 20_000, `${name} to be established`);
-    }
+    await installCrds(cluster.kubeConfig);
     const port = await freePort();
     server = await startTestServer('postgres', serverConfig(cluster.kubeconfigPathOf(SERVER_ACCOUNT), `http://localhost:${port}`), { port });
   });
@@ -257,6 +246,16 @@ describe('kubernetes source controller, against a real kube-apiserver', function
     const done = await statusOf('Task', 'taken', (o) => o.status?.status === 'done', 'its own run done');
     expect(condition(done, 'Stalled')).to.equal(undefined);
     expect((await run('taken')).spec.commands).to.deep.equal(['echo mine']);
+  });
+
+  it('makes a task stopped with orchestrator stop Stalled (StoppedByUser), which kstatus reads as Failed and Argo CD as Degraded', async () => {
+    await create(task('halted', { commands: ['sleep 600'] }));
+    await statusOf('Task', 'halted', (o) => o.status?.status === 'running', 'running');
+    expect((await server.api('POST', '/api/projects/main/runs/halted/stop', {})).status).to.equal(202);
+    const stopped = await statusOf('Task', 'halted', (o) => o.status?.status === 'terminated', 'terminated');
+    expect(condition(stopped, 'Stalled')).to.include({ status: 'True', reason: 'StoppedByUser' });
+    expect(kstatusOf(kstatus, [stopped])).to.deep.equal([{ status: 'Failed', message: condition(stopped, 'Stalled')!.message }]);
+    expect(argoCdHealth(stopped).status).to.equal('Degraded');
   });
 
   it('rolls a service over to a new generation, with its URL in the status, and stops it when deleted', async () => {

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import { AgentClient } from '../agent/client.js';
+import type { Instance } from '../api/objects.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 import { applyItems, echoLlm, projectEvents, readyReplicas, runView, SERVICE_FLEET } from './helpers/services.js';
@@ -58,15 +59,23 @@ for (const kind of DATABASE_KINDS) {
       expect(kept).to.have.length(2);
 
       await applyItems(server.url, server.adminToken, echoLlm({ replicas: 3, scaling: undefined, env: { MODEL: 'echo', TOKEN_DELAY_MS: '5' } }));
-      let minimumReady = 3;
       const rolled = await eventually(async () => {
         const run = await runView(server.url, server.adminToken);
-        minimumReady = Math.min(minimumReady, readyReplicas(run).length);
         const ready = run.service!.replicas.filter((r) => r.state === 'ready');
         return ready.length === 3 && ready.every((r) => r.generation === 2) && run.service!.replicas.length === 3 ? run : null;
       }, 90_000, 'generation 2 everywhere');
       expect(rolled.generation).to.equal(2);
-      expect(minimumReady, 'ready replicas during the update').to.be.at.least(3);
+      // The order the replicas' own timestamps tell: a new replica is added once the one before it is ready and an old
+      // one has left the rotation for it, and an old one leaves only once a new one is ready, so 3 serve throughout.
+      const replicas = await server.db.query(`SELECT generation, submitted_at, ready_at, draining_since FROM runs WHERE service_id IS NOT NULL ORDER BY submitted_at`);
+      const added = replicas.filter((r) => r.generation === 2);
+      const replaced = replicas.filter((r) => r.generation === 1 && r.draining_since).sort((a, b) => a.draining_since - b.draining_since);
+      expect([added.length, replaced.length]).to.deep.equal([3, 3]);
+      const steps: [string, Date][] = added.flatMap((replica, i) => [
+        [`new replica ${i + 1} added`, replica.submitted_at], [`new replica ${i + 1} ready`, replica.ready_at], [`old replica ${i + 1} draining`, replaced[i].draining_since],
+      ]);
+      const happened = [...steps].sort((a, b) => new Date(a[1]).getTime() - new Date(b[1]).getTime());
+      expect(happened.map(([step]) => step)).to.deep.equal(steps.map(([step]) => step));
     });
 
     it('ends a service whose replicas never become ready with the reason', async () => {
@@ -86,15 +95,21 @@ for (const kind of DATABASE_KINDS) {
 
     it('drains and stops every replica on stop, and gives the instances back', async () => {
       await applyItems(server.url, server.adminToken, { spec: SERVICE_FLEET }, echoLlm({ replicas: 2, scaling: undefined }));
-      await eventually(async () => readyReplicas(await runView(server.url, server.adminToken)).length === 2, 60_000, 'two ready replicas');
+      const serving = await eventually(async () => {
+        const run = await runView(server.url, server.adminToken);
+        return readyReplicas(run).length === 2 ? run : null;
+      }, 60_000, 'two ready replicas');
+      const used = serving.service!.replicas.map((r) => r.instance!).sort();
       expect((await server.api('POST', '/api/projects/main/runs/echo-llm/stop', {})).status).to.equal(202);
       const stopped = await eventually(async () => {
         const run = await runView(server.url, server.adminToken);
         return run.status === 'terminated' ? run : null;
       }, 30_000, 'the service to stop');
       expect(stopped.terminationReason).to.equal('stopped_by_user');
-      const instances = await server.db.query(`SELECT status, run_id FROM instances WHERE status <> 'terminated'`);
-      expect(instances.every((i) => i.status === 'idle' && i.run_id === null)).to.equal(true);
+      // The replicas' two instances stay in the fleet (idle_duration 10m), free for the next run.
+      const instances: Instance[] = (await server.api('GET', '/api/projects/main/instances')).body;
+      const after = instances.filter((i) => used.includes(i.name)).map((i) => [i.name, i.status, i.run]).sort();
+      expect(after).to.deep.equal(used.map((name) => [name, 'idle', null]));
     });
   });
 }

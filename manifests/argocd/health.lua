@@ -1,5 +1,6 @@
 -- Argo CD health of the orchestrator.dev kinds (Fleet, Task, Service, DevEnvironment), read from the conditions
--- the orchestrator writes: kstatus's Reconciling and Stalled, and Ready.
+-- the orchestrator writes as kstatus reads them (so Flux and Argo CD agree): Stalled is Degraded (kstatus's Failed),
+-- Reconciling, an unobserved generation or Ready=False is Progressing (InProgress), and Ready=True is Healthy (Current).
 local health = {}
 local generation = obj.metadata.generation
 if obj.status == nil or obj.status.observedGeneration == nil
@@ -25,8 +26,7 @@ elseif conditions.Ready ~= nil and conditions.Ready.status == "True" then
   health.status = "Healthy"
   health.message = said(conditions.Ready)
 elseif conditions.Ready ~= nil then
-  -- Stopped or terminated on purpose: neither on its way nor failed.
-  health.status = "Suspended"
+  health.status = "Progressing"
   health.message = said(conditions.Ready)
 else
   health.status = "Progressing"

@@ -87,9 +87,9 @@ function runStated(run: Run): Stated {
     case 'done':
       return { ready: { status: true, reason: 'Succeeded', message } };
     case 'failed':
-      return { ready: { status: false, reason, message }, stalled: { reason, message } };
     case 'terminated':
-      return { ready: { status: false, reason, message } };
+      // Ended without succeeding, stopped on purpose or not: nothing runs it again until its spec changes.
+      return { ready: { status: false, reason, message }, stalled: { reason, message } };
   }
 }
 
@@ -106,7 +106,7 @@ export function runStatus(context: StatusContext, run: Run, submittedAt: Date): 
   });
 }
 
-/** A fleet's status: Ready while active, Reconciling while instances start or it terminates. */
+/** A fleet's status: Ready while active, Reconciling while instances start or it terminates, Stalled once it has ended. */
 export function fleetStatus(context: StatusContext, fleet: Fleet): ResourceStatus {
   const live = fleet.instances.filter((instance) => instance.status !== 'terminated');
   const starting = live.filter((instance) => instance.status === 'pending' || instance.status === 'provisioning').length;
@@ -118,7 +118,7 @@ export function fleetStatus(context: StatusContext, fleet: Fleet): ResourceStatu
     case 'terminating':
       return statusOf(context, { ready: { status: false, reason: 'Terminating', message }, reconciling: { reason: 'Terminating', message } }, fields);
     case 'terminated':
-      return statusOf(context, { ready: { status: false, reason: 'Terminated', message } }, fields);
+      return statusOf(context, { ready: { status: false, reason: 'Terminated', message }, stalled: { reason: 'Terminated', message } }, fields);
     case 'failed':
       return statusOf(context, { ready: { status: false, reason: 'Failed', message }, stalled: { reason: 'Failed', message } }, fields);
   }
