@@ -104,7 +104,8 @@ export const ServiceStats = Type.Object({
   errorRate: Type.Number(),
   p50Ms: Type.Union([Type.Number(), Type.Null()]),
   p99Ms: Type.Union([Type.Number(), Type.Null()]),
-  inflight: Type.Integer(),
+  inflight: Type.Integer({ description: 'The most requests in flight at once during the window, held ones included' }),
+  inflightNow: Type.Integer({ description: 'Requests in flight now (during this second or the one before), held ones included' }),
   readyReplicas: Type.Integer(),
   desiredReplicas: Type.Integer(),
 });

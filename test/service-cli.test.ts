@@ -95,13 +95,14 @@ for (const kind of DATABASE_KINDS) {
       expect(applied.code, show(applied)).to.equal(0);
       expect(applied.stdout).to.equal('svc\n');
       const run = (await server.api('GET', '/api/projects/main/runs/svc')).body as Run;
-      const now = thisSecond();
+      // Seconds of a while ago: nothing is in flight now.
+      const recently = thisSecond() - 10_000;
       await recordServiceSeconds(server.db, 'gateway-a', [
-        { runId: run.id, second: new Date(now), requests: 20, errors: 3, inflight: 3, latency: latencies(17, 3) },
-        { runId: run.id, second: new Date(now - 120_000), requests: 600, errors: 0, inflight: 9, latency: latencies(600, 0) },
+        { runId: run.id, second: new Date(recently), requests: 20, errors: 3, inflight: 3, latency: latencies(17, 3) },
+        { runId: run.id, second: new Date(recently - 120_000), requests: 600, errors: 0, inflight: 9, latency: latencies(600, 0) },
       ]);
       // A second gateway process: its counts add up with the first's.
-      await recordServiceSeconds(server.db, 'gateway-b', [{ runId: run.id, second: new Date(now), requests: 10, errors: 0, inflight: 1, latency: latencies(10, 0) }]);
+      await recordServiceSeconds(server.db, 'gateway-b', [{ runId: run.id, second: new Date(recently), requests: 10, errors: 0, inflight: 1, latency: latencies(10, 0) }]);
     });
     after(async function () {
       this.timeout(60_000);
@@ -113,10 +114,19 @@ for (const kind of DATABASE_KINDS) {
       expect(status, JSON.stringify(body)).to.equal(200);
       expect(body).to.deep.equal({
         run: 'svc', windowSeconds: 300, requests: 630, requestsPerSecond: 2.1, errors: 3, errorRate: 3 / 630,
-        p50Ms: 10, p99Ms: 10, inflight: 9, readyReplicas: 0, desiredReplicas: 0,
+        p50Ms: 10, p99Ms: 10, inflight: 9, inflightNow: 0, readyReplicas: 0, desiredReplicas: 0,
       });
       const lastMinute = await stats('?window=60');
-      expect(lastMinute.body).to.include({ windowSeconds: 60, requests: 30, requestsPerSecond: 0.5, errors: 3, errorRate: 0.1, p50Ms: 10, p99Ms: 500, inflight: 4 });
+      expect(lastMinute.body).to.include({ windowSeconds: 60, requests: 30, requestsPerSecond: 0.5, errors: 3, errorRate: 0.1, p50Ms: 10, p99Ms: 500, inflight: 4, inflightNow: 0 });
+    });
+
+    it('counts the requests in flight now apart from the most in flight during the window', async () => {
+      const run = (await server.api('GET', '/api/projects/main/runs/svc')).body as Run;
+      // A second in which two requests stayed in flight and none arrived, as the gateway writes it.
+      await recordServiceSeconds(server.db, 'gateway-c', [{ runId: run.id, second: new Date(thisSecond()), requests: 0, errors: 0, inflight: 2, latency: latencies(0, 0) }]);
+      const { body } = await stats();
+      expect(body).to.include({ requests: 630, inflight: 9, inflightNow: 2 });
+      await server.db.query(`DELETE FROM service_stats WHERE source = 'gateway-c'`);
     });
 
     it('refuses a window outside 10 s to an hour, a run that is not a service, an unknown run and a non-member', async () => {
@@ -141,8 +151,8 @@ for (const kind of DATABASE_KINDS) {
       const table = await cli(['service', 'stats', 'svc']);
       expect(table.code, show(table)).to.equal(0);
       const [header, row] = table.stdout.split('\n');
-      expect(header).to.match(/^RUN\s+WINDOW\s+REQUESTS\s+REQ\/S\s+P50\s+P99\s+ERRORS\s+IN FLIGHT\s+REPLICAS$/);
-      expect(row).to.match(/^svc\s+5m\s+630\s+2\.1\s+10ms\s+10ms\s+0\.5% \(3\)\s+9\s+0\/0 ready$/);
+      expect(header).to.match(/^RUN\s+WINDOW\s+REQUESTS\s+REQ\/S\s+P50\s+P99\s+ERRORS\s+IN FLIGHT \(PEAK\)\s+REPLICAS$/);
+      expect(row, 'an idle service has nothing in flight').to.match(/^svc\s+5m\s+630\s+2\.1\s+10ms\s+10ms\s+0\.5% \(3\)\s+0 \(9\)\s+0\/0 ready$/);
 
       const json = await cli(['service', 'stats', 'svc', '--window', '1m', '--json']);
       expect(json.code, show(json)).to.equal(0);
