@@ -103,7 +103,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const listening = http.address() as AddressInfo;
   const reachable = ['0.0.0.0', '::'].includes(listening.address) ? '127.0.0.1' : listening.family === 'IPv6' ? `[${listening.address}]` : listening.address;
   const manager = new ControllerManager(db, owner, [
-    new Scheduler(db, pool, logger),
+    new Scheduler(db, pool),
     new RunController(db, owner, logger, 'start', logLimit, secrets),
     new RunController(db, owner, logger, 'watch', logLimit, secrets),
     new InstanceController(db, owner, logger, pool, timings),

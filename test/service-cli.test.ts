@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import OpenAI from 'openai';
 import WebSocket from 'ws';
+import type { AgentMetrics } from '../api/agent.js';
 import type { Run } from '../api/objects.js';
 import type { Replica, ServiceStats } from '../api/services.js';
 import { psRows } from '../cli/commands/ps.js';
@@ -29,7 +30,7 @@ function serviceRun(replicas: Replica[]): Run {
     terminationReason: null, priority: 0, generation: 2, attempt: 1, spec: { type: 'service', name: 'echo-llm', port: 8000 }, fleet: null, instance: null,
     gpu: null, pricePerHour: null, exitCode: null, queuePosition: null, submittedAt: new Date(Date.now() - 65_000).toISOString(),
     startedAt: null, finishedAt: null, inactivityStopAt: null,
-    service: { desiredReplicas: 3, replicas, path: '/proxy/services/main/echo-llm/', model: 'echo', modelPath: '/proxy/models/main/', gatewayUrl: null, gatewayModelUrl: null },
+    service: { desiredReplicas: 3, replicas, path: '/proxy/services/main/echo-llm/', model: 'echo', modelPath: '/proxy/models/main/v1/', gatewayUrl: null, gatewayModelUrl: null },
     ssh: null,
   };
 }
@@ -67,7 +68,7 @@ describe('how the CLI shows a service', () => {
     ]);
     expect(serviceAddresses('http://127.0.0.1:3000', serviceRun(replicas).service!)).to.equal([
       'Service:  http://127.0.0.1:3000/proxy/services/main/echo-llm/',
-      'Model:    http://127.0.0.1:3000/proxy/models/main/   (model: echo, OpenAI-compatible)',
+      'Model:    http://127.0.0.1:3000/proxy/models/main/v1/   (model: echo, OpenAI-compatible)',
       '',
     ].join('\n'));
     const withoutModel = { ...serviceRun(replicas).service!, model: null, modelPath: null };
@@ -225,7 +226,7 @@ describe('orchestrator apply of a service on the local backend', function () {
     expect(result.stderr).to.match(/^replica 0: ready on local-0$/m);
     expect(result.stdout).to.equal([
       `Service:  ${server.url}/proxy/services/main/echo-llm/`,
-      `Model:    ${server.url}/proxy/models/main/   (model: echo, OpenAI-compatible)`,
+      `Model:    ${server.url}/proxy/models/main/v1/   (model: echo, OpenAI-compatible)`,
       '',
     ].join('\n'));
 
@@ -248,6 +249,24 @@ describe('orchestrator apply of a service on the local backend', function () {
     expect(stats.p50Ms).to.be.a('number');
   });
 
+  it('metrics shows the use of each running replica of the service, or of the one asked for', async () => {
+    const every = await cli(['metrics', 'echo-llm']);
+    expect(every.code, show(every)).to.equal(0);
+    expect(every.stdout).to.match(/^replica 0 \(ready, on local-0\)\nCPU\s+MEMORY\n\d+%\s+\S+ \/ \S+\n/);
+    const listed = JSON.parse((await cli(['metrics', 'echo-llm', '--json'])).stdout) as Array<{ replica: number; metrics: AgentMetrics }>;
+    expect(listed.map((part) => part.replica)).to.deep.equal([0]);
+    expect(listed[0]!.metrics.memoryTotalMib).to.be.greaterThan(0);
+    const one = await cli(['metrics', 'echo-llm', '--replica', '0', '--json']);
+    expect(one.code, show(one)).to.equal(0);
+    expect((JSON.parse(one.stdout) as AgentMetrics).memoryTotalMib).to.be.greaterThan(0);
+    const missing = await cli(['metrics', 'echo-llm', '--replica', '5']);
+    expect(missing.code).to.equal(1);
+    expect(missing.stderr).to.equal('error: service echo-llm has no replica 5\n');
+    const unpicked = await server.api('GET', '/api/projects/main/runs/echo-llm/metrics');
+    expect(unpicked.status).to.equal(409);
+    expect(unpicked.body.error).to.deep.include({ code: 'replica_needed', message: 'run echo-llm is a service: metrics are each replica\'s; ask for one with replica=N (running: 0)' });
+  });
+
   it('answers a member\'s curl and the official openai client, whole and streamed token by token', async () => {
     const created = await cli(['user', 'create', 'alice', '--json']);
     expect(created.code, show(created)).to.equal(0);
@@ -261,7 +280,8 @@ describe('orchestrator apply of a service on the local backend', function () {
       '-d', body, `${server.url}/proxy/services/main/echo-llm/v1/chat/completions`]);
     expect(JSON.parse(curl.stdout).choices[0].message.content).to.equal('echo: hello there');
 
-    const openai = new OpenAI({ baseURL: `${server.url}/proxy/models/main/`, apiKey: token });
+    // The base URL apply prints on its Model: line.
+    const openai = new OpenAI({ baseURL: `${server.url}/proxy/models/main/v1/`, apiKey: token });
     const whole = await openai.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'one two three' }] });
     expect(whole.choices[0]!.message.content).to.equal('echo: one two three');
     const pieces: string[] = [];
@@ -271,6 +291,11 @@ describe('orchestrator apply of a service on the local backend', function () {
     }
     expect(pieces.length).to.be.greaterThan(2);
     expect(pieces.join('')).to.equal('echo: one two three');
+
+    const root = await fetch(`${server.url}/proxy/models/main/`, { headers: { authorization: `Bearer ${token}` } });
+    expect(root.status).to.equal(404);
+    expect((await root.json() as { error: { message: string } }).error.message)
+      .to.equal('name a route after the model endpoint\'s base: it serves v1/models, v1/chat/completions, v1/completions and v1/embeddings');
   });
 
   it('publishes the WebSocket echo service and carries messages both ways', async () => {
