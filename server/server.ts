@@ -19,6 +19,7 @@ import type { Db } from '../store/db.js';
 import { openDatabase } from '../store/open.js';
 import { newToken, upsertProject, upsertUser } from '../store/projects.js';
 import { SecretBox } from '../store/secrets.js';
+import { EventLog } from './event-log.js';
 import { createApp } from './app.js';
 import { KubernetesSource } from './kubernetes/source-controller.js';
 import { kubernetesSourceOptions } from './kubernetes/start.js';
@@ -119,6 +120,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   // Custom resources mirror the database; a look every five controller loops is the safety net under watches and NOTIFYs.
   const kubernetes = kubernetesOptions ? new KubernetesSource(db, logger, { ...kubernetesOptions, resyncMs: 5 * (options.controllerIntervalMs ?? 1000) }) : null;
   await kubernetes?.start();
+  const eventLog = new EventLog(db, logger);
+  await eventLog.start();
   const address = http.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   logger.info(`serving on http://${host}:${address.port} (${db.driver} database, controllers as ${owner})`);
@@ -130,6 +133,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     db,
     close: async () => {
       ssh.close();
+      await eventLog.stop();
       await kubernetes?.stop();
       await gateway.close();
       http.closeAllConnections();

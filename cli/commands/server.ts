@@ -9,6 +9,7 @@ export function registerServer(cli: CAC): void {
     .action(async (options: { host: string; port: number }) => {
       const { StartupError } = await import('../../server/config.js');
       const { startServer } = await import('../../server/server.js');
+      const { shutdownNote } = await import('../../server/shutdown-note.js');
       let server;
       try {
         server = await startServer({ host: options.host, port: portFlag(options.port) });
@@ -28,7 +29,10 @@ export function registerServer(cli: CAC): void {
         '',
       ].join('\n'));
       const shutdown = () => {
-        void server.close().finally(() => process.exit(0));
+        void shutdownNote(server.db)
+          .then((note) => process.stderr.write(`${note}\n`), () => undefined)
+          .then(() => server.close())
+          .finally(() => process.exit(0));
       };
       process.once('SIGINT', shutdown);
       process.once('SIGTERM', shutdown);
