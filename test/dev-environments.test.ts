@@ -1,25 +1,14 @@
 import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import type { Run } from '../api/objects.js';
 import { endCliSuite, makeHome, runCli, show, startCli, startLocalCliSuite } from './helpers/cli.js';
 import { freePort } from './helpers/ports.js';
+import { processesWith } from './helpers/processes.js';
 import { eventually, type TestServer } from './helpers/server.js';
-
-/** Live processes (not zombies) of this user whose environment holds `entry`. */
-function processesWith(entry: string): number[] {
-  return readdirSync('/proc').filter((name) => /^\d+$/.test(name)).map(Number).filter((pid) => {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      return stat[stat.lastIndexOf(')') + 2] !== 'Z' && readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes(entry);
-    } catch {
-      return false;
-    }
-  });
-}
 
 describe('dev environments through the CLI (pglite)', function () {
   this.timeout(120_000);

@@ -78,6 +78,22 @@ describe('multi-node tasks through the CLI on the gpucloud emulator (pglite)', f
     expect(followed.stdout).to.equal(logs.stdout);
   });
 
+  it('metrics shows each running node\'s use, or the node asked for', async () => {
+    await suite.apply('busy', task('busy', 2, 'L4', ['sleep 300']));
+    await suite.waitFor('busy', (r) => r.nodes?.every((node) => node.status === 'running') === true, 'both nodes to run');
+    const every = await suite.cli(['metrics', 'busy']);
+    expect(every.code, show(every)).to.equal(0);
+    expect(every.stdout).to.match(/^node 0 \(on \S+\)\nCPU\s+MEMORY\n/);
+    expect(every.stdout).to.match(/^node 1 \(on \S+\)\nCPU\s+MEMORY\n/m);
+    expect(every.stdout).to.match(/^0\s+L4\s+\d+%/m);
+    const one = await suite.cli(['metrics', 'busy', '--node', '1', '--json']);
+    expect((JSON.parse(one.stdout) as { gpus: { name: string }[] }).gpus.map((gpu) => gpu.name)).to.deep.equal(['L4']);
+    const unpicked = await suite.server.api('GET', '/api/projects/main/runs/busy/metrics');
+    expect(unpicked.status).to.equal(409);
+    expect(unpicked.body.error).to.deep.include({ code: 'node_needed', message: 'run busy is a task of 2 nodes: metrics are each node\'s; ask for one with node=N (running: 0, 1)' });
+    expect((await suite.cli(['stop', 'busy'])).code).to.equal(0);
+  });
+
   it('fails the run when one node fails, stops the other, and gives every instance back', async () => {
     const file = join(suite.work, 'broken.yml');
     writeFileSync(file, task('broken', 2, 'L4', ['if [ "$ORCHESTRATOR_NODE_RANK" = 1 ]; then echo giving up; exit 3; fi; echo waiting; sleep 300']));
