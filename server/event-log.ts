@@ -12,7 +12,7 @@ const GAP_WAIT_MS = 10_000;
 
 /**
  * Writes every event, of every project, to the server's log as it is recorded: runs submitted, started and
- * ended, instances created and terminated, failures. Events others servers on the same database record
+ * ended, instances created and terminated, failures. Events that other servers on the same database record
  * are written too: each terminal tells the whole story.
  */
 export class EventLog {
