@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { DEFAULT_SHELL } from '../api/run-container.js';
 import { prepareJobDirectory } from './job-files.js';
 import { linkProcessVolumes, placeProcessRepos } from './job-inputs.js';
+import { JOB_MARKER_VARIABLE, killMarked, newJobMarker, signalMarked } from './marked-processes.js';
 import { OutputOrder } from './output-order.js';
 import {
   JobStartError, jobCommandLine, jobEnvironment, signalExitCode,
@@ -27,12 +28,14 @@ export interface ProcessJobPlace {
 
 /**
  * Runs each job in its shell (`sh -c`), or through its entrypoint, on this machine, in its own process
- * group so that a stop reaches every process the job started. For the local backend and for machines
- * without a container engine.
+ * group, its processes marked by a variable of their environment, so that a stop reaches every process
+ * the job or an SSH session into it started, even one that left the group. For the local backend and
+ * for machines without a container engine.
  */
 export class ProcessRuntime implements JobRuntime {
   readonly kind = 'process' as const;
-  private readonly running = new Set<ChildProcess>();
+  /** Each running job's shell, with the job's marker. */
+  private readonly running = new Map<ChildProcess, string>();
   private readonly places = new Map<string, ProcessJobPlace>();
 
   async start(context: JobContext): Promise<JobExecution> {
@@ -59,7 +62,8 @@ export class ProcessRuntime implements JobRuntime {
     if (context.cancelled()) throw new JobStartError('stopped before it started');
 
     const inherited = Object.entries(process.env).filter(([name]) => !name.startsWith(PRIVATE_PREFIX));
-    const env: NodeJS.ProcessEnv = { ...Object.fromEntries(inherited), ...jobEnvironment(submission) };
+    const marker = newJobMarker();
+    const env: NodeJS.ProcessEnv = { ...Object.fromEntries(inherited), ...jobEnvironment(submission), [JOB_MARKER_VARIABLE]: marker };
     // A job with nothing to run (an image's own command, which needs a container) ends at once.
     const [program, ...args] = jobCommandLine(submission) ?? [DEFAULT_SHELL, '-c', ''];
     const child = spawn(program!, args, {
@@ -74,31 +78,36 @@ export class ProcessRuntime implements JobRuntime {
       child.once('error', (error) => rejectSpawn(new JobStartError(`could not start ${program}: ${error.message}`)));
     });
     const startedAt = new Date().toISOString();
-    this.running.add(child);
+    this.running.set(child, marker);
     this.places.set(submission.jobId, { workingDir, env });
 
-    const exited = new Promise<JobExit>((resolveExit) => {
-      // The job ends with its shell, like a container ends with its first process: whatever it
-      // left behind in its group is killed, which also closes the pipes so 'close' can fire. A
-      // process that left the group (setsid) may hold the pipes open: they are cut after a while.
+    // The job ends with its shell, like a container ends with its first process: whatever it left
+    // behind is killed, in its group and out of it (found by its marker), which also closes the pipes
+    // so 'close' can fire. A process that shed the marker as well may hold the pipes open: they are
+    // cut after a while.
+    const swept = new Promise<void>((sweepDone) => {
       child.once('exit', () => {
         killGroup(child, 'SIGKILL');
         const cut = setTimeout(() => closePipes(child), PIPE_DRAIN_MS);
         child.once('close', () => clearTimeout(cut));
+        void killMarked(marker).finally(sweepDone);
       });
+    });
+    const exited = new Promise<JobExit>((resolveExit) => {
       child.once('close', (code, signal) => {
         output.flush();
         this.running.delete(child);
-        resolveExit({
-          exitCode: code ?? (signal ? signalExitCode(signal) : null),
-          finishedAt: new Date().toISOString(),
-        });
+        const finishedAt = new Date().toISOString();
+        void swept.then(() => resolveExit({ exitCode: code ?? (signal ? signalExitCode(signal) : null), finishedAt }));
       });
     });
     return {
       startedAt,
       exited,
-      kill: async (signal: StopSignal) => killGroup(child, signal),
+      kill: async (signal: StopSignal) => {
+        killGroup(child, signal);
+        await signalMarked(marker, signal);
+      },
     };
   }
 
@@ -116,12 +125,15 @@ export class ProcessRuntime implements JobRuntime {
   }
 
   async shutdown(): Promise<void> {
-    const exits = [...this.running].map((child) => new Promise((done) => {
-      child.once('close', done);
-      killGroup(child, 'SIGKILL');
-      if (child.exitCode !== null || child.signalCode !== null) closePipes(child);
-      else child.once('exit', () => closePipes(child));
-    }));
+    const exits = [...this.running].map(([child, marker]) => Promise.all([
+      new Promise((done) => {
+        child.once('close', done);
+        killGroup(child, 'SIGKILL');
+        if (child.exitCode !== null || child.signalCode !== null) closePipes(child);
+        else child.once('exit', () => closePipes(child));
+      }),
+      killMarked(marker),
+    ]));
     await Promise.all(exits);
   }
 }

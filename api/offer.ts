@@ -41,3 +41,9 @@ export const OfferListing = Type.Object({
   errors: Type.Array(Type.String()),
 });
 export type OfferListing = Static<typeof OfferListing>;
+
+/** `$2.50`: in cents, or to the hundredth of a cent where a price has one (`$0.0125`), so that prices read alike everywhere. */
+export function formatDollars(amount: number): string {
+  const cents = amount.toFixed(2);
+  return `$${Number(cents) === Number(amount.toFixed(4)) ? cents : amount.toFixed(4).replace(/0+$/, '')}`;
+}

@@ -126,6 +126,49 @@ function labelled(label: string, text: string): string {
   return text === '' ? '' : `${label} ${text}`;
 }
 
+/** `24 GB or more`, `16 to 32 GB`, `up to 2`, `4`; empty for a range that allows anything. */
+function rangeInWords(range: Range, format: (n: number) => string = String): string {
+  if (range.min === null && range.max === null) return '';
+  if (range.min !== null && range.min === range.max) return format(range.min);
+  if (range.max === null) return `${format(range.min!)} or more`;
+  if (range.min === null || range.min === 0) return `up to ${format(range.max)}`;
+  return `${format(range.min)} to ${format(range.max)}`;
+}
+
+/** `1 CPU`, `8 or more CPUs`. */
+function countInWords(range: Range, noun: string): string {
+  const count = rangeInWords(range);
+  return count === '' ? '' : `${count} ${count === '1' ? noun : `${noun}s`}`;
+}
+
+const sizeInWords = (mib: number) => formatSize(mib).replace(/([A-Z]+)$/, ' $1');
+
+function gpuInWords(gpu: ResourceRequirement['gpu']): string {
+  if (gpu.count.max === 0) return 'no GPU';
+  if (describeGpu(gpu) === '') return '';
+  const anyCount = (gpu.count.min === null || gpu.count.min === 0) && gpu.count.max === null;
+  const noun = gpu.models ? `${gpu.models.join(' or ')} GPU` : 'GPU';
+  const memory = rangeInWords(gpu.memoryMib, sizeInWords);
+  return `${anyCount ? `any number of ${noun}s` : countInWords(gpu.count, noun)}${memory === '' ? '' : ` with ${memory}`}`;
+}
+
+/**
+ * The requirement as a person would write it, for plans: `1 or more GPUs with 24 GB or more`,
+ * `8 A100 GPUs with 80 GB, 8 or more CPUs, 100 GB or more disk`; `any machine` when nothing is asked.
+ */
+export function describeRequirementInWords(req: ResourceRequirement): string {
+  const memory = rangeInWords(req.memoryMib, sizeInWords);
+  const disk = rangeInWords(req.diskMib, sizeInWords);
+  const parts = [
+    gpuInWords(req.gpu),
+    countInWords(req.cpus, 'CPU'),
+    memory === '' ? '' : `${memory} memory`,
+    disk === '' ? '' : `${disk} disk`,
+    req.shmSizeMib === null ? '' : `${sizeInWords(req.shmSizeMib)} shared memory`,
+  ].filter((part) => part !== '');
+  return parts.length === 0 ? 'any machine' : parts.join(', ');
+}
+
 /**
  * When the requirement names GPU models that none of the offers has, a sentence that says so and which
  * models the backends do offer (`no backend offers A100; they offer H100, L4`); null otherwise.

@@ -103,5 +103,5 @@ function probesOf(spec: ServiceSpec, model: ModelRoute | null): ProbeSettings[] 
 
 /** A service run's URL paths under the server: where users and OpenAI clients reach it. */
 export function servicePaths(project: string, run: string, model: string | null): { path: string; modelPath: string | null } {
-  return { path: `/proxy/services/${project}/${run}/`, modelPath: model === null ? null : `/proxy/models/${project}/` };
+  return { path: `/proxy/services/${project}/${run}/`, modelPath: model === null ? null : `/proxy/models/${project}/v1/` };
 }

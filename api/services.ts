@@ -29,6 +29,7 @@ export const ServiceInfo = Type.Object({
   path: Type.String(),
   /** The model's name on `/proxy/models/<project>/`, when the service declares one. */
   model: Type.Union([Type.String(), Type.Null()]),
+  /** The model endpoint's base path as an OpenAI client takes it, `/proxy/models/<project>/v1/`; null without a model. */
   modelPath: Type.Union([Type.String(), Type.Null()]),
   /** Where the service's gateway publishes it, `https://<run>.<domain>/`; null when no gateway does. */
   gatewayUrl: Type.Union([Type.String(), Type.Null()]),
@@ -104,7 +105,8 @@ export const ServiceStats = Type.Object({
   errorRate: Type.Number(),
   p50Ms: Type.Union([Type.Number(), Type.Null()]),
   p99Ms: Type.Union([Type.Number(), Type.Null()]),
-  inflight: Type.Integer(),
+  inflight: Type.Integer({ description: 'The most requests in flight at once during the window, held ones included' }),
+  inflightNow: Type.Integer({ description: 'Requests in flight now (during this second or the one before), held ones included' }),
   readyReplicas: Type.Integer(),
   desiredReplicas: Type.Integer(),
 });

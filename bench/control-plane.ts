@@ -14,7 +14,6 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import winston from 'winston';
 import { AgentClient } from '../agent/client.js';
 import { normalizeResources } from '../api/resources.js';
 import { startEmulator } from '../backends/gpucloud/emulator.js';
@@ -160,8 +159,7 @@ async function schedulerPass(): Promise<void> {
         await insertRun(tx, { projectId: project.id, userId: user.id, name: `q${i}`, kind: 'task', spec: { type: 'task', commands: ['true'] }, files: [], requirement, priority: i % 3 });
       }
     });
-    const logger = winston.createLogger({ silent: true });
-    const scheduler = new Scheduler(db, new BackendPool(db, join(dir, 'backends')), logger);
+    const scheduler = new Scheduler(db, new BackendPool(db, join(dir, 'backends')));
     const timed = async () => {
       const t0 = performance.now();
       await scheduler.pass();

@@ -12,6 +12,13 @@ export async function exitWith(code: number): Promise<never> {
   process.exit(code);
 }
 
+/** An error that is a fault of the program: its message, then where it happened (the stack without its `Error: ...` head). */
+export function faultText(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const frames = (error.stack ?? '').split('\n').filter((line) => /^\s+at /.test(line));
+  return [error.message, ...frames].join('\n');
+}
+
 /**
  * Wraps a command's action: a CliError or a failed request becomes `error: <message>`; anything else is
  * a fault of the program and keeps its stack. The process ends when the action does, so that kept-alive
@@ -27,7 +34,7 @@ export function action<Args extends unknown[]>(run: (...args: Args) => Promise<n
         process.stderr.write(`error: ${error.message}\n`);
         code = error.exitCode;
       } else {
-        process.stderr.write(`error: ${(error as Error)?.stack ?? String(error)}\n`);
+        process.stderr.write(`error: ${faultText(error)}\n`);
         code = 1;
       }
     }

@@ -1,5 +1,5 @@
 import { formatGpu, formatSize, parseSize } from '../api/resources.js';
-import type { GpuInfo } from '../api/offer.js';
+import { formatDollars, type GpuInfo } from '../api/offer.js';
 
 export { formatSize } from '../api/resources.js';
 
@@ -19,10 +19,9 @@ export function inOneUnit(column: readonly string[]): readonly string[] {
   return column.map((cell) => (cell === NOTHING ? cell : `${Number((parseSize(cell) / MIB_PER_UNIT[unit]!).toFixed(2))}${unit}`));
 }
 
-/** `$2.5` per hour; `-` when unknown. */
+/** `$2.50` per hour; `-` when unknown. */
 export function formatPrice(pricePerHour: number | null | undefined): string {
-  if (pricePerHour === null || pricePerHour === undefined) return '-';
-  return `$${Number(pricePerHour.toFixed(4))}`;
+  return pricePerHour === null || pricePerHour === undefined ? '-' : formatDollars(pricePerHour);
 }
 
 /** `H100:80GB:2`; `-` for no GPU or unknown. */

@@ -1,5 +1,5 @@
 import type { Gateway, GatewayCertificate } from '../api/gateways.js';
-import { formatTime } from './format.js';
+import { formatPrice, formatTime } from './format.js';
 import { renderTable } from './table.js';
 
 function certificateText(certificate: GatewayCertificate): string {
@@ -12,7 +12,7 @@ function certificateText(certificate: GatewayCertificate): string {
 function addressText(gateway: Gateway): string {
   const { instance } = gateway;
   const address = gateway.address ?? '-';
-  return instance ? `${address} on ${instance.id ?? 'a new instance'} (${instance.offer}, $${instance.pricePerHour}/h)` : address;
+  return instance ? `${address} on ${instance.id ?? 'a new instance'} (${instance.offer}, ${formatPrice(instance.pricePerHour)}/h)` : address;
 }
 
 /** One row per gateway, then one per certificate under it (none for a gateway without certificates). */

@@ -1,7 +1,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import { formatDuration } from '../api/duration.js';
 import type { BackendOffersState, BackendType, Offer, OfferListing } from '../api/offer.js';
-import type { Backend } from '../backends/backend.js';
+import { BackendAuthError, type Backend } from '../backends/backend.js';
 import { createBackend } from '../backends/registry.js';
 import type { Queryable } from '../store/db.js';
 import { getProjectById } from '../store/projects.js';
@@ -14,6 +14,8 @@ interface CachedOffers {
   fetchedAt: number | null;
   /** Why the last refresh failed; cleared by the next one that succeeds. */
   error: string | null;
+  /** What the user can do about that failure, when there is something. */
+  fix: string | null;
   attemptedAt: number;
   refreshing: Promise<void> | null;
 }
@@ -24,6 +26,9 @@ export interface ListingOptions {
 }
 
 const FRESH_WAIT_MS = 5000;
+
+/** A key the cloud refused is most often the one a restarted emulator no longer takes: it made a new one. */
+const REFUSED_KEY_FIX = "paste the key the cloud takes now (a gpucloud emulator prints a new one each time it starts) into the server's config.yml and restart the server";
 
 /** The backends each project's config names, built once, with a short-lived cache of their offers. */
 export class BackendPool {
@@ -63,7 +68,7 @@ export class BackendPool {
       const state = backendState(type, cached);
       listing.backends.push(state);
       listing.offers.push(...cached.offers ?? []);
-      if (state.error !== null) listing.errors.push(describeFailure(state));
+      if (state.error !== null) listing.errors.push(describeFailure(state, cached.fix));
     }
     const missing = (types ?? []).filter((t) => !backends.has(t as BackendType));
     for (const type of missing) {
@@ -85,7 +90,7 @@ export class BackendPool {
   private async cachedOffers(key: string, backend: Backend, refreshWaitMs: number): Promise<CachedOffers> {
     let cached = this.offerCache.get(key);
     if (!cached) {
-      cached = { offers: null, fetchedAt: null, error: null, attemptedAt: 0, refreshing: null };
+      cached = { offers: null, fetchedAt: null, error: null, fix: null, attemptedAt: 0, refreshing: null };
       this.offerCache.set(key, cached);
     }
     if (!cached.refreshing && Date.now() - cached.attemptedAt >= this.offersTtlMs) cached.refreshing = refresh(cached, backend);
@@ -117,8 +122,12 @@ function refresh(cached: CachedOffers, backend: Backend): Promise<void> {
       cached.offers = offers;
       cached.fetchedAt = Date.now();
       cached.error = null;
+      cached.fix = null;
     },
-    (error: unknown) => { cached.error = (error as Error).message; },
+    (error: unknown) => {
+      cached.error = (error as Error).message;
+      cached.fix = error instanceof BackendAuthError ? REFUSED_KEY_FIX : null;
+    },
   ).finally(() => { cached.refreshing = null; });
 }
 
@@ -137,9 +146,10 @@ function backendState(type: string, cached: CachedOffers): BackendOffersState {
   };
 }
 
-/** `gpucloud: invalid gpucloud API key (offers shown are 5m old)`. */
-function describeFailure(state: BackendOffersState): string {
-  if (state.ageSeconds === null) return `${state.backend}: ${state.error}`;
+/** `gpucloud: invalid gpucloud API key (offers shown are 5m old); paste the key ...`. */
+function describeFailure(state: BackendOffersState, fix: string | null = null): string {
+  const then = fix === null ? '' : `; ${fix}`;
+  if (state.ageSeconds === null) return `${state.backend}: ${state.error}${then}`;
   const age = state.ageSeconds < 60 ? state.ageSeconds : state.ageSeconds - (state.ageSeconds % 60);
-  return `${state.backend}: ${state.error} (offers shown are ${formatDuration(age)} old)`;
+  return `${state.backend}: ${state.error} (offers shown are ${formatDuration(age)} old)${then}`;
 }

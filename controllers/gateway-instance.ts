@@ -2,7 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { AgentClient, AgentError } from '../agent/client.js';
 import { orchestratorCommand } from '../agent/launch.js';
 import { GATEWAY_TOKEN_VARIABLE } from '../api/gateway-process.js';
-import type { Offer } from '../api/offer.js';
+import { formatDollars, type Offer } from '../api/offer.js';
 import { NoCapacityError } from '../backends/backend.js';
 import type { Db } from '../store/db.js';
 import { setGatewayProcess, setGatewayToken, type GatewayInstance, type GatewayRecord } from '../store/gateways.js';
@@ -42,8 +42,8 @@ export class GatewayInstances {
       if (!offer) return this.replace(gateway, `offer ${instance.offerId} is no longer sold`);
       try {
         const created = await backend.create({ offer, idempotencyKey: instance.key, name: `gateway-${gateway.name}`, agentToken: instance.agentToken });
-        await this.save(gateway, { ...instance, backendInstanceId: created.id }, 'starting', `instance ${created.id} provisioning (${offer.offerId}, $${offer.pricePerHour}/h)`);
-        await this.event(gateway, 'Provisioning', `instance ${created.id} at ${BACKEND} (${offer.offerId}, $${offer.pricePerHour}/h)`);
+        await this.save(gateway, { ...instance, backendInstanceId: created.id }, 'starting', `instance ${created.id} provisioning (${offer.offerId}, ${formatDollars(offer.pricePerHour)}/h)`);
+        await this.event(gateway, 'Provisioning', `instance ${created.id} at ${BACKEND} (${offer.offerId}, ${formatDollars(offer.pricePerHour)}/h)`);
         return BOOT_POLL_MS;
       } catch (error) {
         if (error instanceof NoCapacityError) return this.replace(gateway, error.message);
@@ -87,7 +87,7 @@ export class GatewayInstances {
       backend: BACKEND, key: randomUUID(), offerId: offer.offerId, pricePerHour: offer.pricePerHour,
       agentToken: randomBytes(24).toString('base64url'), backendInstanceId: null, agentUrl: null, jobId: null, generation: gateway.generation,
     };
-    await this.save(gateway, instance, 'starting', `renting ${offer.offerId} at $${offer.pricePerHour}/h`);
+    await this.save(gateway, instance, 'starting', `renting ${offer.offerId} at ${formatDollars(offer.pricePerHour)}/h`);
     return 0;
   }
 
@@ -108,7 +108,7 @@ export class GatewayInstances {
     const host = new URL(instance.agentUrl!).hostname;
     const address = `http://${host}:${httpPort} https://${host}:${httpsPort}`;
     await this.save(gateway, { ...instance, jobId, generation: gateway.generation }, 'starting', `${why}: waiting for its first call`, address);
-    await this.event(gateway, 'Started', `gateway-server job ${jobId} on instance ${instance.backendInstanceId} ($${instance.pricePerHour}/h) at ${address}`);
+    await this.event(gateway, 'Started', `gateway-server job ${jobId} on instance ${instance.backendInstanceId} (${formatDollars(instance.pricePerHour)}/h) at ${address}`);
     return SUPERVISE_MS;
   }
 

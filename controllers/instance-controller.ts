@@ -1,5 +1,6 @@
 import type { Logger } from 'winston';
 import type { InstanceStatus, InstanceTerminationReason } from '../api/status.js';
+import { formatDollars } from '../api/offer.js';
 import { offerSatisfies } from '../api/resources.js';
 import { BackendAuthError, NoCapacityError, type Backend, type BackendInstance } from '../backends/backend.js';
 import { CHANNELS } from '../store/channels.js';
@@ -98,9 +99,9 @@ export class InstanceController extends LeasedController<InstanceRecord> {
         });
         await updateInstance(this.db, instance.id, this.owner, {
           status: 'provisioning', offer, backend_instance_id: created.id, provisioning_started_at: new Date(),
-          status_message: `${offer.gpu.count ? `${offer.gpu.count}x ${offer.gpu.name}` : 'no GPU'} in ${offer.region} at $${offer.pricePerHour}/h`,
+          status_message: `${offer.gpu.count ? `${offer.gpu.count}x ${offer.gpu.name}` : 'no GPU'} in ${offer.region} at ${formatDollars(offer.pricePerHour)}/h`,
         });
-        await this.event(instance, 'Provisioning', `created at ${instance.backend} as ${created.id} (${offer.offerId}, $${offer.pricePerHour}/h)`);
+        await this.event(instance, 'Provisioning', `created at ${instance.backend} as ${created.id} (${offer.offerId}, ${formatDollars(offer.pricePerHour)}/h)`);
         return 250;
       } catch (error) {
         if (error instanceof NoCapacityError) {

@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import type { Logger } from 'winston';
 import type { Offer } from '../api/offer.js';
 import type { InstanceStatus } from '../api/status.js';
 import { describeRequirement, intersectRequirements, offerSatisfies, unofferedModels, type ResourceRequirement } from '../api/resources.js';
@@ -54,7 +53,7 @@ export class Scheduler implements Controller {
   readonly channel = CHANNELS.runs;
   private createdInstances = false;
 
-  constructor(private readonly db: Db, private readonly pool: BackendPool, private readonly logger: Logger) {}
+  constructor(private readonly db: Db, private readonly pool: BackendPool) {}
 
   async pass(): Promise<void> {
     const queued = await queuedRuns(this.db);
@@ -201,7 +200,6 @@ export class Scheduler implements Controller {
       `UPDATE runs SET status = $2, termination_reason = $3, status_message = $4, finished_at = now(), updated_at = now() WHERE id = $1`,
       [run.id, status, reason, message]);
     await recordEvent(tx, runEvent({ ...run, projectId }, status === 'failed' ? 'Failed' : 'Terminated', `${reason}: ${message}`));
-    this.logger.info(`run ${run.name} ${status}: ${message}`);
   }
 }
 

@@ -55,7 +55,8 @@ export async function modelRequest(access: CallerAccess, table: RoutingTable, ca
     if (req.method !== 'GET') throw new GatewayError(405, 'method_not_allowed', `${req.method} is not allowed on ${route}; use GET`, { Allow: 'GET' });
     return { kind: 'list', body: await modelList(access, project, services, req) };
   }
-  if (!FORWARDED_ROUTES.has(route)) throw notFound(`no route ${route} on the model endpoint; it serves models, chat/completions, completions and embeddings`);
+  if (route === '') throw notFound('name a route after the model endpoint\'s base: it serves v1/models, v1/chat/completions, v1/completions and v1/embeddings');
+  if (!FORWARDED_ROUTES.has(route)) throw notFound(`no route ${route} on the model endpoint; it serves v1/models, v1/chat/completions, v1/completions and v1/embeddings`);
   if (req.method !== 'POST') throw new GatewayError(405, 'method_not_allowed', `${req.method} is not allowed on ${route}; use POST`, { Allow: 'POST' });
   const limit = Math.max(0, ...services.map((service) => service.maxBodyBytes)) || DEFAULT_MAX_BODY_BYTES;
   const body = await readBody(req, limit);

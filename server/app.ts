@@ -7,6 +7,7 @@ import { fleetRoutes } from './routes/fleets.js';
 import { gatewayApiRoutes } from './routes/gateway-api.js';
 import { gatewayRoutes } from './routes/gateways.js';
 import { logRoutes } from './routes/logs.js';
+import { runMetricsRoutes } from './routes/run-metrics.js';
 import { metricsRoutes } from './routes/metrics.js';
 import { projectRoutes } from './routes/project.js';
 import { runRoutes } from './routes/runs.js';
@@ -22,7 +23,7 @@ export function createApp(server: ServerContext): Koa {
     server.logger.error(`http: ${error.stack ?? error.message}`);
   });
   app.use(errorMiddleware(server.logger));
-  for (const router of [projectRoutes(server), applyRoutes(server), fleetRoutes(server), gatewayRoutes(server), runRoutes(server), logRoutes(server), serviceRoutes(server), sshKeyRoutes(server), secretRoutes(server)]) {
+  for (const router of [projectRoutes(server), applyRoutes(server), fleetRoutes(server), gatewayRoutes(server), runRoutes(server), runMetricsRoutes(server), logRoutes(server), serviceRoutes(server), sshKeyRoutes(server), secretRoutes(server)]) {
     authenticateEveryRoute(router, server.db);
     app.use(router.routes());
     app.use(router.allowedMethods());

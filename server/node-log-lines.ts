@@ -12,7 +12,7 @@ export async function* withNode(chunks: AsyncIterable<string>, node: number): As
 }
 
 /** The lines of several sources, each in its own order, as one sequence in time order; at equal times the earlier source first. */
-export async function* mergeByTime(sources: AsyncIterator<LogLine>[]): AsyncGenerator<LogLine> {
+export async function* mergeByTime(sources: Array<AsyncIterator<LogLine> | Iterator<LogLine>>): AsyncGenerator<LogLine> {
   const heads = await Promise.all(sources.map((source) => source.next()));
   for (;;) {
     let first = -1;

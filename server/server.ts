@@ -19,6 +19,7 @@ import type { Db } from '../store/db.js';
 import { openDatabase } from '../store/open.js';
 import { newToken, upsertProject, upsertUser } from '../store/projects.js';
 import { SecretBox } from '../store/secrets.js';
+import { EventLog } from './event-log.js';
 import { createApp } from './app.js';
 import { KubernetesSource } from './kubernetes/source-controller.js';
 import { kubernetesSourceOptions } from './kubernetes/start.js';
@@ -103,7 +104,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const listening = http.address() as AddressInfo;
   const reachable = ['0.0.0.0', '::'].includes(listening.address) ? '127.0.0.1' : listening.family === 'IPv6' ? `[${listening.address}]` : listening.address;
   const manager = new ControllerManager(db, owner, [
-    new Scheduler(db, pool, logger),
+    new Scheduler(db, pool),
     new RunController(db, owner, logger, 'start', logLimit, secrets),
     new RunController(db, owner, logger, 'watch', logLimit, secrets),
     new InstanceController(db, owner, logger, pool, timings),
@@ -119,6 +120,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   // Custom resources mirror the database; a look every five controller loops is the safety net under watches and NOTIFYs.
   const kubernetes = kubernetesOptions ? new KubernetesSource(db, logger, { ...kubernetesOptions, resyncMs: 5 * (options.controllerIntervalMs ?? 1000) }) : null;
   await kubernetes?.start();
+  const eventLog = new EventLog(db, logger);
+  await eventLog.start();
   const address = http.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   logger.info(`serving on http://${host}:${address.port} (${db.driver} database, controllers as ${owner})`);
@@ -130,6 +133,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     db,
     close: async () => {
       ssh.close();
+      await eventLog.stop();
       await kubernetes?.stop();
       await gateway.close();
       http.closeAllConnections();

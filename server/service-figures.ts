@@ -23,5 +23,6 @@ export function serviceFigures(window: ServiceWindow | undefined, windowSeconds:
     p50Ms: quantile(window, 0.5),
     p99Ms: quantile(window, 0.99),
     inflight: window?.inflight ?? 0,
+    inflightNow: window?.inflightNow ?? 0,
   };
 }

@@ -28,6 +28,32 @@ export async function recordEvent(db: Queryable, e: EventInput): Promise<void> {
     [e.projectId, e.objectKind, e.objectId, e.objectName, e.reason, e.message]);
 }
 
+/** An event of any project, as the server's terminal shows it. */
+export interface LoggedEvent {
+  id: number;
+  project: string;
+  objectKind: string;
+  objectName: string;
+  reason: string;
+  message: string;
+  createdAt: Date;
+}
+
+/** The newest event's id; 0 before the first. */
+export async function lastEventId(db: Queryable): Promise<number> {
+  const [row] = await db.query<{ id: number | null }>(`SELECT max(id) AS id FROM events`);
+  return row?.id ?? 0;
+}
+
+/** Events of every project after `after`, oldest first. */
+export async function eventsAfter(db: Queryable, after: number, limit: number): Promise<LoggedEvent[]> {
+  const rows = await db.query(
+    `SELECT e.*, p.name AS project FROM events e JOIN projects p ON p.id = e.project_id WHERE e.id > $1 ORDER BY e.id LIMIT $2`, [after, limit]);
+  return rows.map((r) => ({
+    id: r.id, project: r.project, objectKind: r.object_kind, objectName: r.object_name, reason: r.reason, message: r.message, createdAt: r.created_at,
+  }));
+}
+
 export async function listEvents(db: Queryable, projectId: string, options: { after?: number; objectName?: string; limit?: number }): Promise<Event[]> {
   const rows = await db.query(
     `SELECT * FROM (

@@ -21,6 +21,8 @@ export interface ServiceWindow {
   errors: number;
   /** The largest per-second sum of in-flight requests across processes. */
   inflight: number;
+  /** The same over this second and the one before: what is in flight now (the current second may not be written yet). */
+  inflightNow: number;
   latency: number[];
 }
 
@@ -50,12 +52,12 @@ export async function recordServiceSeconds(db: Queryable, source: string, second
 export async function serviceWindows(db: Queryable, runIds: string[], windowSeconds: number): Promise<Map<string, ServiceWindow>> {
   const windows = new Map<string, ServiceWindow>();
   if (runIds.length === 0) return windows;
-  const rows = await db.query<{ run_id: string; second: Date; requests: number; errors: number; inflight: number; latency: number[] }>(
-    `SELECT run_id, second, requests, errors, inflight, latency FROM service_stats
-     WHERE run_id = ANY($1::text[]) AND second > now() - $2 * interval '1 second'`, [runIds, windowSeconds]);
+  const rows = await db.query<{ run_id: string; second: Date; requests: number; errors: number; inflight: number; latency: number[]; recent: boolean }>(
+    `SELECT run_id, second, requests, errors, inflight, latency, second >= date_trunc('second', now()) - interval '1 second' AS recent
+     FROM service_stats WHERE run_id = ANY($1::text[]) AND second > now() - $2 * interval '1 second'`, [runIds, windowSeconds]);
   const inflightBySecond = new Map<string, number>();
   for (const row of rows) {
-    const window = windows.get(row.run_id) ?? { requests: 0, errors: 0, inflight: 0, latency: new Array(LATENCY_BUCKETS_MS.length + 1).fill(0) };
+    const window = windows.get(row.run_id) ?? { requests: 0, errors: 0, inflight: 0, inflightNow: 0, latency: new Array(LATENCY_BUCKETS_MS.length + 1).fill(0) };
     windows.set(row.run_id, window);
     window.requests += row.requests;
     window.errors += row.errors;
@@ -64,6 +66,7 @@ export async function serviceWindows(db: Queryable, runIds: string[], windowSeco
     const inflight = (inflightBySecond.get(key) ?? 0) + row.inflight;
     inflightBySecond.set(key, inflight);
     window.inflight = Math.max(window.inflight, inflight);
+    if (row.recent) window.inflightNow = Math.max(window.inflightNow, inflight);
   }
   return windows;
 }

@@ -13,6 +13,7 @@ import { HOST_KEY_FILE, loadOrCreateHostKey } from '../agent/ssh/host-key.js';
 import { base64, randomToken, submission, waitForLine, waitForState } from './helpers/agent-jobs.js';
 import { ensurePodman, startPodmanAgent, TEST_IMAGE, type PodmanAgent } from './helpers/podman.js';
 import { freePort } from './helpers/ports.js';
+import { processesWith } from './helpers/processes.js';
 import { eventually } from './helpers/server.js';
 
 const PROXY = fileURLToPath(new URL('./fixtures/ssh-proxy.mjs', import.meta.url));
@@ -225,6 +226,22 @@ function sshCases(context: () => { client: AgentClient; setup: SshClientSetup; s
       return result.code === 0 ? result.stdout : null;
     }, 15_000, 'the background process to write its file');
     expect(read).to.equal('survived\n');
+  });
+
+  it('ends with the job what an SSH session started to outlive it: setsid and a double fork alike', async () => {
+    const { client, setup, sleeper } = context();
+    const job = { ...sleeper, jobId: `${sleeper.jobId}-left`, runName: `${sleeper.runName}-left` };
+    await client.submit(job);
+    await waitForState(client, job.jobId, ['running'], 30_000);
+    const probe = `LEFT_PROBE=${randomBytes(8).toString('hex')}`;
+    const started = await setup.ssh(setup.config(job.jobId), ['job', `(${probe} sleep 300 > /dev/null 2>&1 < /dev/null &); ${probe} setsid sleep 301 > /dev/null 2>&1 < /dev/null &`]);
+    expect(started.code, started.stderr).to.equal(0);
+    await eventually(async () => processesWith(probe).length === 2, 10_000, 'both processes to run');
+    await new Promise((done) => setTimeout(done, 2500));
+    expect(processesWith(probe), 'the processes to outlive their session').to.have.length(2);
+    await client.stop(job.jobId, { graceSeconds: 1 });
+    await waitForState(client, job.jobId, ['stopped'], 30_000);
+    await eventually(async () => processesWith(probe).length === 0, 10_000, 'no process of the job to be left');
   });
 
   it('refuses ssh -L to a port of the job where nothing listens at once, with the reason', async () => {

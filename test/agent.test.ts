@@ -235,14 +235,44 @@ describe('agent (process runtime)', function () {
     expect(processAlive(background)).to.equal(false);
   });
 
-  it('ends a job with its shell even when a process that left its group holds the output open', async () => {
+  it('ends a job with its shell, and with it the processes that left its group (setsid, nohup)', async () => {
     const pidFile = join(scratch, 'escaped.pid');
-    const job = submission({ commands: [`setsid sh -c 'echo $$ > ${pidFile}; exec sleep 30' & sleep 0.2; echo shell done`] });
+    const job = submission({ commands: [[
+      `setsid sh -c 'echo $$ >> ${pidFile}; exec sleep 30' > /dev/null 2>&1 &`,
+      `nohup sh -c 'echo $$ >> ${pidFile}; exec sleep 31' > /dev/null 2>&1 &`,
+      'sleep 0.2; echo shell done',
+    ].join('\n')] });
+    await client.submit(job);
+    const status = await waitForState(client, job.jobId, ['exited'], 6000);
+    expect(status.exitCode).to.equal(0);
+    const escaped = readFileSync(pidFile, 'utf8').trim().split('\n').map(Number);
+    expect(escaped).to.have.length(2);
+    expect(escaped.filter(processAlive), 'processes left after the job ended').to.deep.equal([]);
+    expect((await collectLogs(client, job.jobId)).map((entry) => entry.text)).to.deep.equal(['shell done']);
+  });
+
+  it('ends a job with its shell even when a process that shed its marker holds the output open', async () => {
+    const pidFile = join(scratch, 'unmarked.pid');
+    const job = submission({ commands: [`env -u ORCHESTRATOR_JOB_MARKER setsid sh -c 'echo $$ > ${pidFile}; exec sleep 30' & sleep 0.2; echo shell done`] });
     await client.submit(job);
     const status = await waitForState(client, job.jobId, ['exited'], 6000);
     process.kill(Number(readFileSync(pidFile, 'utf8')), 'SIGKILL');
     expect(status.exitCode).to.equal(0);
     expect((await collectLogs(client, job.jobId)).map((entry) => entry.text)).to.deep.equal(['shell done']);
+  });
+
+  it('stops gracefully the processes that left its group too: SIGTERM reaches them first', async () => {
+    const termFile = join(scratch, 'escaped-term.txt');
+    const job = submission({ commands: [
+      `setsid sh -c 'trap "echo got TERM > ${termFile}; exit 0" TERM; while true; do sleep 0.05; done' > /dev/null 2>&1 &`
+      + ' trap "" TERM; sleep 0.2; echo ready; while true; do sleep 0.05; done',
+    ] });
+    await client.submit(job);
+    await waitForLine(client, job.jobId, 'ready');
+    await client.stop(job.jobId, { graceSeconds: 1 });
+    const status = await waitForState(client, job.jobId, ['stopped'], 5000);
+    expect(status.exitCode).to.equal(137);
+    expect(readFileSync(termFile, 'utf8')).to.equal('got TERM\n');
   });
 
   it('aborts at once with SIGKILL', async () => {

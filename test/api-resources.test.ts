@@ -5,7 +5,7 @@ import { canonicalGpuName, parseGpu, parseGpuSpec } from '../api/gpu.js';
 import type { Offer } from '../api/offer.js';
 import { parseCountRange, parseSizeRange } from '../api/quantity.js';
 import {
-  describeRequirement, formatGpu, formatSize, intersectRequirements, KNOWN_GPUS, normalizeResources, offerSatisfies, parseSize,
+  describeRequirement, describeRequirementInWords, formatGpu, formatSize, intersectRequirements, KNOWN_GPUS, normalizeResources, offerSatisfies, parseSize,
   type ResourceRequirement,
 } from '../api/resources.js';
 
@@ -174,6 +174,15 @@ describe('api: resource requirements', () => {
     expect(describeRequirement(run(0, { cpu: '4..', memory: '16GB..32GB', shm_size: '512MB' }))).to.equal('no GPU, cpu 4.., memory 16GB..32GB, shm 512MB');
     expect(describeRequirement(normalizeResources({ gpu: 'H100,H200' }, 'fleet'))).to.equal('H100,H200:1..');
     expect(describeRequirement(run('24GB..'))).to.equal('24GB..:1');
+  });
+
+  it('describes requirements in words for plans', () => {
+    expect(describeRequirementInWords(normalizeResources({ gpu: '24GB..' }, 'fleet'))).to.equal('1 or more GPUs with 24 GB or more');
+    expect(describeRequirementInWords(run('H100:80GB:1..2', { disk: '100GB..' }))).to.equal('1 to 2 H100 GPUs with 80 GB, 100 GB or more disk');
+    expect(describeRequirementInWords(run(undefined))).to.equal('any machine');
+    expect(describeRequirementInWords(run(0, { cpu: '4', memory: '..32GB', shm_size: '512MB' }))).to.equal('no GPU, 4 CPUs, up to 32 GB memory, 512 MB shared memory');
+    expect(describeRequirementInWords(normalizeResources({ gpu: 'H100,H200' }, 'fleet'))).to.equal('1 or more H100 or H200 GPUs');
+    expect(describeRequirementInWords(run('L4:16GB..24GB', { cpu: '1' }))).to.equal('1 L4 GPU with 16 GB to 24 GB, 1 CPU');
   });
 
   it('formats the GPUs of a machine', () => {

@@ -6,6 +6,7 @@ import { fleetRoutes } from '../server/routes/fleets.js';
 import { logRoutes } from '../server/routes/logs.js';
 import { metricsRoutes } from '../server/routes/metrics.js';
 import { projectRoutes } from '../server/routes/project.js';
+import { runMetricsRoutes } from '../server/routes/run-metrics.js';
 import { runRoutes } from '../server/routes/runs.js';
 import { secretRoutes } from '../server/routes/secrets.js';
 import { serviceRoutes } from '../server/routes/services.js';
@@ -15,7 +16,7 @@ import { LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server
 /** Every route the management API serves, read from its routers so that a new route cannot be left out. */
 function everyRoute(): Array<{ method: string; path: string }> {
   const context = { db: {}, pool: {}, logger: {}, version: 'test' } as unknown as ServerContext;
-  const routers: Router[] = [projectRoutes(context), applyRoutes(context), fleetRoutes(context), runRoutes(context), logRoutes(context),
+  const routers: Router[] = [projectRoutes(context), applyRoutes(context), fleetRoutes(context), runRoutes(context), runMetricsRoutes(context), logRoutes(context),
     serviceRoutes(context), metricsRoutes(context), secretRoutes(context)];
   return routers.flatMap((router) => router.stack
     .filter((layer) => layer.methods.length > 0)

@@ -25,6 +25,29 @@ function localAndGpucloud(emulator: RunningEmulator): string {
 `;
 }
 
+describe('errors of the server and the emulator', function () {
+  this.timeout(60_000);
+
+  it('start with error: as every command\'s do, a fault of the program with its message before where it happened', async () => {
+    const home = makeHome();
+    const dir = mkdtempSync(join(tmpdir(), 'orch-server-errors-'));
+    try {
+      for (const command of ['server', 'gpucloud-emulator']) {
+        const refused = await runCli([command, '--port', 'abc'], { home: home.home });
+        expect(refused.code, show(refused)).to.equal(1);
+        expect(refused.stderr).to.equal('error: --port must be a port number from 0 to 65535, got abc\n');
+      }
+      const unreachable = await runCli(['server', '--port', '0'], { home: home.home, env: { ORCHESTRATOR_SERVER_DIR: dir, ORCHESTRATOR_DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' } });
+      expect(unreachable.code, show(unreachable)).to.equal(1);
+      expect(unreachable.stderr).to.match(/^error: the server could not start: \S.*\n/);
+      expect(unreachable.stderr, 'a line that starts with an error class').not.to.match(/^\w*Error\b/m);
+    } finally {
+      home.remove();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('orchestrator --version', () => {
   it('prints the version of the package and exits 0', async () => {
     const home = makeHome();

@@ -1,10 +1,13 @@
 import { expect } from 'chai';
-import { resolve } from 'node:path';
+import { rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import type { Fleet } from '../api/objects.js';
 import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
-import { addProject, makeHome, releaseInstances, runCli, show } from './helpers/cli.js';
+import { addProject, makeHome, releaseInstances, runCli, show, startCli } from './helpers/cli.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { eventually, gpucloudConfig, startTestServer, type TestServer } from './helpers/server.js';
+import { runCliInTerminal } from './helpers/terminal-cli.js';
 
 const REPO = resolve(import.meta.dirname, '..');
 
@@ -40,8 +43,10 @@ for (const kind of DATABASE_KINDS) {
       expect(all.code, show(all)).to.equal(0);
       const header = all.stdout.split('\n')[0]!;
       expect(header.split(/\s+/)).to.deep.equal(['GPU', 'MEMORY', 'COUNT', 'VCPUS', 'RAM', 'DISK', 'REGION', '$/H', 'SPOT', 'AVAILABILITY']);
-      expect(all.stdout).to.match(/^L4\s+24GB\s+1\s+8\s+32GB\s+200GB\s+us-east-1\s+\$0\.8\s+-\s+available$/m);
+      expect(all.stdout).to.match(/^L4\s+24GB\s+1\s+8\s+32GB\s+200GB\s+us-east-1\s+\$0\.80\s+-\s+available$/m);
       expect(all.stdout).to.match(/^H100\s+80GB\s+8\s+/m);
+      const prices = all.stdout.trimEnd().split('\n').slice(1).map((line) => line.split(/\s+/)[7]);
+      expect(prices.filter((price) => !/^\$\d+\.\d\d$/.test(price!)), 'prices not in dollars and cents').to.deep.equal([]);
 
       const filtered = await cli(['offer', '-b', 'gpucloud', '--gpu', 'H100:2', '--json']);
       const { offers } = JSON.parse(filtered.stdout) as { offers: { gpu: { name: string; count: number } }[] };
@@ -53,7 +58,8 @@ for (const kind of DATABASE_KINDS) {
       const fleet = await cli(['apply', '-f', 'examples/fleets/gpucloud.yml', '-y']);
       expect(fleet.code, show(fleet)).to.equal(0);
       expect(fleet.stderr).to.contain('fleet gpucloud: create');
-      expect(fleet.stderr).to.match(/^\s+gpucloud\s+L4:24GB:1\s+8\s+32GB\s+200GB\s+\S+\s+\$0\.8/m);
+      expect(fleet.stderr).to.match(/^\s+gpucloud\s+L4:24GB:1\s+8\s+32GB\s+200GB\s+\S+\s+\$0\.80/m);
+      expect(fleet.stderr).to.contain('\n  resources    1 or more GPUs with 24 GB or more\n');
 
       const hello = await cli(['apply', '-f', 'examples/tasks/hello.yml', '-y']);
       expect(hello.code, show(hello)).to.equal(0);
@@ -68,9 +74,9 @@ for (const kind of DATABASE_KINDS) {
       expect(hello.stdout).to.contain(`GPUs on this machine: ${instance.gpu!.count}\n`);
 
       const table = await cli(['fleet']);
-      expect(table.stdout).to.match(new RegExp(`^gpucloud\\s+${instance.name}\\s+gpucloud\\s+L4:24GB:1\\s+idle\\s+\\$0\\.8\\s+-$`, 'm'));
+      expect(table.stdout).to.match(new RegExp(`^gpucloud\\s+${instance.name}\\s+gpucloud\\s+L4:24GB:1\\s+idle\\s+\\$0\\.80\\s+-$`, 'm'));
       const ps = await cli(['ps', '-a']);
-      expect(ps.stdout).to.match(/^hello\s+task\s+done\s+L4:24GB:1\s+\$0\.8\s+\d+s ago/m);
+      expect(ps.stdout).to.match(/^hello\s+task\s+done\s+L4:24GB:1\s+\$0\.80\s+\d+s ago/m);
     });
 
     it('shows a running task\'s CPU, memory and GPU use, and refuses once it has stopped', async () => {
@@ -93,6 +99,20 @@ for (const kind of DATABASE_KINDS) {
       expect(refused.stderr).to.match(/^error: run sleeper is terminated; metrics exist only while it runs$/m);
     });
 
+    it('asks before deleting a fleet, naming the instances it terminates only when it has some', async () => {
+      const file = join(tmpdir(), `empty-fleet-${kind}.yml`);
+      writeFileSync(file, 'type: fleet\nname: empty\nbackends: [gpucloud]\nnodes: 0..1\n');
+      expect((await cli(['apply', '-f', file, '-y'])).code).to.equal(0);
+      rmSync(file);
+      const deleted = await runCliInTerminal(['fleet', 'delete', 'empty'], { home: home.home, cwd: REPO }, [[/\? /, 'y']]);
+      expect(deleted.code, deleted.screen).to.equal(0);
+      expect(deleted.screen).to.match(/^Delete fleet empty\? It has no instances\. /m);
+      expect(deleted.screen).to.match(/^fleet empty is being deleted\n$/m);
+      const kept = await runCliInTerminal(['fleet', 'delete', 'gpucloud'], { home: home.home, cwd: REPO }, [[/\? /, 'n']]);
+      expect(kept.screen).to.contain('Delete fleet gpucloud and terminate its 1 instance? [y/N] ');
+      expect(kept.screen).to.match(/^fleet gpucloud kept\n/m);
+    });
+
     it('deletes the fleet, releasing its instance, and tells the instance\'s story in events', async () => {
       const [fleet] = JSON.parse((await cli(['fleet', '--json'])).stdout) as Fleet[];
       const instance = fleet!.instances[0]!.name;
@@ -108,6 +128,12 @@ for (const kind of DATABASE_KINDS) {
       const reasons = events.stdout.trimEnd().split('\n').slice(1).map((line) => line.split(/\s{2,}/)[2]);
       expect(reasons).to.include.members(['Created', 'Ready', 'Terminated']);
       expect(events.stdout).to.match(new RegExp(`^\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d\\s+instance/${instance}\\s+Created`, 'm'));
+
+      const followed = startCli(['events', '-f', '--object', instance], { home: home.home, cwd: REPO });
+      await followed.waitFor(/Terminated/);
+      const [header, first] = (await followed.interrupt()).stdout.split('\n');
+      expect(header).to.match(/^TIME {17}OBJECT {20}REASON {8}MESSAGE$/);
+      expect(first!.indexOf(`instance/${instance}`), 'the object under its heading').to.equal(header!.indexOf('OBJECT'));
     });
   });
 }

@@ -5,6 +5,7 @@ import { join, resolve } from 'node:path';
 import type { Run } from '../api/objects.js';
 import { addProject, makeHome, releaseInstances, runCli, show, startCli } from './helpers/cli.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
+import { freePort } from './helpers/ports.js';
 import { LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
 const REPO = resolve(import.meta.dirname, '..');
@@ -169,3 +170,41 @@ for (const kind of DATABASE_KINDS) {
     });
   });
 }
+
+describe('the terminal of orchestrator server', function () {
+  this.timeout(180_000);
+
+  it('logs one line per event at the default level, and says on Ctrl-C what keeps running and that a restart picks it up', async () => {
+    const home = makeHome();
+    const dir = mkdtempSync(join(tmpdir(), 'orch-server-terminal-'));
+    const port = await freePort();
+    try {
+      const server = startCli(['server', '--port', String(port)], { home: home.home, cwd: REPO, env: { ORCHESTRATOR_SERVER_DIR: dir }, timeoutMs: 170_000 });
+      await server.waitFor(/--token (\S+)/, 60_000);
+      const token = /--token (\S+)/.exec(server.stdout())![1]!;
+      const cli = (args: string[]) => runCli(args, { home: home.home, cwd: REPO, timeoutMs: 90_000 });
+      expect((await cli(['project', 'add', '--name', 'main', '--url', `http://127.0.0.1:${port}`, '--token', token])).code).to.equal(0);
+      expect((await cli(['apply', '-f', 'examples/fleets/local.yml', '-y'])).code).to.equal(0);
+      expect((await cli(['apply', '-f', 'examples/tasks/hello.yml', '-y'])).code).to.equal(0);
+      const long = join(dir, 'long.yml');
+      writeFileSync(long, 'type: task\nname: long\ncommands: ["sleep 600"]\n');
+      expect((await cli(['apply', '-f', long, '-y', '-d'])).code).to.equal(0);
+      await server.waitFor(/run long \(main\): Running: /, 30_000);
+      const logged = server.stderr();
+      for (const line of [
+        /^\S+ info fleet local \(main\): Created: /m,
+        /^\S+ info run hello \(main\): Submitted: task submitted/m,
+        /^\S+ info instance local-0 \(main\): Created: created for run hello/m,
+        /^\S+ info run hello \(main\): Running: running on local-0$/m,
+        /^\S+ info run hello \(main\): Done: /m,
+      ]) expect(logged).to.match(line);
+
+      const stopped = await server.interrupt();
+      expect(stopped.stderr).to.contain('stopping: still running without the server: 1 run, 1 instance on local (agents on this machine). Starting orchestrator server again picks them up.\n');
+    } finally {
+      // The local agents end once their server's folder is gone.
+      rmSync(dir, { recursive: true, force: true });
+      home.remove();
+    }
+  });
+});

@@ -1,11 +1,13 @@
 import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import type { Run } from '../api/objects.js';
 import { endCliSuite, makeHome, runCli, show, startCli, startLocalCliSuite } from './helpers/cli.js';
 import { freePort } from './helpers/ports.js';
+import { processesWith } from './helpers/processes.js';
 import { eventually, type TestServer } from './helpers/server.js';
 
 describe('dev environments through the CLI (pglite)', function () {
@@ -114,6 +116,36 @@ describe('dev environments through the CLI (pglite)', function () {
     expect(detached.code, show(detached)).to.equal(130);
     expect((await view('attached')).status).to.equal('running');
     expect((await cli(['stop', 'attached'])).code).to.equal(0);
+  });
+
+  it('stop ends the processes started over SSH that left the session: nohup, setsid and a double fork', async () => {
+    const port = await freePort();
+    const applied = await cli(['apply', '-d', '-y', '-f', devEnvironment('leftover', '')]);
+    expect(applied.code, show(applied)).to.equal(0);
+    await untilRunning('leftover');
+    const probe = `LEFTOVER_PROBE=${randomUUID()}`;
+    const started = await cli(['ssh', 'leftover', '--', [
+      `${probe} nohup python3 -m http.server ${port} > http.log 2>&1 &`,
+      `${probe} setsid sleep 600 > /dev/null 2>&1 < /dev/null &`,
+      `(${probe} sleep 601 > /dev/null 2>&1 < /dev/null &) &`,
+    ].join(' ')]);
+    expect(started.code, show(started)).to.equal(0);
+    await eventually(async () => {
+      try {
+        return (await fetch(`http://127.0.0.1:${port}/`)).ok;
+      } catch {
+        return false;
+      }
+    }, 10_000, 'the nohup server to answer');
+    await new Promise((done) => setTimeout(done, 3000));
+    expect(processesWith(probe), 'the processes to outlive their SSH session').to.have.length(3);
+
+    const stopped = await cli(['stop', 'leftover']);
+    expect(stopped.code, show(stopped)).to.equal(0);
+    await eventually(async () => (await view('leftover')).status === 'terminated', 20_000, 'the run to end');
+    expect(processesWith(probe), 'processes left after stop').to.deep.equal([]);
+    const answered = await fetch(`http://127.0.0.1:${port}/`).then(() => true, () => false);
+    expect(answered, 'something still listens on the port').to.equal(false);
   });
 
   it('attach refuses a busy explicit local port with a clear error', async () => {

@@ -49,7 +49,7 @@ for (const kind of DATABASE_KINDS) {
     it('takes A100:80GB:8 as valid, and the fleet\'s plan says no backend offers it and what they offer', async () => {
       const result = await apply('a100', 'type: fleet\nname: a100\nbackends: [gpucloud]\nnodes: 0..1\nresources:\n  gpu: A100:80GB:8\n');
       expect(result.code, show(result)).to.equal(0);
-      expect(planField(result.stderr, 'resources')).to.equal('A100:80GB:8');
+      expect(planField(result.stderr, 'resources')).to.equal('8 A100 GPUs with 80 GB');
       expect(planField(result.stderr, 'problem')).to.equal(`no offer matches A100:80GB:8: no backend offers A100; they offer ${OFFERED}`);
       expect(result.stderr).not.to.match(/did you mean/);
     });
@@ -85,10 +85,10 @@ for (const kind of DATABASE_KINDS) {
     it('understands dstack\'s other spellings of resources, and refuses ARM CPUs and total_memory by name', async () => {
       const ok = await apply('spellings', 'type: task\nname: spellings\ncommands: ["true"]\nresources:\n  gpu: nvidia:1\n  cpu: x86:8..\n  memory: 32GB..\n  disk:\n    size: 100GB..\n');
       expect(ok.code, show(ok)).to.equal(0);
-      expect(planField(ok.stderr, 'resources')).to.equal('1, cpu 8.., memory 32GB.., disk 100GB..');
+      expect(planField(ok.stderr, 'resources')).to.equal('1 GPU, 8 or more CPUs, 32 GB or more memory, 100 GB or more disk');
       const maps = await apply('maps', 'type: task\nname: maps\ncommands: ["true"]\nresources:\n  gpu:\n    vendor: nvidia\n    name: [L4]\n    count: {min: 1, max: 2}\n  memory: {min: 16GB}\n');
       expect(maps.code, show(maps)).to.equal(0);
-      expect(planField(maps.stderr, 'resources')).to.equal('L4:1..2, memory 16GB..');
+      expect(planField(maps.stderr, 'resources')).to.equal('1 to 2 L4 GPUs, 16 GB or more memory');
       const refused = await apply('refused', 'type: task\nname: arm\ncommands: ["true"]\nresources:\n  cpu: arm:4\n---\ntype: task\nname: total\ncommands: ["true"]\nresources:\n  gpu:\n    name: H100\n    total_memory: 160GB\n');
       expect(refused.code, show(refused)).to.equal(1);
       expect(refused.stderr).to.contain('refused.yml:5:8: resources.cpu: ARM CPUs are not supported: the machines the backends here offer are x86');

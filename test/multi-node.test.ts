@@ -66,6 +66,34 @@ describe('multi-node tasks through the CLI on the gpucloud emulator (pglite)', f
     expect(ps.stdout).to.match(new RegExp(`^  node 1\\s+done\\s.*on ${second}`, 'm'));
   });
 
+  it('logs and logs -f print every node\'s lines in time order, not one node\'s after the other\'s', async () => {
+    await suite.apply('turns', task('turns', 2, 'L4', ['echo "first $ORCHESTRATOR_NODE_RANK"; sleep 4; echo "second $ORCHESTRATOR_NODE_RANK"']));
+    await suite.waitFor('turns', (r) => r.status === 'done', 'the 2-node task to finish');
+    const logs = await suite.cli(['logs', 'turns']);
+    const followed = await suite.cli(['logs', '-f', 'turns']);
+    expect(followed.code, show(followed)).to.equal(0);
+    const lines = followed.stdout.trimEnd().split('\n');
+    expect(lines.slice(0, 2).sort()).to.deep.equal(['[rank 0] first 0', '[rank 1] first 1']);
+    expect(lines.slice(2).sort()).to.deep.equal(['[rank 0] second 0', '[rank 1] second 1']);
+    expect(followed.stdout).to.equal(logs.stdout);
+  });
+
+  it('metrics shows each running node\'s use, or the node asked for', async () => {
+    await suite.apply('busy', task('busy', 2, 'L4', ['sleep 300']));
+    await suite.waitFor('busy', (r) => r.nodes?.every((node) => node.status === 'running') === true, 'both nodes to run');
+    const every = await suite.cli(['metrics', 'busy']);
+    expect(every.code, show(every)).to.equal(0);
+    expect(every.stdout).to.match(/^node 0 \(on \S+\)\nCPU\s+MEMORY\n/);
+    expect(every.stdout).to.match(/^node 1 \(on \S+\)\nCPU\s+MEMORY\n/m);
+    expect(every.stdout).to.match(/^0\s+L4\s+\d+%/m);
+    const one = await suite.cli(['metrics', 'busy', '--node', '1', '--json']);
+    expect((JSON.parse(one.stdout) as { gpus: { name: string }[] }).gpus.map((gpu) => gpu.name)).to.deep.equal(['L4']);
+    const unpicked = await suite.server.api('GET', '/api/projects/main/runs/busy/metrics');
+    expect(unpicked.status).to.equal(409);
+    expect(unpicked.body.error).to.deep.include({ code: 'node_needed', message: 'run busy is a task of 2 nodes: metrics are each node\'s; ask for one with node=N (running: 0, 1)' });
+    expect((await suite.cli(['stop', 'busy'])).code).to.equal(0);
+  });
+
   it('fails the run when one node fails, stops the other, and gives every instance back', async () => {
     const file = join(suite.work, 'broken.yml');
     writeFileSync(file, task('broken', 2, 'L4', ['if [ "$ORCHESTRATOR_NODE_RANK" = 1 ]; then echo giving up; exit 3; fi; echo waiting; sleep 300']));
@@ -180,15 +208,14 @@ for (const kind of DATABASE_KINDS) {
           files: [], requirement: normalizeResources(undefined, 'run'), priority: 0,
         });
         const pool = { offers: async () => ({ offers: [OFFER], backends: [], errors: [] }) } as unknown as BackendPool;
-        const logger = winston.createLogger({ silent: true });
         let insertedNodes = 0;
         const secondNode = (sql: string) => sql.startsWith('INSERT INTO runs') && ++insertedNodes === 2;
-        await new Scheduler(failingAt(db, secondNode), pool, logger).pass().then(() => expect.fail('the pass should have died'), () => undefined);
+        await new Scheduler(failingAt(db, secondNode), pool).pass().then(() => expect.fail('the pass should have died'), () => undefined);
         expect(await db.query('SELECT id FROM instances')).to.deep.equal([]);
         expect(await db.query('SELECT id FROM runs WHERE service_id IS NOT NULL')).to.deep.equal([]);
         expect((await db.query('SELECT status FROM runs WHERE id = $1', [run!.id]))[0]!.status).to.equal('submitted');
 
-        await new Scheduler(db, pool, logger).pass();
+        await new Scheduler(db, pool).pass();
         const nodes = await db.query(
           `SELECT r.replica, r.status, i.status AS instance_status FROM runs r JOIN instances i ON i.run_id = r.id WHERE r.service_id = $1 ORDER BY r.replica`, [run!.id]);
         expect(nodes).to.deep.equal([

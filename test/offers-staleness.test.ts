@@ -9,7 +9,8 @@ import { eventually, gpucloudConfig, startTestServer, type TestServer } from './
 
 const REPO = resolve(import.meta.dirname, '..');
 const GOOD_KEY = 'gc_the-key-in-config';
-const REFUSED = /^gpucloud: invalid gpucloud API key \(offers shown are \d+s old\)$/m;
+const FIX = "paste the key the cloud takes now (a gpucloud emulator prints a new one each time it starts) into the server's config.yml and restart the server";
+const REFUSED = new RegExp(`^gpucloud: invalid gpucloud API key \\(offers shown are \\d+s old\\); ${FIX.replace(/[()]/g, '\\$&')}$`, 'm');
 
 // The cases run in order: the first lists offers with the right key, the second with a key the cloud no longer takes.
 for (const kind of DATABASE_KINDS) {
@@ -69,7 +70,10 @@ for (const kind of DATABASE_KINDS) {
         return REFUSED.test(result.stderr) ? result : null;
       }, 20_000, 'offer to report the refused key');
       expect(table.code, show(table)).to.equal(1);
-      expect(table.stdout).to.match(/^L4\s+24GB\s+1\s+8\s+32GB\s+200GB\s+us-east-1\s+\$0\.8\s+-\s+available \d+s ago$/m);
+      expect(table.stdout).to.match(/^L4\s+24GB\s+1\s+8\s+32GB\s+200GB\s+us-east-1\s+\$0\.80\s+-\s+available \d+s ago$/m);
+      const warnings = table.stderr.trimEnd().split('\n');
+      expect(warnings, 'the warning, above and again below the rows').to.have.length(2);
+      expect(warnings[1]).to.equal(warnings[0]).and.to.match(REFUSED);
 
       const json = await cli(['offer', '--json']);
       expect(json.code, show(json)).to.equal(1);
@@ -84,7 +88,7 @@ for (const kind of DATABASE_KINDS) {
 
       const fleetPlan = await cli(['apply', '-f', 'examples/fleets/gpucloud.yml', '-y']);
       expect(fleetPlan.code, show(fleetPlan)).to.equal(0);
-      expect(fleetPlan.stderr).to.match(/^ {2}warning\s+gpucloud: invalid gpucloud API key \(offers shown are \d+s old\)$/m);
+      expect(fleetPlan.stderr).to.match(/^ {2}warning\s+gpucloud: invalid gpucloud API key \(offers shown are \d+s old\); paste the key the cloud takes now /m);
 
       const runPlan = await server.api('POST', '/api/projects/main/runs/plan', { spec: { type: 'task', name: 'hello', commands: ['echo hi'] } });
       expect(runPlan.status).to.equal(200);

@@ -140,7 +140,7 @@ for (const kind of DATABASE_KINDS) {
         return instance?.status === 'idle' && instance.name;
       }, 30_000, 'the local instance idle');
       const applied = await apply('next', 'type: task\nname: next\ncommands:\n  - "true"\n');
-      expect(instanceLine(applied.stderr)).to.equal(`${name} (idle, fleet local, no GPU, $0/h)`);
+      expect(instanceLine(applied.stderr)).to.equal(`${name} (idle, fleet local, no GPU, $0.00/h)`);
       expect(await eventually(async () => (await run('next')).instance, 20_000, 'next to be placed')).to.equal(name);
     });
 
@@ -176,7 +176,7 @@ for (const kind of DATABASE_KINDS) {
         await eventually(async () => (await idleInstances()).length === 2, 30_000, 'both instances idle');
         const applied = await apply(name, `type: task\nname: ${name}\nimage: alpine:3.20\ncommands:\n  - "true"\n`);
         const line = instanceLine(applied.stderr);
-        expect(line, applied.stderr).to.match(/^gpucloud-\d+ \(idle, fleet gpucloud, GPU L4:24GB:1, \$0\.8\/h\)$/);
+        expect(line, applied.stderr).to.match(/^gpucloud-\d+ \(idle, fleet gpucloud, GPU L4:24GB:1, \$0\.80\/h\)$/);
         expect(ignoredLines(applied.stderr).map((l) => l.split(':')[0])).to.deep.equal(['image']);
         const placed = await eventually(async () => (await run(name)).instance, 20_000, `${name} to be placed`);
         expect(placed).to.equal(line!.split(' ')[0]);
@@ -190,7 +190,7 @@ for (const kind of DATABASE_KINDS) {
       expect(json.queuedBefore).to.equal(1);
       expect(json.instance).to.include({ state: 'idle', name: null, fleet: 'gpucloud' });
       const applied = await apply('after-big', 'type: task\nname: after-big\ncommands:\n  - "true"\n');
-      expect(instanceLine(applied.stderr)).to.equal('an idle instance of fleet gpucloud (GPU L4:24GB:1, $0.8/h); 1 run queued before this one may take it first');
+      expect(instanceLine(applied.stderr)).to.equal('an idle instance of fleet gpucloud (GPU L4:24GB:1, $0.80/h); 1 run queued before this one may take it first');
       const higher = await plan({ type: 'task', commands: ['true'], priority: 10 });
       expect(higher.queuedBefore).to.equal(0);
       await suite.server.api('POST', '/api/projects/main/runs/big/stop', { abort: true });

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import OpenAI from 'openai';
 import WebSocket from 'ws';
+import type { AgentMetrics } from '../api/agent.js';
 import type { Run } from '../api/objects.js';
 import type { Replica, ServiceStats } from '../api/services.js';
 import { psRows } from '../cli/commands/ps.js';
@@ -29,7 +30,7 @@ function serviceRun(replicas: Replica[]): Run {
     terminationReason: null, priority: 0, generation: 2, attempt: 1, spec: { type: 'service', name: 'echo-llm', port: 8000 }, fleet: null, instance: null,
     gpu: null, pricePerHour: null, exitCode: null, queuePosition: null, submittedAt: new Date(Date.now() - 65_000).toISOString(),
     startedAt: null, finishedAt: null, inactivityStopAt: null,
-    service: { desiredReplicas: 3, replicas, path: '/proxy/services/main/echo-llm/', model: 'echo', modelPath: '/proxy/models/main/', gatewayUrl: null, gatewayModelUrl: null },
+    service: { desiredReplicas: 3, replicas, path: '/proxy/services/main/echo-llm/', model: 'echo', modelPath: '/proxy/models/main/v1/', gatewayUrl: null, gatewayModelUrl: null },
     ssh: null,
   };
 }
@@ -67,7 +68,7 @@ describe('how the CLI shows a service', () => {
     ]);
     expect(serviceAddresses('http://127.0.0.1:3000', serviceRun(replicas).service!)).to.equal([
       'Service:  http://127.0.0.1:3000/proxy/services/main/echo-llm/',
-      'Model:    http://127.0.0.1:3000/proxy/models/main/   (model: echo, OpenAI-compatible)',
+      'Model:    http://127.0.0.1:3000/proxy/models/main/v1/   (model: echo, OpenAI-compatible)',
       '',
     ].join('\n'));
     const withoutModel = { ...serviceRun(replicas).service!, model: null, modelPath: null };
@@ -95,13 +96,14 @@ for (const kind of DATABASE_KINDS) {
       expect(applied.code, show(applied)).to.equal(0);
       expect(applied.stdout).to.equal('svc\n');
       const run = (await server.api('GET', '/api/projects/main/runs/svc')).body as Run;
-      const now = thisSecond();
+      // Seconds of a while ago: nothing is in flight now.
+      const recently = thisSecond() - 10_000;
       await recordServiceSeconds(server.db, 'gateway-a', [
-        { runId: run.id, second: new Date(now), requests: 20, errors: 3, inflight: 3, latency: latencies(17, 3) },
-        { runId: run.id, second: new Date(now - 120_000), requests: 600, errors: 0, inflight: 9, latency: latencies(600, 0) },
+        { runId: run.id, second: new Date(recently), requests: 20, errors: 3, inflight: 3, latency: latencies(17, 3) },
+        { runId: run.id, second: new Date(recently - 120_000), requests: 600, errors: 0, inflight: 9, latency: latencies(600, 0) },
       ]);
       // A second gateway process: its counts add up with the first's.
-      await recordServiceSeconds(server.db, 'gateway-b', [{ runId: run.id, second: new Date(now), requests: 10, errors: 0, inflight: 1, latency: latencies(10, 0) }]);
+      await recordServiceSeconds(server.db, 'gateway-b', [{ runId: run.id, second: new Date(recently), requests: 10, errors: 0, inflight: 1, latency: latencies(10, 0) }]);
     });
     after(async function () {
       this.timeout(60_000);
@@ -113,10 +115,19 @@ for (const kind of DATABASE_KINDS) {
       expect(status, JSON.stringify(body)).to.equal(200);
       expect(body).to.deep.equal({
         run: 'svc', windowSeconds: 300, requests: 630, requestsPerSecond: 2.1, errors: 3, errorRate: 3 / 630,
-        p50Ms: 10, p99Ms: 10, inflight: 9, readyReplicas: 0, desiredReplicas: 0,
+        p50Ms: 10, p99Ms: 10, inflight: 9, inflightNow: 0, readyReplicas: 0, desiredReplicas: 0,
       });
       const lastMinute = await stats('?window=60');
-      expect(lastMinute.body).to.include({ windowSeconds: 60, requests: 30, requestsPerSecond: 0.5, errors: 3, errorRate: 0.1, p50Ms: 10, p99Ms: 500, inflight: 4 });
+      expect(lastMinute.body).to.include({ windowSeconds: 60, requests: 30, requestsPerSecond: 0.5, errors: 3, errorRate: 0.1, p50Ms: 10, p99Ms: 500, inflight: 4, inflightNow: 0 });
+    });
+
+    it('counts the requests in flight now apart from the most in flight during the window', async () => {
+      const run = (await server.api('GET', '/api/projects/main/runs/svc')).body as Run;
+      // A second in which two requests stayed in flight and none arrived, as the gateway writes it.
+      await recordServiceSeconds(server.db, 'gateway-c', [{ runId: run.id, second: new Date(thisSecond()), requests: 0, errors: 0, inflight: 2, latency: latencies(0, 0) }]);
+      const { body } = await stats();
+      expect(body).to.include({ requests: 630, inflight: 9, inflightNow: 2 });
+      await server.db.query(`DELETE FROM service_stats WHERE source = 'gateway-c'`);
     });
 
     it('refuses a window outside 10 s to an hour, a run that is not a service, an unknown run and a non-member', async () => {
@@ -141,8 +152,8 @@ for (const kind of DATABASE_KINDS) {
       const table = await cli(['service', 'stats', 'svc']);
       expect(table.code, show(table)).to.equal(0);
       const [header, row] = table.stdout.split('\n');
-      expect(header).to.match(/^RUN\s+WINDOW\s+REQUESTS\s+REQ\/S\s+P50\s+P99\s+ERRORS\s+IN FLIGHT\s+REPLICAS$/);
-      expect(row).to.match(/^svc\s+5m\s+630\s+2\.1\s+10ms\s+10ms\s+0\.5% \(3\)\s+9\s+0\/0 ready$/);
+      expect(header).to.match(/^RUN\s+WINDOW\s+REQUESTS\s+REQ\/S\s+P50\s+P99\s+ERRORS\s+IN FLIGHT \(PEAK\)\s+REPLICAS$/);
+      expect(row, 'an idle service has nothing in flight').to.match(/^svc\s+5m\s+630\s+2\.1\s+10ms\s+10ms\s+0\.5% \(3\)\s+0 \(9\)\s+0\/0 ready$/);
 
       const json = await cli(['service', 'stats', 'svc', '--window', '1m', '--json']);
       expect(json.code, show(json)).to.equal(0);
@@ -215,7 +226,7 @@ describe('orchestrator apply of a service on the local backend', function () {
     expect(result.stderr).to.match(/^replica 0: ready on local-0$/m);
     expect(result.stdout).to.equal([
       `Service:  ${server.url}/proxy/services/main/echo-llm/`,
-      `Model:    ${server.url}/proxy/models/main/   (model: echo, OpenAI-compatible)`,
+      `Model:    ${server.url}/proxy/models/main/v1/   (model: echo, OpenAI-compatible)`,
       '',
     ].join('\n'));
 
@@ -238,6 +249,24 @@ describe('orchestrator apply of a service on the local backend', function () {
     expect(stats.p50Ms).to.be.a('number');
   });
 
+  it('metrics shows the use of each running replica of the service, or of the one asked for', async () => {
+    const every = await cli(['metrics', 'echo-llm']);
+    expect(every.code, show(every)).to.equal(0);
+    expect(every.stdout).to.match(/^replica 0 \(ready, on local-0\)\nCPU\s+MEMORY\n\d+%\s+\S+ \/ \S+\n/);
+    const listed = JSON.parse((await cli(['metrics', 'echo-llm', '--json'])).stdout) as Array<{ replica: number; metrics: AgentMetrics }>;
+    expect(listed.map((part) => part.replica)).to.deep.equal([0]);
+    expect(listed[0]!.metrics.memoryTotalMib).to.be.greaterThan(0);
+    const one = await cli(['metrics', 'echo-llm', '--replica', '0', '--json']);
+    expect(one.code, show(one)).to.equal(0);
+    expect((JSON.parse(one.stdout) as AgentMetrics).memoryTotalMib).to.be.greaterThan(0);
+    const missing = await cli(['metrics', 'echo-llm', '--replica', '5']);
+    expect(missing.code).to.equal(1);
+    expect(missing.stderr).to.equal('error: service echo-llm has no replica 5\n');
+    const unpicked = await server.api('GET', '/api/projects/main/runs/echo-llm/metrics');
+    expect(unpicked.status).to.equal(409);
+    expect(unpicked.body.error).to.deep.include({ code: 'replica_needed', message: 'run echo-llm is a service: metrics are each replica\'s; ask for one with replica=N (running: 0)' });
+  });
+
   it('answers a member\'s curl and the official openai client, whole and streamed token by token', async () => {
     const created = await cli(['user', 'create', 'alice', '--json']);
     expect(created.code, show(created)).to.equal(0);
@@ -251,7 +280,8 @@ describe('orchestrator apply of a service on the local backend', function () {
       '-d', body, `${server.url}/proxy/services/main/echo-llm/v1/chat/completions`]);
     expect(JSON.parse(curl.stdout).choices[0].message.content).to.equal('echo: hello there');
 
-    const openai = new OpenAI({ baseURL: `${server.url}/proxy/models/main/`, apiKey: token });
+    // The base URL apply prints on its Model: line.
+    const openai = new OpenAI({ baseURL: `${server.url}/proxy/models/main/v1/`, apiKey: token });
     const whole = await openai.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'one two three' }] });
     expect(whole.choices[0]!.message.content).to.equal('echo: one two three');
     const pieces: string[] = [];
@@ -261,6 +291,11 @@ describe('orchestrator apply of a service on the local backend', function () {
     }
     expect(pieces.length).to.be.greaterThan(2);
     expect(pieces.join('')).to.equal('echo: one two three');
+
+    const root = await fetch(`${server.url}/proxy/models/main/`, { headers: { authorization: `Bearer ${token}` } });
+    expect(root.status).to.equal(404);
+    expect((await root.json() as { error: { message: string } }).error.message)
+      .to.equal('name a route after the model endpoint\'s base: it serves v1/models, v1/chat/completions, v1/completions and v1/embeddings');
   });
 
   it('publishes the WebSocket echo service and carries messages both ways', async () => {

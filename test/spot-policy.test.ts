@@ -33,7 +33,7 @@ for (const kind of ONE_DATABASE) {
       const table = await suite.cli(['offer', '-b', 'gpucloud', '--gpu', 'L4:1']);
       expect(table.stdout).to.match(/^GPU\s+MEMORY\s+COUNT\s+VCPUS\s+RAM\s+DISK\s+REGION\s+\$\/H\s+SPOT\s+AVAILABILITY\n/);
       expect(table.stdout).to.match(/\sus-east-1\s+\$0\.32\s+spot\s/);
-      expect(table.stdout).to.match(/\sus-east-1\s+\$0\.80?\s+-\s/);
+      expect(table.stdout).to.match(/\sus-east-1\s+\$0\.80\s+-\s/);
 
       await suite.apply('on-demand', sleeper('on-demand', ''));
       const onDemand = await machineOf('on-demand');

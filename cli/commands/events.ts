@@ -51,14 +51,9 @@ async function followEvents(client: ApiClient, first: Event[], object: string | 
   const interrupt = () => controller.abort();
   process.on('SIGINT', interrupt);
   const width = outputWidth();
-  const print = (event: Event) => {
-    if (json) {
-      process.stdout.write(`${JSON.stringify(event)}\n`);
-      return;
-    }
-    const [time, name, reason, message] = eventRow(event);
-    process.stdout.write(`${truncate(`${time}  ${name.padEnd(24)}  ${reason.padEnd(12)}  ${message}`, width)}\n`);
-  };
+  const line = ([time, name, reason, message]: string[]) => `${truncate(`${time}  ${name!.padEnd(24)}  ${reason!.padEnd(12)}  ${message}`, width)}\n`;
+  const print = (event: Event) => process.stdout.write(json ? `${JSON.stringify(event)}\n` : line(eventRow(event)));
+  if (!json) process.stdout.write(line(['TIME'.padEnd(formatTime(new Date().toISOString()).length), 'OBJECT', 'REASON', 'MESSAGE']));
   try {
     let after = 0;
     let batch = first;

@@ -49,10 +49,11 @@ async function deleteFleet(name: string | undefined, flags: FleetFlags): Promise
   const path = client.projectPath(`/fleets/${encodeURIComponent(String(name))}`);
   const fleet = await client.get<Fleet>(path);
   const live = fleet.instances.filter((i) => i.status !== 'terminated').length;
-  if (!(await confirm(`Delete fleet ${fleet.name} and terminate its ${live} ${live === 1 ? 'instance' : 'instances'}?`, yes))) {
+  const question = live === 0 ? `Delete fleet ${fleet.name}? It has no instances.` : `Delete fleet ${fleet.name} and terminate its ${live} ${live === 1 ? 'instance' : 'instances'}?`;
+  if (!(await confirm(question, yes))) {
     process.stderr.write(`fleet ${fleet.name} kept\n`);
     return;
   }
   await client.delete<Fleet>(path);
-  process.stdout.write(`fleet ${fleet.name} is being deleted; its instances are terminated once their runs end\n`);
+  process.stdout.write(live === 0 ? `fleet ${fleet.name} is being deleted\n` : `fleet ${fleet.name} is being deleted; its instances are terminated once their runs end\n`);
 }

@@ -3,6 +3,7 @@ import { parseDuration } from '../../api/duration.js';
 import { GPU_MODELS } from '../../backends/gpucloud/api.js';
 import { DEFAULT_CAPACITY_PER_MODEL } from '../../backends/gpucloud/catalog.js';
 import type { EmulatorOptions } from '../../backends/gpucloud/emulator.js';
+import { portFlag } from '../args.js';
 
 interface EmulatorFlags {
   port: unknown;
@@ -87,8 +88,7 @@ async function runEmulator(flags: EmulatorFlags): Promise<void> {
 }
 
 function emulatorOptions(flags: EmulatorFlags): EmulatorOptions {
-  const port = Number(flags.port);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port must be a port number, got ${String(flags.port)}`);
+  const port = portFlag(flags.port);
   const capacityPerModel = Number(flags.capacity);
   if (!Number.isInteger(capacityPerModel) || capacityPerModel < 0) {
     throw new Error(`--capacity must be a whole number >= 0, got ${String(flags.capacity)}`);

@@ -70,7 +70,7 @@ export function replicaFlag(value: string | number | undefined): number | undefi
   return wholeNumberFlag('--replica', 'a replica number', value);
 }
 
-function wholeNumberFlag(flag: string, what: string, value: string | number | undefined): number | undefined {
+export function wholeNumberFlag(flag: string, what: string, value: string | number | undefined): number | undefined {
   if (value === undefined) return undefined;
   if (!/^\d{1,6}$/.test(String(value))) throw new CliError(`${flag}: expected ${what} such as 0, got ${value}`);
   return Number(value);

@@ -54,6 +54,8 @@ export function registerOffer(cli: CAC): void {
         staleAge.has(o.backend) ? `${o.availability} ${staleAge.get(o.backend)}` : o.availability,
       ]);
       process.stdout.write(renderTable(headers, rows));
+      // Said again below the table, which may be long enough to scroll the first one away.
+      for (const error of listing.errors) process.stderr.write(`${error}\n`);
       return exitCode;
     }));
 }

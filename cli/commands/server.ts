@@ -1,4 +1,6 @@
 import type { CAC } from 'cac';
+import { portFlag } from '../args.js';
+import { CliError, faultText } from '../errors.js';
 
 export function registerServer(cli: CAC): void {
   cli.command('server', 'Start the orchestrator server (embedded database unless ORCHESTRATOR_DATABASE_URL is set)')
@@ -7,15 +9,14 @@ export function registerServer(cli: CAC): void {
     .action(async (options: { host: string; port: number }) => {
       const { StartupError } = await import('../../server/config.js');
       const { startServer } = await import('../../server/server.js');
+      const { shutdownNote } = await import('../../server/shutdown-note.js');
       let server;
       try {
-        server = await startServer({ host: options.host, port: Number(options.port) });
+        server = await startServer({ host: options.host, port: portFlag(options.port) });
       } catch (error) {
-        if (error instanceof StartupError) {
-          process.stderr.write(`error: ${error.message}\n`);
-          process.exit(1);
-        }
-        throw error;
+        const known = error instanceof StartupError || error instanceof CliError;
+        process.stderr.write(`error: ${known ? error.message : `the server could not start: ${faultText(error)}`}\n`);
+        process.exit(1);
       }
       const shown = server.adminTokenSource === 'generated';
       const token = shown ? server.adminToken : '<ORCHESTRATOR_SERVER_ADMIN_TOKEN>';
@@ -28,7 +29,10 @@ export function registerServer(cli: CAC): void {
         '',
       ].join('\n'));
       const shutdown = () => {
-        void server.close().finally(() => process.exit(0));
+        void shutdownNote(server.db)
+          .then((note) => process.stderr.write(`${note}\n`), () => undefined)
+          .then(() => server.close())
+          .finally(() => process.exit(0));
       };
       process.once('SIGINT', shutdown);
       process.once('SIGTERM', shutdown);

@@ -52,7 +52,7 @@ function windowSeconds(text: string): number {
 }
 
 export function renderServiceStats(stats: ServiceStats): string {
-  return renderTable(['run', 'window', 'requests', 'req/s', 'p50', 'p99', 'errors', 'in flight', 'replicas'], [[
+  return renderTable(['run', 'window', 'requests', 'req/s', 'p50', 'p99', 'errors', 'in flight (peak)', 'replicas'], [[
     stats.run,
     formatWindow(stats.windowSeconds),
     String(stats.requests),
@@ -60,7 +60,7 @@ export function renderServiceStats(stats: ServiceStats): string {
     formatLatency(stats.p50Ms),
     formatLatency(stats.p99Ms),
     `${Number((stats.errorRate * 100).toFixed(1))}% (${stats.errors})`,
-    String(stats.inflight),
+    `${stats.inflightNow} (${stats.inflight})`,
     `${stats.readyReplicas}/${stats.desiredReplicas} ready`,
   ]]);
 }

@@ -2,7 +2,7 @@ import { isDeepStrictEqual } from 'node:util';
 import Router from '@koa/router';
 import { isDnsLabel } from '../../api/names.js';
 import type { FleetPlan } from '../../api/objects.js';
-import { describeRequirement, offerSatisfies, unofferedModels } from '../../api/resources.js';
+import { describeRequirement, describeRequirementInWords, offerSatisfies, unofferedModels } from '../../api/resources.js';
 import { CHANNELS } from '../../store/channels.js';
 import { recordEvent } from '../../store/events.js';
 import { applyFleet, fleetView, getLiveFleet, listFleets, requestFleetDeletion, type FleetRecord } from '../../store/fleets.js';
@@ -39,7 +39,7 @@ export function fleetRoutes(server: ServerContext): Router {
     const plan: FleetPlan = {
       action: !existing ? 'create' : isDeepStrictEqual(existing.spec, desired.spec) ? 'unchanged' : 'update',
       name: desired.name,
-      requirement: describeRequirement(desired.requirement),
+      requirement: describeRequirementInWords(desired.requirement),
       currentGeneration: existing?.generation ?? null,
       offers,
       offersTotal: matching.length,

@@ -1,7 +1,7 @@
 import Router from '@koa/router';
 import type { Context } from 'koa';
 import { PassThrough, Readable } from 'node:stream';
-import type { LogStreamItem, RunLogsPage } from '../../api/objects.js';
+import type { LogLine, LogStreamItem, RunLogsPage } from '../../api/objects.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
 import { copyJobLogs } from '../../controllers/log-copy.js';
 import { agentOf } from '../../controllers/run-controller.js';
@@ -169,14 +169,18 @@ async function follow(server: ServerContext, runId: string, sources: (now: RunRe
     if (!finished) writeStatus(run);
     const jobs = await sources(run);
     let pulled = 0;
-    let read = 0;
+    const round: LogLine[][] = [];
     for (const job of jobs) {
       const rank = job.node ?? 0;
       pulled += finished ? 0 : await pullFromAgent(server, job.run, jobs.length === 1 ? AGENT_WAIT_MS : 0);
       const lines = await readLogs(server.db, job.run.id, cursors.get(rank) ?? after(rank));
-      for (const line of lines) write({ type: 'log', line: job.node === undefined ? line : { ...line, node: job.node } });
+      round.push(job.node === undefined ? lines : lines.map((line) => ({ ...line, node: job.node })));
       if (lines.length) cursors.set(rank, lines[lines.length - 1].seq);
-      read += lines.length;
+    }
+    // The nodes' lines of one round go out in time order, and at the same moment in rank order.
+    const read = round.reduce((count, lines) => count + lines.length, 0);
+    for await (const line of mergeByTime(round.map((lines) => lines[Symbol.iterator]()))) {
+      write({ type: 'log', line });
       if (full) {
         await new Promise((resolve) => { stream.once('drain', resolve); stream.once('close', resolve); });
         full = false;

@@ -4,20 +4,19 @@ import { cronExpressions, formatUtc, nextTick } from '../../api/cron.js';
 import { isDnsLabel, randomRunName } from '../../api/names.js';
 import { fieldsNotActedOn, type JobRuntime } from '../../api/not-acted-on.js';
 import type { RunPlan } from '../../api/objects.js';
-import { describeRequirement, intersectRequirements, normalizeResources, offerSatisfies } from '../../api/resources.js';
+import { describeRequirement, describeRequirementInWords, intersectRequirements, normalizeResources, offerSatisfies } from '../../api/resources.js';
 import type { RunSpec } from '../../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
 import { AgentClient } from '../../agent/client.js';
 import { fixedJobRuntime } from '../../backends/registry.js';
 import { CHANNELS } from '../../store/channels.js';
-import { agentOf } from '../../controllers/run-controller.js';
 import { place, placeNodes } from '../../controllers/scheduler.js';
 import type { OfferListing } from '../../controllers/backend-pool.js';
 import { chooseFleets } from '../../controllers/placement-filter.js';
 import type { Queryable } from '../../store/db.js';
 import { recordEvent } from '../../store/events.js';
 import { listActiveFleets, type FleetDesired, type FleetRecord } from '../../store/fleets.js';
-import { getInstance, toInstance } from '../../store/instances.js';
+import { toInstance } from '../../store/instances.js';
 import type { ProjectRecord } from '../../store/projects.js';
 import { getRunView, listRunViews } from '../../store/run-views.js';
 import { deleteRun, getRunByName, insertRun, requestRunStop, type RunRecord } from '../../store/runs.js';
@@ -25,7 +24,7 @@ import { isLiveSchedule, isSchedule, updateSchedule } from '../../store/schedule
 import { updateService } from '../../store/services.js';
 import { projectFor, type AuthState } from '../auth.js';
 import type { ServerContext } from '../context.js';
-import { badRequest, conflict, HttpError, notFound, readJsonObject } from '../http-errors.js';
+import { badRequest, conflict, notFound, readJsonObject } from '../http-errors.js';
 import { checkedFiles, checkedFleetsApplied, checkedRepos, checkedRunSpec } from '../specs.js';
 
 /** Offers a plan shows; it says how many more there are. */
@@ -83,13 +82,6 @@ export function runRoutes(server: ServerContext): Router {
     const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
     if (!(await deleteRun(db, run.id))) throw conflict(`run ${run.name} is ${run.status}; stop it before deleting it`);
     ctx.status = 204;
-  });
-
-  router.get('/:name/metrics', async (ctx) => {
-    const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
-    const instance = run.instanceId ? await getInstance(db, run.instanceId) : null;
-    if (run.status !== 'running' || !instance?.agentUrl) throw new HttpError(409, 'not_running', `run ${run.name} is ${run.status}; metrics exist only while it runs`);
-    ctx.body = await agentOf(instance).metrics();
   });
   return router;
 }
@@ -227,7 +219,7 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
   return {
     action: existingService || existingSchedule ? 'update' : existing ? 'replace' : 'create',
     name: spec.name ?? null,
-    requirement: describeRequirement(requirement),
+    requirement: describeRequirementInWords(requirement),
     fleets: candidates.map((f) => f.name),
     instance: placement.kind !== 'instance' ? null : {
       state: placement.ready ? 'idle' : 'starting',

@@ -1,0 +1,72 @@
+import { randomUUID } from 'node:crypto';
+import { readdir, readFile } from 'node:fs/promises';
+import type { StopSignal } from './runtime.js';
+
+/**
+ * Every process of a process job carries this variable, with a value of its own, from its shell to whatever
+ * SSH sessions into it start: the job's processes are found by it even after they left its process group
+ * (nohup, setsid, a double fork), as a container's end with its container.
+ */
+export const JOB_MARKER_VARIABLE = 'ORCHESTRATOR_JOB_MARKER';
+
+/** Passes of a sweep at most: each kills what the one before missed (a child forked in between). */
+const MAX_SWEEPS = 20;
+
+export function newJobMarker(): string {
+  return randomUUID();
+}
+
+/**
+ * The live processes whose initial environment holds `JOB_MARKER_VARIABLE=marker`. Processes of other users
+ * cannot be read and are never counted, nor zombies, which hold nothing any more.
+ */
+export async function markedProcesses(marker: string): Promise<number[]> {
+  const entry = Buffer.from(`\0${JOB_MARKER_VARIABLE}=${marker}\0`);
+  const pids = (await readdir('/proc').catch(() => [] as string[])).filter((name) => /^\d+$/.test(name)).map(Number);
+  const marked = await Promise.all(pids.map(async (pid) => {
+    if (pid === process.pid) return false;
+    try {
+      const environ = Buffer.concat([Buffer.from('\0'), await readFile(`/proc/${pid}/environ`)]);
+      return environ.includes(entry) && !(await isZombie(pid));
+    } catch {
+      return false;
+    }
+  }));
+  return pids.filter((_, index) => marked[index]);
+}
+
+/** Sends `signal` to every process of the job once. */
+export async function signalMarked(marker: string, signal: StopSignal): Promise<void> {
+  for (const pid of await markedProcesses(marker)) signalProcess(pid, signal);
+}
+
+/** Kills every process of the job, again until none is left (or after MAX_SWEEPS passes); returns how many it found. */
+export async function killMarked(marker: string): Promise<number> {
+  const killed = new Set<number>();
+  for (let pass = 0; pass < MAX_SWEEPS; pass += 1) {
+    const pids = await markedProcesses(marker);
+    if (pids.length === 0) break;
+    for (const pid of pids) {
+      signalProcess(pid, 'SIGKILL');
+      killed.add(pid);
+    }
+    await new Promise((done) => setTimeout(done, 20));
+  }
+  return killed.size;
+}
+
+async function isZombie(pid: number): Promise<boolean> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+  // The command name, in parentheses, may hold spaces and parentheses: the state follows the last ')'.
+  return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) === 'Z';
+}
+
+function signalProcess(pid: number, signal: StopSignal): void {
+  try {
+    process.kill(pid, signal);
+  } catch (error) {
+    // Gone already, or a process that became another user's (setuid): neither is ours to end.
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code !== 'ESRCH' && code !== 'EPERM') throw error;
+  }
+}

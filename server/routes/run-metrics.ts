@@ -1,0 +1,64 @@
+import Router from '@koa/router';
+import type { Context } from 'koa';
+import { agentOf } from '../../controllers/run-controller.js';
+import { getInstance } from '../../store/instances.js';
+import { isMultiNodeParent, listNodes } from '../../store/nodes.js';
+import type { RunRecord } from '../../store/runs.js';
+import { listReplicas, replicaForLogs } from '../../store/services.js';
+import type { ServerContext } from '../context.js';
+import { badRequest, HttpError, notFound } from '../http-errors.js';
+import { runFor } from './runs.js';
+
+/**
+ * `GET .../metrics`: CPU, memory and GPU use of the instance a running job is on. A service's are its
+ * replicas' (`replica=N`) and a multi-node task's its nodes' (`node=RANK`): without one, 409 names those to ask.
+ */
+export function runMetricsRoutes(server: ServerContext): Router {
+  const router = new Router({ prefix: '/api/projects/:project/runs' });
+  router.get('/:name/metrics', async (ctx) => {
+    const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
+    const { job, label } = await measuredJob(server, ctx, run);
+    const instance = job.instanceId ? await getInstance(server.db, job.instanceId) : null;
+    if (job.status !== 'running' || !instance?.agentUrl) throw new HttpError(409, 'not_running', `${label} is ${job.status}; metrics exist only while it runs`);
+    ctx.body = await agentOf(instance).metrics();
+  });
+  return router;
+}
+
+/** The job whose instance is measured, and how messages name it. */
+async function measuredJob(server: ServerContext, ctx: Context, run: RunRecord): Promise<{ job: RunRecord; label: string }> {
+  const replica = wholeNumber(ctx, 'replica', 'a replica number');
+  const node = wholeNumber(ctx, 'node', 'a node rank');
+  const isService = run.kind === 'service' && !run.jobId;
+  if (replica !== undefined && !isService) throw badRequest(`replica: run ${run.name} is a ${run.kind}, not a service with replicas`);
+  if (node !== undefined && !isMultiNodeParent(run)) throw badRequest(`node: run ${run.name} is a ${run.kind} of one node; node picks a node of a task with nodes above 1`);
+  if (isService) {
+    if (replica === undefined) throw await askFor(server, run, 'replica');
+    const job = await replicaForLogs(server.db, run.id, replica);
+    if (!job) throw notFound(`service ${run.name} has no replica ${replica}`);
+    return { job, label: `replica ${replica} of ${run.name}` };
+  }
+  if (isMultiNodeParent(run)) {
+    if (node === undefined) throw await askFor(server, run, 'node');
+    const job = (await listNodes(server.db, run.id)).find((candidate) => candidate.replica === node);
+    if (!job) throw notFound(`run ${run.name} has no node ${node}`);
+    return { job, label: `node ${node} of ${run.name}` };
+  }
+  return { job: run, label: `run ${run.name}` };
+}
+
+/** 409 naming the replicas (or nodes) that run, whose metrics can be asked for one at a time. */
+async function askFor(server: ServerContext, run: RunRecord, part: 'replica' | 'node'): Promise<HttpError> {
+  const jobs = part === 'node' ? await listNodes(server.db, run.id) : await listReplicas(server.db, run.id);
+  const running = [...new Set(jobs.filter((job) => job.status === 'running').map((job) => job.replica))];
+  const what = part === 'node' ? `a task of ${jobs.length} nodes` : 'a service';
+  const which = running.length === 0 ? `none of them runs now (run ${run.name} is ${run.status})` : `running: ${running.join(', ')}`;
+  return new HttpError(409, `${part}_needed`, `run ${run.name} is ${what}: metrics are each ${part}'s; ask for one with ${part}=N (${which})`);
+}
+
+function wholeNumber(ctx: Context, name: string, what: string): number | undefined {
+  const raw = ctx.query[name];
+  if (raw === undefined) return undefined;
+  if (typeof raw !== 'string' || !/^\d{1,6}$/.test(raw)) throw badRequest(`${name}: expected ${what} such as 0`);
+  return Number(raw);
+}
