@@ -24,6 +24,7 @@ import { registerSshKey } from './commands/ssh-key.js';
 import { registerSshProxy } from './commands/ssh-proxy.js';
 import { registerStop } from './commands/stop.js';
 import { registerUser } from './commands/user.js';
+import { helpSections } from './help.js';
 import { parseCommandLine } from './usage.js';
 
 const cli = cac('orchestrator');
@@ -52,5 +53,5 @@ registerFleet(cli);
 registerGateway(cli);
 registerEvents(cli);
 cli.option('--version', 'Print the version of orchestrator');
-cli.help();
+cli.help(helpSections(cli));
 parseCommandLine(cli);

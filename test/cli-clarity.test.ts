@@ -39,6 +39,46 @@ describe('orchestrator --version', () => {
   });
 });
 
+describe('orchestrator --help', () => {
+  let home: ReturnType<typeof makeHome>;
+  before(() => { home = makeHome(); });
+  after(() => home.remove());
+  const help = async (...args: string[]) => {
+    const result = await runCli([...args, '--help'], { home: home.home });
+    expect(result.code, show(result)).to.equal(0);
+    return result.stdout;
+  };
+
+  it('starts a command\'s help with what the command does, so that service --help names stats', async () => {
+    expect((await help('apply')).split('\n')[0]).to.equal('orchestrator apply: Create or update fleets and submit runs from YAML files, then follow the run');
+    expect((await help('service')).split('\n')[0]).to.match(/^orchestrator service: .*\bstats\b/);
+    expect((await help('ps')).split('\n')[0]).to.match(/^orchestrator ps: List runs/);
+  });
+
+  it('does not say (default: true) of --no-ssh-config, which reads as if leaving ~/.ssh/config alone were the default', async () => {
+    for (const command of ['apply', 'attach']) {
+      const line = (await help(command)).split('\n').find((l) => l.trimStart().startsWith('--no-ssh-config'));
+      expect(line, command).to.match(/by default .* adds one Include line/);
+      expect(line, command).not.to.contain('default: true');
+    }
+  });
+
+  it('lists the commands orchestrator starts itself (agent, gateway-server, ssh-proxy) under their own heading, after the user\'s', async () => {
+    const text = await help();
+    const [users, internal] = text.split('Started by orchestrator itself, not typed by hand:\n');
+    const names = (part: string) => [...part!.matchAll(/^ {2}([a-z-]+)\b/gm)].map((m) => m[1]);
+    expect(names(users!.split('Commands:\n')[1]!.split('\n\n')[0]!)).to.include.members(['server', 'apply', 'ps', 'logs']).and.not.to.include.members(['agent']);
+    expect(names(users!)).not.to.include.members(['gateway-server', 'ssh-proxy']);
+    expect(names(internal!.split('\n\n')[0]!)).to.deep.equal(['agent', 'gateway-server', 'ssh-proxy']);
+  });
+
+  it('answers apply file.yml (no -f) with the command it probably meant', async () => {
+    const result = await runCli(['apply', 'train.yml', '-y'], { home: home.home });
+    expect(result.code, show(result)).to.equal(1);
+    expect(result.stderr).to.equal('error: apply reads files given with -f, not as plain words: did you mean orchestrator apply -f train.yml?\n');
+  });
+});
+
 describe('size columns and long lists in tables', () => {
   it('ends a cut list with how many rows were left out and the command that shows them all', () => {
     const rows = Array.from({ length: 15 }, (_, index) => [`offer-${index}`, '$1']);

@@ -31,6 +31,7 @@ interface ApplyFlags {
 
 export function registerApply(cli: CAC): void {
   cli.command('apply', 'Create or update fleets and submit runs from YAML files, then follow the run')
+    .usage('apply -f FILE [options]')
     .option('-f, --file <path>', 'A YAML file, or a folder of them (may be repeated)')
     .option('-y, --yes', 'Apply without asking for confirmation')
     .option('-d, --detach', 'Return right after submitting, printing the run name')
