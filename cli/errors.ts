@@ -6,6 +6,14 @@ export class CliError extends Error {
   }
 }
 
+/** The user pressed Ctrl-C where nothing was under way yet (a question): the command ends with 130, as on every Ctrl-C, saying nothing more. */
+export class Interrupted extends Error {
+  constructor() {
+    super('interrupted');
+    this.name = 'Interrupted';
+  }
+}
+
 /** Writes everything still buffered for stdout and stderr, then ends the process with `code`. */
 export async function exitWith(code: number): Promise<never> {
   await Promise.all([process.stdout, process.stderr].map((stream) => new Promise<void>((resolve) => stream.write('', () => resolve()))));
@@ -23,7 +31,9 @@ export function action<Args extends unknown[]>(run: (...args: Args) => Promise<n
     try {
       code = (await run(...args)) ?? 0;
     } catch (error) {
-      if (error instanceof CliError) {
+      if (error instanceof Interrupted) {
+        code = 130;
+      } else if (error instanceof CliError) {
         process.stderr.write(`error: ${error.message}\n`);
         code = error.exitCode;
       } else {

@@ -8,6 +8,7 @@ import { renderTable } from '../cli/table.js';
 import { addProject, makeHome, releaseInstances, runCli, show, startCli } from './helpers/cli.js';
 import { ONE_DATABASE } from './helpers/databases.js';
 import { eventually, startTestServer, type TestServer } from './helpers/server.js';
+import { Terminal } from './helpers/terminal.js';
 
 const REPO = resolve(import.meta.dirname, '..');
 
@@ -156,6 +157,26 @@ for (const kind of ONE_DATABASE) {
       for (const fleet of fleets) {
         expect(history.stdout).to.match(new RegExp(`^pool\\s+${fleet.id.slice(0, 8)}\\s+\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d\\s+-\\s+local\\s+-\\s+${fleet.status}`, 'm'));
       }
+    });
+
+    it('ends with 130 and no stack trace on Ctrl-C at a [y/N] question (fleet delete, apply), doing nothing', async () => {
+      expect((await cli(['apply', '-f', 'fleet.yml', '-y'])).code).to.equal(0);
+      writeFileSync(join(work, 'other-fleet.yml'), 'type: fleet\nname: other\nbackends: [local]\nnodes: 0..1\n');
+      for (const [args, question] of [[['fleet', 'delete', 'pool'], /Delete fleet pool .*\[y\/N\]\s*$/m], [['apply', '-f', 'other-fleet.yml'], /Create fleet other\? \[y\/N\]\s*$/m]] as const) {
+        const terminal = new Terminal();
+        try {
+          await terminal.start(args, home.home, work);
+          await terminal.waitFor(question);
+          await terminal.press('C-c');
+          const screen = await terminal.waitFor(/^exited \d+$/m);
+          expect(screen, screen).to.match(/^exited 130$/m);
+          expect(screen, screen).not.to.match(/error|AbortError|    at /);
+        } finally {
+          await terminal.close();
+        }
+      }
+      const fleets = (await server.api('GET', '/api/projects/main/fleets')).body as Fleet[];
+      expect(fleets.map((f) => f.name)).to.include('pool').and.not.to.include('other');
     });
 
     it('names the project and the command to set a new token when the server refuses the token', async () => {
