@@ -146,6 +146,57 @@ for (const kind of DATABASE_KINDS) {
       expect((await runs()).map((r) => r.name)).not.to.include('sleeper');
     });
 
+    it('ends logs -f, after a detach, with the run\'s final status and the task\'s exit code, as an attached apply does', async () => {
+      const release = join(work, 'release-sevens');
+      const apply = startCli(['apply', '-f', task('sevens', `commands: ["echo before detach", "until [ -f ${release} ]; do sleep 0.1; done", "exit 7"]\n`), '-y'], { home: home.home, cwd: work });
+      await apply.waitFor(/before detach/);
+      const detached = await apply.interrupt();
+      expect(detached.code, show(detached)).to.equal(130);
+      expect(detached.stderr).to.contain('orchestrator logs -f sevens');
+      const followed = startCli(['logs', '-f', 'sevens'], { home: home.home, cwd: work });
+      await followed.waitFor(/before detach/);
+      writeFileSync(release, '');
+      const ended = await followed.done;
+      expect(ended.code, show(ended)).to.equal(7);
+      expect(ended.stdout).to.equal('before detach\n');
+      expect(ended.stderr).to.match(/(^|\n)failed: exited with code 7\n$/);
+    });
+
+    it('cuts no line of ps or events written to a pipe; with $COLUMNS it cuts them to that width, unless --wide', async () => {
+      const release = join(work, 'release-holder');
+      const holder = startCli(['apply', '-f', task('holder', `commands: ["echo holding", "until [ -f ${release} ]; do sleep 0.1; done"]\n`), '-y'], { home: home.home, cwd: work });
+      await holder.waitFor(/holding/);
+      try {
+        await wideLines();
+      } finally {
+        writeFileSync(release, '');
+      }
+      expect((await holder.done).code).to.equal(0);
+    });
+
+    async function wideLines(): Promise<void> {
+      const name = 'a-task-whose-name-makes-every-line-wider';
+      const queued = await cli(['apply', '-f', task(name, 'commands: ["true"]\n'), '-y', '-d']);
+      expect(queued.code, show(queued)).to.equal(0);
+      // The row of the run, its age left out, as it grows between two listings.
+      const row = (text: string) => (text.split('\n').find((line) => line.startsWith('a-task-whose-')) ?? '').replace(/\b\d+[smhd] ago\b/, 'ago');
+      const submitted = (text: string) => text.split('\n').find((line) => line.includes(`run/${name}`) && line.includes('Submitted')) ?? '';
+
+      const ps = await cli(['ps', '-a']);
+      expect(row(ps.stdout), ps.stdout).to.match(/\ssubmitted \(#1\)\s.*\swaiting: fleet local is at its maximum of 1 node: 1 busy$/);
+      expect(row(ps.stdout).length).to.be.above(120);
+      const events = await cli(['events']);
+      expect(submitted(events.stdout), events.stdout).to.match(/\stask submitted \(.*\)$/);
+      expect(ps.stdout + events.stdout).not.to.contain('…');
+
+      const narrow = (args: string[]) => runCli(args, { home: home.home, cwd: work, env: { COLUMNS: '80' } });
+      const cut = await narrow(['ps', '-a']);
+      expect(row(cut.stdout)).to.have.length.at.most(80).and.to.contain('…');
+      expect(row((await narrow(['ps', '-a', '--wide'])).stdout)).to.equal(row(ps.stdout));
+      expect(submitted((await narrow(['events'])).stdout)).to.have.length.at.most(80);
+      expect(submitted((await narrow(['events', '-w'])).stdout)).to.equal(submitted(events.stdout));
+    }
+
     it('shows the plan\'s problem and exits 1 with the reason when nothing can host the run', async () => {
       const result = await cli(['apply', '-f', task('needs-gpu', 'resources: {gpu: H100}\ncommands: [nvidia-smi]\n'), '-y']);
       expect(result.code, show(result)).to.equal(1);

@@ -119,6 +119,20 @@ for (const kind of DATABASE_KINDS) {
       }
     });
 
+    it('attach --logs ends with the run\'s final status and exits with the task\'s exit code, as an attached apply does', async () => {
+      const release = join(work, 'release-attached');
+      const commands = `commands: ["echo started", "until [ -f ${release} ]; do sleep 0.1; done", "exit 7"]\n`;
+      const applied = await cli(['apply', '-f', task('attached', commands), '-y', '-d']);
+      expect(applied.code, show(applied)).to.equal(0);
+      await eventually(async () => (await server.api('GET', '/api/projects/main/runs/attached')).body.status === 'running', 30_000, 'the task to run');
+      const attach = startCli(['attach', 'attached', '--logs'], { home: home.home, cwd: work });
+      await attach.waitFor(/^started$/m);
+      writeFileSync(release, '');
+      const ended = await attach.done;
+      expect(ended.code, show(ended)).to.equal(7);
+      expect(ended.stderr).to.match(/(^|\n)failed: exited with code 7\n$/);
+    });
+
     it('takes a key as one OpenSSH public key line only (422 otherwise), the same key twice as one', async () => {
       const token = await newUser('keyholder');
       const put = (publicKey: unknown) => server.api('PUT', '/api/users/me/ssh-keys', { publicKey }, token);
