@@ -1,15 +1,17 @@
 import type { CAC } from 'cac';
+import { optionText } from '../args.js';
 
 export function registerServer(cli: CAC): void {
   cli.command('server', 'Start the orchestrator server (embedded database unless ORCHESTRATOR_DATABASE_URL is set)')
     .option('--host <host>', 'Address to listen on', { default: '127.0.0.1' })
     .option('--port <port>', 'Port to listen on', { default: 3000 })
+    .option('--server-dir <dir>', 'The server\'s folder: config.yml, the embedded database, its keys (default: $ORCHESTRATOR_SERVER_DIR, else ~/.orchestrator/server)')
     .action(async (options: { host: string; port: number }) => {
       const { StartupError } = await import('../../server/config.js');
       const { startServer } = await import('../../server/server.js');
       let server;
       try {
-        server = await startServer({ host: options.host, port: Number(options.port) });
+        server = await startServer({ host: options.host, port: Number(options.port), dir: optionText(['server-dir']) });
       } catch (error) {
         if (error instanceof StartupError) {
           process.stderr.write(`error: ${error.message}\n`);
