@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import type { Fleet } from '../api/objects.js';
+import type { Fleet, Run } from '../api/objects.js';
 import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
 import { renderTable } from '../cli/table.js';
 import { addProject, makeHome, releaseInstances, runCli, show, startCli } from './helpers/cli.js';
@@ -177,6 +177,46 @@ for (const kind of ONE_DATABASE) {
       }
       const fleets = (await server.api('GET', '/api/projects/main/fleets')).body as Fleet[];
       expect(fleets.map((f) => f.name)).to.include('pool').and.not.to.include('other');
+    });
+
+    it('submits no task that no fleet is there for, keeping the finished run of its name and its logs; with --queue it waits for a fleet', async () => {
+      expect((await cli(['apply', '-f', 'fleet.yml', '-y'])).code).to.equal(0);
+      writeFileSync(join(work, 'lonely.yml'), 'type: task\nname: lonely\ncommands: ["echo from a run"]\n');
+      const first = await cli(['apply', '-f', 'lonely.yml', '-y']);
+      expect(first.code, show(first)).to.equal(0);
+      expect((await cli(['fleet', 'delete', 'pool', '-y'])).code).to.equal(0);
+      await eventually(async () => (await server.api('GET', '/api/projects/main/fleets')).body.length === 0, 30_000, 'the fleet to end');
+
+      const refused = await cli(['apply', '-f', 'lonely.yml', '-y']);
+      expect(refused.code, show(refused)).to.equal(1);
+      expect(refused.stderr).to.contain('task lonely: replace (the finished run lonely is replaced, and its logs with it)\n');
+      const problem = 'no fleet: this project has no active fleet; the run waits until one is applied (e.g. examples/fleets/local.yml)';
+      expect(refused.stderr).to.contain(`  problem      waiting: ${problem}\n`);
+      expect(refused.stderr).to.match(new RegExp(`\\nerror: task lonely not submitted, as no fleet is there for it: ${problem.replace(/[().]/g, '\\$&')}; nothing was applied \\(--queue submits it to wait in the queue\\)\\n$`));
+      const kept = await cli(['logs', 'lonely']);
+      expect(kept.stdout, show(kept)).to.equal('from a run\n');
+
+      const terminal = new Terminal();
+      try {
+        await terminal.start(['apply', '-f', 'lonely.yml'], home.home, work);
+        const screen = await terminal.waitFor(/^exited \d+$/m);
+        expect(screen, screen).to.match(/^exited 1$/m);
+        expect(screen, 'no question asked').not.to.contain('[y/N]');
+      } finally {
+        await terminal.close();
+      }
+
+      const queued = await cli(['apply', '-f', 'lonely.yml', '-y', '-d', '--queue']);
+      expect(queued.code, show(queued)).to.equal(0);
+      const waiting = await eventually(async () => {
+        const run = (await server.api('GET', '/api/projects/main/runs/lonely')).body as Run;
+        return run.statusMessage === `waiting: ${problem}` && run;
+      }, 10_000, 'the run to wait for a fleet');
+      expect(waiting.status).to.equal('submitted');
+      expect((await cli(['apply', '-f', 'fleet.yml', '-y'])).code).to.equal(0);
+      const followed = await cli(['logs', '-f', 'lonely']);
+      expect(followed.code, show(followed)).to.equal(0);
+      expect(followed.stdout).to.equal('from a run\n');
     });
 
     it('names the project and the command to set a new token when the server refuses the token', async () => {

@@ -197,11 +197,15 @@ for (const kind of DATABASE_KINDS) {
       expect(submitted((await narrow(['events', '-w'])).stdout)).to.equal(submitted(events.stdout));
     }
 
-    it('shows the plan\'s problem and exits 1 with the reason when nothing can host the run', async () => {
+    it('shows the plan\'s problem and exits 1 with the reason when nothing can host the run, submitting it only with --queue', async () => {
       const result = await cli(['apply', '-f', task('needs-gpu', 'resources: {gpu: H100}\ncommands: [nvidia-smi]\n'), '-y']);
       expect(result.code, show(result)).to.equal(1);
       expect(result.stderr).to.match(/problem\s+no offers: no local offer matches H100:1/);
-      expect(result.stderr).to.match(/^error: needs-gpu failed: no offers: no local offer matches H100:1/m);
+      expect(result.stderr).to.match(/^error: task needs-gpu not submitted, as it would fail at once: no offers: no local offer matches H100:1 .*; nothing was applied \(--queue submits it anyway\)$/m);
+      expect((await runs()).map((r) => r.name)).not.to.include('needs-gpu');
+      const queued = await cli(['apply', '-f', task('needs-gpu', 'resources: {gpu: H100}\ncommands: [nvidia-smi]\n'), '-y', '--queue']);
+      expect(queued.code, show(queued)).to.equal(1);
+      expect(queued.stderr).to.match(/^error: needs-gpu failed: no offers: no local offer matches H100:1/m);
     });
 
     it('says so when the token is wrong or the run does not exist', async () => {

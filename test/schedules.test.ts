@@ -140,7 +140,7 @@ async function restartableServer(kind: 'pglite' | 'postgres', databaseUrl?: stri
   };
 }
 
-// Without a fleet, each run fails at once (no_fleet_matches), so no run is active at the next tick.
+// No offer of the local fleet has an H100, so each run fails at once (no_offers) and no run is active at the next tick.
 for (const kind of DATABASE_KINDS) {
   describe(`a scheduled task across a server restart (${kind})`, function () {
     this.timeout(60_000);
@@ -149,7 +149,8 @@ for (const kind of DATABASE_KINDS) {
       const place = await restartableServer(kind);
       let server = await place.start();
       try {
-        const applied = await api(server, 'POST', '/runs/apply', { spec: { type: 'task', name: 'beat', commands: ['true'], schedule: { cron: EVERY_SECOND } } });
+        expect((await api(server, 'POST', '/fleets/apply', { spec: { type: 'fleet', name: 'local', backends: ['local'], nodes: '0..1' } })).status).to.equal(201);
+        const applied = await api(server, 'POST', '/runs/apply', { spec: { type: 'task', name: 'beat', commands: ['true'], resources: { gpu: 'H100' }, schedule: { cron: EVERY_SECOND } } });
         expect(applied.status).to.equal(201);
         expect(applied.body.status).to.equal('pending');
         await eventually(async () => (await runsOf(server, 'beat')).length > 0, 10_000, 'a first run');

@@ -167,7 +167,7 @@ for (const kind of DATABASE_KINDS) {
 
     it('refuses the SSH WebSocket in the API\'s error shape: no token 401, not a member 403, no such run 404, a run that does not run 409', async () => {
       const outsider = await newUser('outsider');
-      const failed = await cli(['apply', '-f', task('never-ran', 'resources: {gpu: H100}\ncommands: [nvidia-smi]\n'), '-y']);
+      const failed = await cli(['apply', '-f', task('never-ran', 'resources: {gpu: H100}\ncommands: [nvidia-smi]\n'), '-y', '--queue']);
       expect(failed.code, show(failed)).to.equal(1);
       const path = '/api/projects/main/runs/never-ran/ssh';
       expect(await sshUpgrade(server, path, null)).to.deep.include({ status: 401 });

@@ -26,6 +26,7 @@ import { leavesSshConfig, prepareSsh } from '../ssh-setup.js';
 interface ApplyFlags {
   yes?: boolean;
   detach?: boolean;
+  queue?: boolean;
   sshConfig?: boolean;
 }
 
@@ -35,6 +36,7 @@ export function registerApply(cli: CAC): void {
     .option('-f, --file <path>', 'A YAML file, or a folder of them (may be repeated)')
     .option('-y, --yes', 'Apply without asking for confirmation')
     .option('-d, --detach', 'Return right after submitting, printing the run name')
+    .option('--queue', 'Submit a run whose plan names a problem that holds it (no fleet for it, nothing that can host it): it waits in the queue for a fleet, or fails')
     .option('--no-ssh-config', 'Leave ~/.ssh/config alone (so does ORCHESTRATOR_NO_SSH_CONFIG=1); by default apply adds one Include line at its top, once')
     .option('--project <name>', 'Project to use (default: the default project)')
     .example('orchestrator apply -f examples/tasks/hello.yml -y')
@@ -61,7 +63,7 @@ async function apply(flags: ApplyFlags): Promise<number> {
     const fleets = confirmed.map((c) => c.spec).filter((spec): spec is FleetSpec => spec.type === 'fleet');
     const { spec } = loaded;
     const wanted = spec.type === 'gateway' ? await planGateway(client, spec, yes)
-      : spec.type === 'fleet' ? await planFleet(client, spec, yes) : await planRun(client, spec, fleets, yes);
+      : spec.type === 'fleet' ? await planFleet(client, spec, yes) : await planRun(client, spec, fleets, yes, flags.queue === true);
     if (wanted) confirmed.push(loaded);
   }
   if (confirmed.length === 0) return 0;
@@ -135,11 +137,20 @@ async function planGateway(client: ApiClient, spec: GatewaySpec, yes: boolean): 
   return true;
 }
 
-/** Shows the run's plan, counting the fleets of this apply as already there; whether the user wants it submitted. */
-async function planRun(client: ApiClient, spec: RunSpec, fleets: FleetSpec[], yes: boolean): Promise<boolean> {
+/**
+ * Shows the run's plan, counting the fleets of this apply as already there; whether the user wants it submitted.
+ * A problem that holds the run ends the apply, with nothing applied, unless `queue` asks to submit it anyway.
+ */
+async function planRun(client: ApiClient, spec: RunSpec, fleets: FleetSpec[], yes: boolean, queue: boolean): Promise<boolean> {
   const plan = await client.post<RunPlan>(client.projectPath('/runs/plan'), { spec, ...(fleets.length > 0 ? { fleets } : {}) });
   process.stderr.write(renderRunPlan(spec, plan));
   const label = plan.name ? `${spec.type} ${plan.name}` : spec.type;
+  if (plan.blocking && plan.problem && !queue) {
+    const problem = plan.problem.replace(/^waiting: /, '');
+    throw new CliError(plan.blocking === 'no_fleet'
+      ? `${label} not submitted, as no fleet is there for it: ${problem}; nothing was applied (--queue submits it to wait in the queue)`
+      : `${label} not submitted, as it would fail at once: ${problem}; nothing was applied (--queue submits it anyway)`);
+  }
   if (!(await confirm(`${plan.schedule ? 'Schedule' : 'Submit'} ${label}?`, yes))) {
     process.stderr.write(`${label} not submitted\n`);
     return false;
