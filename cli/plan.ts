@@ -84,7 +84,7 @@ export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.Write
     text += field('offers', nodes > 1 ? 'new instances from the cheapest that are available' : 'a new instance from the cheapest that is available') + offersTable(plan.offers, plan.offersTotal, stream);
   }
   if (plan.runtime === 'process') {
-    text += field('runtime', 'process: the commands run on the machine itself, without a container, so what they call (python, uv, CUDA) must be installed there; the default image and image need a backend with runtime: docker');
+    text += field('runtime', 'process: the commands run on the machine itself, without a container, so what they call (python, uv, CUDA) must be installed there; to run them in an image (yours, or the default one), use a backend with runtime: docker');
   }
   text += notActedOn(plan.notActedOn);
   text += offerErrors(plan);

@@ -65,6 +65,7 @@ for (const kind of DATABASE_KINDS) {
       expect(hello.stderr).to.match(/^done: /m);
       expect(hello.stdout).to.contain('Hello from ');
       expect(hello.stdout).to.contain('GPUs on this machine: 0');
+      expect(hello.stderr, 'a task that lives a moment is not one to ssh into').not.to.contain('To connect via SSH');
 
       const ps = await cli(['ps', '-a']);
       expect(ps.stdout).to.match(/hello\s+task\s+done/);

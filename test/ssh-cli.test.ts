@@ -7,6 +7,7 @@ import type { Run, SshKey } from '../api/objects.js';
 import { addProject, CLI_MAIN, endCliSuite, makeHome, runCli, show, startCli, startLocalCliSuite, type CliResult } from './helpers/cli.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { eventually, type TestServer } from './helpers/server.js';
+import { Terminal } from './helpers/terminal.js';
 
 /**
  * The real OpenSSH client (`ssh`, `scp`), reading the config under `home` as it would with that home; never asks anything.
@@ -75,13 +76,17 @@ for (const kind of DATABASE_KINDS) {
       await endCliSuite(server, home, work);
     });
 
-    it('apply makes the key pair once and registers it, and puts the Include at the top of ~/.ssh/config once, saying so', async () => {
+    it('apply makes the key pair once and registers it, and puts the Include at the top of ~/.ssh/config once, saying so, for the first run reached over SSH', async () => {
       mkdirSync(join(home.home, '.ssh'), { mode: 0o700 });
       writeFileSync(join(home.home, '.ssh', 'config'), 'Host elsewhere\n  User someone\n', { mode: 0o644 });
       const first = await cli(['apply', '-f', task('quick', 'commands: ["echo hi"]\n'), '-y']);
       expect(first.code, show(first)).to.equal(0);
+      expect(first.stderr, 'a task that lives a moment: no SSH hint, ~/.ssh/config left alone').not.to.match(/Include|To connect via SSH/);
+      expect(readFileSync(join(home.home, '.ssh', 'config'), 'utf8')).to.equal('Host elsewhere\n  User someone\n');
+      const forwarded = await cli(['apply', '-f', task('forwarded', 'ports: [8000]\ncommands: ["echo hi"]\n'), '-y', '-d']);
+      expect(forwarded.code, show(forwarded)).to.equal(0);
       const include = `Include ${join(sshDir(), 'config')}`;
-      expect(first.stderr).to.contain(`added "${include}" at the top of ${join(home.home, '.ssh', 'config')}`);
+      expect(forwarded.stderr).to.contain(`added "${include}" at the top of ${join(home.home, '.ssh', 'config')}`);
 
       const privateKey = join(sshDir(), 'id_ed25519');
       expect(statSync(privateKey).mode & 0o777).to.equal(0o600);
@@ -94,7 +99,7 @@ for (const kind of DATABASE_KINDS) {
       expect(userConfig).to.contain('Host elsewhere\n  User someone\n');
       expect(statSync(join(home.home, '.ssh', 'config')).mode & 0o777).to.equal(0o644);
 
-      const again = await cli(['apply', '-f', task('quick', 'commands: ["echo hi"]\n'), '-y']);
+      const again = await cli(['apply', '-f', task('forwarded', 'ports: [8000]\ncommands: ["echo hi"]\n'), '-y', '-d']);
       expect(again.code, show(again)).to.equal(0);
       expect(again.stderr).not.to.contain('Include');
       expect(readFileSync(`${privateKey}.pub`, 'utf8').trim()).to.equal(publicKey);
@@ -107,7 +112,7 @@ for (const kind of DATABASE_KINDS) {
         const other = makeHome();
         try {
           await addProject(other.home, server.url);
-          const result = await runCli(['apply', '-f', task('quick', 'commands: ["echo hi"]\n'), '-y', ...args], { home: other.home, cwd: work, env });
+          const result = await runCli(['apply', '-f', task('forwarded', 'ports: [8000]\ncommands: ["echo hi"]\n'), '-y', '-d', ...args], { home: other.home, cwd: work, env });
           expect(result.code, show(result)).to.equal(0);
           expect(result.stderr).not.to.contain('Include');
           expect(() => statSync(join(other.home, '.ssh'))).to.throw();
@@ -131,6 +136,31 @@ for (const kind of DATABASE_KINDS) {
       const ended = await attach.done;
       expect(ended.code, show(ended)).to.equal(7);
       expect(ended.stderr).to.match(/(^|\n)failed: exited with code 7\n$/);
+    });
+
+    it('on a terminal, asks about ~/.ssh/config only for a run reached over SSH, not for a plain task', async () => {
+      const other = makeHome();
+      const terminal = new Terminal();
+      try {
+        await addProject(other.home, server.url);
+        await terminal.start(['apply', '-f', task('asked', 'commands: ["echo hi"]\n')], other.home, work);
+        await terminal.waitFor(/Submit task asked\? \[y\/N\]\s*$/m);
+        await terminal.press('y', 'Enter');
+        const screen = await terminal.waitFor(/^exited \d+$/m);
+        expect(screen, screen).to.match(/^exited 0$/m);
+        expect(screen, screen).not.to.contain('.ssh/config');
+        await terminal.close();
+
+        await terminal.start(['apply', '-f', task('asked-port', 'ports: [8000]\ncommands: ["echo hi"]\n'), '-d'], other.home, work);
+        await terminal.waitFor(/Submit task asked-port\? \[y\/N\]\s*$/m);
+        await terminal.press('y', 'Enter');
+        await terminal.waitFor(/^Add "Include .+" at the top of .+\.ssh\/config, so that "ssh <run>" reaches your runs\? \[y\/N\]\s*$/m);
+        await terminal.press('n', 'Enter');
+        expect(await terminal.waitFor(/^exited \d+$/m)).to.match(/^exited 0$/m);
+      } finally {
+        await terminal.close();
+        other.remove();
+      }
     });
 
     it('takes a key as one OpenSSH public key line only (422 otherwise), the same key twice as one', async () => {

@@ -21,7 +21,7 @@ import { loadSpecs, type LoadedSpec } from '../spec-files.js';
 import { choosePorts, portRequests, type PortForwarder } from '../port-forwarding.js';
 import { accessLines, startForwarding } from '../run-access.js';
 import { refreshFromServer, sshConfigWarning } from '../ssh-config.js';
-import { leavesSshConfig, prepareSsh } from '../ssh-setup.js';
+import { leavesSshConfig, prepareSsh, reachedOverSsh } from '../ssh-setup.js';
 
 interface ApplyFlags {
   yes?: boolean;
@@ -70,7 +70,8 @@ async function apply(flags: ApplyFlags): Promise<number> {
   const confirmedRuns = confirmed.map((c) => c.spec).filter((spec): spec is RunSpec => spec.type !== 'fleet' && spec.type !== 'gateway');
   // A busy explicit local port is said before anything is submitted.
   if (flags.detach !== true && confirmedRuns.length === 1) await choosePorts(portRequests(forwardedPorts(confirmedRuns[0]!)));
-  if (confirmedRuns.length > 0) await prepareSsh(client, yes, leavesSshConfig(flags));
+  // The key is registered for every run; ~/.ssh/config is asked about only for a run one reaches over SSH.
+  if (confirmedRuns.length > 0) await prepareSsh(client, yes, leavesSshConfig(flags) || !confirmedRuns.some(reachedOverSsh));
   const runs = reportApplied(await applyTogether(client, confirmed));
   if (runs.length === 0) return 0;
   if (flags.detach === true || runs.length > 1) {
@@ -244,17 +245,35 @@ async function followSubmittedService(client: ApiClient, submitted: Run): Promis
   return 0;
 }
 
-/** A run's status display that, the first time the run is seen running, says how to ssh into it. */
+/** How long a plain task runs before apply says how to ssh into it: one that ends sooner is not worth entering. */
+const SSH_HINT_AFTER_MS = 3000;
+
+/**
+ * A run's status display that, once the run has been running `afterMs` (at once with 0), says how to ssh into it;
+ * never for a run that ended sooner.
+ */
 class RunDisplay extends StatusDisplay {
   announced: Promise<void> | null = null;
+  private pending: NodeJS.Timeout | null = null;
 
-  constructor(private readonly onRunning: (display: StatusDisplay) => Promise<void>) {
+  constructor(private readonly onRunning: (display: StatusDisplay) => Promise<void>, private readonly afterMs: number) {
     super();
   }
 
   override update(status: string, message: string): void {
     super.update(status, message);
-    if (status === 'running' && !this.announced) this.announced = this.onRunning(this).catch(sshConfigWarning);
+    if (status !== 'running' || this.announced || this.pending) return;
+    if (this.afterMs === 0) this.announce();
+    else this.pending = setTimeout(() => this.announce(), this.afterMs);
+  }
+
+  override stop(): void {
+    if (this.pending) clearTimeout(this.pending);
+    super.stop();
+  }
+
+  private announce(): void {
+    this.announced = this.onRunning(this).catch(sshConfigWarning);
   }
 }
 
@@ -269,7 +288,7 @@ async function followSubmitted(client: ApiClient, submitted: Run): Promise<numbe
   const display = new RunDisplay(async (shown) => {
     await announceSsh(client, submitted, shown);
     if (holdsConnection) forwarder = await startForwarding(client, submitted.name, requests, (text) => shown.around(() => process.stderr.write(text)));
-  });
+  }, holdsConnection ? 0 : SSH_HINT_AFTER_MS);
   display.update(submitted.status, submitted.statusMessage);
   const outcome = await followRun(client, submitted.name, display);
   if (display.announced) {

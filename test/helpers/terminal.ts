@@ -21,7 +21,7 @@ export class Terminal {
   }
 
   async screen(): Promise<string> {
-    return (await this.tmux('capture-pane', '-p', '-t', 'cli', '-S', '-')).stdout;
+    return (await this.tmux('capture-pane', '-p', '-J', '-t', 'cli', '-S', '-')).stdout;
   }
 
   /** Waits until the screen shows `pattern`; returns the screen. */
