@@ -5,6 +5,7 @@ import { isDnsLabel, randomRunName } from '../../api/names.js';
 import { fieldsNotActedOn, type JobRuntime } from '../../api/not-acted-on.js';
 import type { RunPlan } from '../../api/objects.js';
 import { describeRequirement, intersectRequirements, normalizeResources, offerSatisfies } from '../../api/resources.js';
+import { serviceSettings } from '../../api/service-settings.js';
 import type { RunSpec } from '../../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
 import { AgentClient } from '../../agent/client.js';
@@ -191,9 +192,15 @@ async function landingRuntime(project: ProjectRecord, placement: Placement, cand
   return runtimes.size === 1 ? only ?? null : null;
 }
 
-/** The plan's problem, and what it does to the run if the run is submitted anyway; `live` is an active run that holds its name. */
+/**
+ * The plan's problem, and what it does to the run if the run is submitted anyway; `live` is an active run that holds its
+ * name. A scheduled task, and a service that may run no replica, place nothing now: their problem holds nothing yet.
+ */
 function planProblem(spec: RunSpec, placement: ReturnType<typeof placeNodes>, live: RunRecord | null): Pick<RunPlan, 'problem' | 'blocking'> {
   if (live) return { problem: stillActive(live), blocking: 'fails' };
+  if ((spec.type === 'task' && spec.schedule) || (spec.type === 'service' && serviceSettings(spec).replicas.min === 0)) {
+    return { problem: placement.kind === 'fail' || placement.kind === 'wait' ? placement.message : null, blocking: null };
+  }
   if (placement.kind === 'fail') {
     const retried = retryDecision({ spec: spec as Record<string, unknown>, replica: null, firstSubmittedAt: new Date(), desired: 'run' }, placement.reason);
     return { problem: placement.message, blocking: retried ? null : 'fails' };
