@@ -49,9 +49,13 @@ export function unexpectedErrorLine(error: unknown): string {
   }
 }
 
-/** Every error that nothing caught ends the process with its one line, never with Node's print of the code that threw. */
+/**
+ * Every error that nothing caught ends the process with its one line, never with Node's print of the code that threw.
+ * A reader that stopped reading (`orchestrator logs RUN | head`) is no error: the command ends quietly.
+ */
 export function reportUncaughtErrors(): void {
   const report = (error: unknown) => {
+    if ((error as NodeJS.ErrnoException)?.code === 'EPIPE') process.exit(0);
     process.stderr.write(`${unexpectedErrorLine(error)}\n`);
     void exitWith(1);
   };

@@ -2,12 +2,15 @@ import { expect } from 'chai';
 import { existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { promisify } from 'node:util';
+import { execFile } from 'node:child_process';
 import type { Run } from '../api/objects.js';
-import { addProject, makeHome, releaseInstances, runCli, show, startCli } from './helpers/cli.js';
+import { addProject, CLI_MAIN, makeHome, releaseInstances, runCli, show, startCli } from './helpers/cli.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
 const REPO = resolve(import.meta.dirname, '..');
+const run = promisify(execFile);
 
 // The cases run in order, as a user would type them: the quickstart adds the project and the local fleet that the others use.
 for (const kind of DATABASE_KINDS) {
@@ -197,6 +200,14 @@ for (const kind of DATABASE_KINDS) {
       expect(submitted((await narrow(['events'])).stdout)).to.have.length.at.most(80);
       expect(submitted((await narrow(['events', '-w'])).stdout)).to.equal(submitted(events.stdout));
     }
+
+    it('ends quietly when the reader of its output stops reading (logs RUN | head -1)', async () => {
+      const applied = await cli(['apply', '-f', task('many-lines', 'commands: ["seq 1 50000"]\n'), '-y']);
+      expect(applied.code, show(applied)).to.equal(0);
+      const { stdout, stderr } = await run('sh', ['-c', `"${process.execPath}" "${CLI_MAIN}" logs many-lines | head -1`], { env: { PATH: process.env.PATH ?? '', HOME: home.home } });
+      expect(stdout).to.equal('1\n');
+      expect(stderr).to.equal('');
+    });
 
     it('shows the plan\'s problem and exits 1 with the reason when nothing can host the run, submitting it only with --queue', async () => {
       const result = await cli(['apply', '-f', task('needs-gpu', 'resources: {gpu: H100}\ncommands: [nvidia-smi]\n'), '-y']);
