@@ -251,6 +251,12 @@ export const RunPlan = Type.Object({
   /** Backends whose offers could not be refreshed, with why and how old the offers shown are. */
   offerErrors: Type.Array(Type.String()),
   problem: Type.Union([Type.String(), Type.Null()]),
+  /**
+   * What the problem does to the run if it is submitted anyway: `fails` at once (no fleet matches it, no offers, its
+   * name is taken by a live run), or waits until a fleet is applied for it (`no_fleet`). Null when there is no problem,
+   * or the run only waits its turn for capacity. `apply` submits a run with one only when asked (`--queue`).
+   */
+  blocking: Type.Union([Type.Literal('fails'), Type.Literal('no_fleet'), Type.Null()]),
   /** For a scheduled task: when its first run (or, for an update, its next) will be submitted. */
   schedule: Type.Optional(Type.Object({ cron: Type.Array(Type.String()), nextRunAt: Timestamp })),
 });

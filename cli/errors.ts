@@ -1,8 +1,20 @@
+import { appendFileSync, mkdirSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { dirname, join } from 'node:path';
+
 /** A problem the user can fix: printed as `error: <message>` with exit code 1, never with a stack trace. */
 export class CliError extends Error {
   constructor(message: string, readonly exitCode = 1) {
     super(message);
     this.name = 'CliError';
+  }
+}
+
+/** The user pressed Ctrl-C where nothing was under way yet (a question): the command ends with 130, as on every Ctrl-C, saying nothing more. */
+export class Interrupted extends Error {
+  constructor() {
+    super('interrupted');
+    this.name = 'Interrupted';
   }
 }
 
@@ -12,16 +24,48 @@ export async function exitWith(code: number): Promise<never> {
   process.exit(code);
 }
 
-/** An error that is a fault of the program: its message, then where it happened (the stack without its `Error: ...` head). */
-export function faultText(error: unknown): string {
-  if (!(error instanceof Error)) return String(error);
-  const frames = (error.stack ?? '').split('\n').filter((line) => /^\s+at /.test(line));
-  return [error.message, ...frames].join('\n');
+const MESSAGE_SHOWN = 300;
+
+/** Where the full trace of an unexpected error is kept. */
+export function errorLogPath(): string {
+  return join(process.env.HOME || homedir(), '.orchestrator', 'errors.log');
+}
+
+/**
+ * An unexpected error (a fault of the program or of a library) as one line that says where its full trace was
+ * appended: printed whole, it could be a library's minified source, as Node shows the line that threw. The log
+ * names only the command, as its arguments may hold a token.
+ */
+export function unexpectedErrorLine(error: unknown): string {
+  const summary = (error instanceof Error ? `${error.name}: ${error.message}` : String(error)).split('\n')[0]!.slice(0, MESSAGE_SHOWN);
+  const path = errorLogPath();
+  try {
+    mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+    const trace = error instanceof Error ? error.stack ?? summary : String(error);
+    appendFileSync(path, `${new Date().toISOString()} orchestrator ${process.argv[2] ?? ''} (pid ${process.pid})\n${trace}\n\n`, { mode: 0o600 });
+    return `error: ${summary} (an unexpected error; its full trace is in ${path})`;
+  } catch {
+    return `error: ${summary} (an unexpected error; its trace could not be written to ${path})`;
+  }
+}
+
+/**
+ * Every error that nothing caught ends the process with its one line, never with Node's print of the code that threw.
+ * A reader that stopped reading (`orchestrator logs RUN | head`) is no error: the command ends quietly.
+ */
+export function reportUncaughtErrors(): void {
+  const report = (error: unknown) => {
+    if ((error as NodeJS.ErrnoException)?.code === 'EPIPE') process.exit(0);
+    process.stderr.write(`${unexpectedErrorLine(error)}\n`);
+    void exitWith(1);
+  };
+  process.on('uncaughtException', report);
+  process.on('unhandledRejection', report);
 }
 
 /**
  * Wraps a command's action: a CliError or a failed request becomes `error: <message>`; anything else is
- * a fault of the program and keeps its stack. The process ends when the action does, so that kept-alive
+ * a fault of the program: one line, its trace in the error log. The process ends when the action does, so that kept-alive
  * connections do not hold it open.
  */
 export function action<Args extends unknown[]>(run: (...args: Args) => Promise<number | void>): (...args: Args) => Promise<void> {
@@ -30,11 +74,13 @@ export function action<Args extends unknown[]>(run: (...args: Args) => Promise<n
     try {
       code = (await run(...args)) ?? 0;
     } catch (error) {
-      if (error instanceof CliError) {
+      if (error instanceof Interrupted) {
+        code = 130;
+      } else if (error instanceof CliError) {
         process.stderr.write(`error: ${error.message}\n`);
         code = error.exitCode;
       } else {
-        process.stderr.write(`error: ${faultText(error)}\n`);
+        process.stderr.write(`${unexpectedErrorLine(error)}\n`);
         code = 1;
       }
     }

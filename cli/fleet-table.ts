@@ -9,7 +9,7 @@ const SHORT_ID_CHARS = 8;
  * than a plain `active`, or no instances). With `history`, ended fleets may share a name with others,
  * so each fleet's row also shows its short id and when it was created.
  */
-export function renderFleets(fleets: readonly Fleet[], history = false): string {
+export function renderFleets(fleets: readonly Fleet[], history = false, width?: number): string {
   const rows = fleets.flatMap((fleet) => {
     const fleetStatus = fleet.statusMessage ? `${fleet.status}: ${fleet.statusMessage}` : fleet.status;
     const identity = history ? [fleet.id.slice(0, SHORT_ID_CHARS), formatTime(fleet.createdAt)] : [];
@@ -29,7 +29,7 @@ export function renderFleets(fleets: readonly Fleet[], history = false): string 
       ...instanceRows.map((row, index) => (index === 0 && fleetRow.length === 0 ? [fleet.name, ...identity, ...row] : ['', ...blankIdentity, ...row])),
     ];
   });
-  return renderTable(['fleet', ...(history ? ['id', 'created'] : []), 'instance', 'backend', 'gpu', 'status', '$/h', 'run'], rows);
+  return renderTable(['fleet', ...(history ? ['id', 'created'] : []), 'instance', 'backend', 'gpu', 'status', '$/h', 'run'], rows, width);
 }
 
 function fleetBackends(fleet: Fleet): string {

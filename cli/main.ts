@@ -24,8 +24,11 @@ import { registerSshKey } from './commands/ssh-key.js';
 import { registerSshProxy } from './commands/ssh-proxy.js';
 import { registerStop } from './commands/stop.js';
 import { registerUser } from './commands/user.js';
+import { reportUncaughtErrors } from './errors.js';
+import { helpSections } from './help.js';
 import { parseCommandLine } from './usage.js';
 
+reportUncaughtErrors();
 const cli = cac('orchestrator');
 registerServer(cli);
 registerAgent(cli);
@@ -52,5 +55,5 @@ registerFleet(cli);
 registerGateway(cli);
 registerEvents(cli);
 cli.option('--version', 'Print the version of orchestrator');
-cli.help();
+cli.help(helpSections(cli));
 parseCommandLine(cli);

@@ -68,7 +68,7 @@ export function renderFleetPlan(spec: FleetSpec, plan: FleetPlan, current: Recor
 
 export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.WriteStream = process.stderr): string {
   const name = plan.name ?? '(a name will be generated)';
-  const action = plan.action === 'replace' ? `replace (the finished run ${plan.name} is replaced)`
+  const action = plan.action === 'replace' ? `replace (the finished run ${plan.name} is replaced, and its logs with it)`
     : plan.action === 'update' && plan.schedule ? 'update (the scheduled task takes the new spec and schedule from its next run on; runs it submitted carry on)'
       : plan.action === 'update' ? 'update (the live service takes the new spec: a changed spec rolls out one replica at a time; replicas and scaling change in place)'
         : 'create';
@@ -84,7 +84,7 @@ export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.Write
     text += field('offers', nodes > 1 ? 'new instances from the cheapest that are available' : 'a new instance from the cheapest that is available') + offersTable(plan.offers, plan.offersTotal, stream);
   }
   if (plan.runtime === 'process') {
-    text += field('runtime', 'process: the commands run on the machine itself, without a container, so what they call (python, uv, CUDA) must be installed there; the default image and image need a backend with runtime: docker');
+    text += field('runtime', 'process: the commands run on the machine itself, without a container, so what they call (python, uv, CUDA) must be installed there; to run them in an image (yours, or the default one), use a backend with runtime: docker');
   }
   text += notActedOn(plan.notActedOn);
   text += offerErrors(plan);

@@ -4,6 +4,11 @@ const FRAMES = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '
 const FRAME_MS = 100;
 const CLEAR_LINE = '\r\x1b[K';
 
+/** `failed: exited with code 7`: a status and its message, as every status line reads. */
+export function statusLine(status: string, message: string): string {
+  return message ? `${status}: ${message}` : status;
+}
+
 /**
  * Shows a run's status as it changes: one `status: message` line per change, written when the change
  * happens, so that status lines and other output (logs) read in the order they happened. On a terminal
@@ -21,7 +26,7 @@ export class StatusDisplay {
   }
 
   update(status: string, message: string): void {
-    const text = message ? `${status}: ${message}` : status;
+    const text = statusLine(status, message);
     if (text === this.current?.text) return;
     this.current = { text, status, since: Date.now() };
     this.around(() => this.stream.write(`${text}\n`));

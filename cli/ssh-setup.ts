@@ -1,3 +1,4 @@
+import type { RunSpec } from '../api/spec.js';
 import { ApiRequestError, type ApiClient } from './client.js';
 import { confirm } from './prompt.js';
 import { addInclude, includeDeclined, includeLine, isIncluded, rememberIncludeDeclined, userSshConfigPath } from './ssh-config.js';
@@ -6,6 +7,15 @@ import { ensureKeyRegistered } from './ssh-keys.js';
 /** `--no-ssh-config`, or ORCHESTRATOR_NO_SSH_CONFIG=1: ~/.ssh/config is left alone. */
 export function leavesSshConfig(flags: { sshConfig?: boolean }): boolean {
   return flags.sshConfig === false || process.env.ORCHESTRATOR_NO_SSH_CONFIG === '1';
+}
+
+/**
+ * Whether one reaches the run over SSH, and so wants plain `ssh <run>` to work: it stays up (a dev environment, a
+ * service) or has its ports forwarded. A plain task is followed rather than entered, and often ends within seconds.
+ */
+export function reachedOverSsh(spec: RunSpec): boolean {
+  if (spec.type === 'task') return !spec.schedule && (spec.ports?.length ?? 0) > 0;
+  return true;
 }
 
 /**

@@ -3,14 +3,18 @@ import { inOneUnit } from './format.js';
 const ELLIPSIS = '…';
 const GAP = '  ';
 const NARROWEST_COLUMN = 4;
-/** Width used when stdout is not a terminal. */
-export const DEFAULT_WIDTH = 120;
+/**
+ * How wide a table or line may be: the terminal's width. Output that is not for a terminal (a pipe, a file) is not
+ * cut, unless $COLUMNS gives a width; `wide` (the commands' --wide) is never cut.
+ */
+/** The flag of the commands that print tables: `.option(...WIDE_OPTION)`. */
+export const WIDE_OPTION = ['-w, --wide', 'Do not cut long lines to the terminal\'s width (output that is not for a terminal is never cut)'] as const;
 
-/** The terminal's width, else $COLUMNS, else 120. */
-export function outputWidth(stream: NodeJS.WriteStream = process.stdout): number {
+export function outputWidth(stream: NodeJS.WriteStream = process.stdout, wide = false): number {
+  if (wide) return Infinity;
   if (stream.isTTY && stream.columns) return stream.columns;
   const fromEnvironment = Number(process.env.COLUMNS);
-  return Number.isInteger(fromEnvironment) && fromEnvironment > 0 ? fromEnvironment : DEFAULT_WIDTH;
+  return Number.isInteger(fromEnvironment) && fromEnvironment > 0 ? fromEnvironment : Infinity;
 }
 
 export function truncate(text: string, width: number): string {

@@ -10,7 +10,7 @@ export function parseCommandLine(cli: CAC, argv: string[] = process.argv): void 
   } catch (error) {
     if ((error as Error).name !== 'CACError') throw error;
     const command = cli.matchedCommandName ? ` ${cli.matchedCommandName}` : '';
-    process.stderr.write(`error: ${(error as Error).message}; see orchestrator${command} --help\n`);
+    process.stderr.write(`error: ${fileAsArgument(cli) ?? `${(error as Error).message}; see orchestrator${command} --help`}\n`);
     process.exit(1);
   }
   if (cli.options.version && !cli.matchedCommand) {
@@ -23,6 +23,14 @@ export function parseCommandLine(cli: CAC, argv: string[] = process.argv): void 
     process.exit(1);
   }
   cli.outputHelp();
+}
+
+/** `apply file.yml`: a command that reads files with -f was given one as a plain word. */
+function fileAsArgument(cli: CAC): string | undefined {
+  const command = cli.matchedCommand;
+  if (!command?.hasOption('file') || cli.args.length === 0) return undefined;
+  const words = cli.args.map((arg) => `-f ${arg}`).join(' ');
+  return `${command.name} reads files given with -f, not as plain words: did you mean orchestrator ${command.name} ${words}?`;
 }
 
 /** The version lives with the package; its reader is loaded only when asked, like the server itself. */

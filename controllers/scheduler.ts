@@ -39,7 +39,8 @@ type NodeChoice =
 type SinglePlacement =
   | NodeChoice
   | { kind: 'fail'; reason: 'no_fleet_matches' | 'no_offers'; message: string }
-  | { kind: 'wait'; message: string };
+  /** `noFleet`: no fleet is there for the run at all, rather than none with room for it now. */
+  | { kind: 'wait'; message: string; noFleet?: true };
 
 type Placement = SinglePlacement | { kind: 'nodes'; fleet: FleetRecord; nodes: NodeChoice[] };
 
@@ -220,10 +221,10 @@ async function queuedRuns(db: Queryable): Promise<QueuedRun[]> {
 /** Decides where one run goes, given what earlier runs of this pass already took. */
 export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }, fleets: FleetRecord[], instances: InstanceRecord[], offers: Map<string, OfferListing>): SinglePlacement {
   if (fleets.length === 0) {
-    return { kind: 'fail', reason: 'no_fleet_matches', message: 'no fleet: this project has no active fleet; apply one first (e.g. examples/fleets/local.yml)' };
+    return { kind: 'wait', noFleet: true, message: 'waiting: no fleet: this project has no active fleet; the run waits until one is applied (e.g. examples/fleets/local.yml)' };
   }
   const choice = chooseFleets(run.spec ?? {}, fleets);
-  if (choice.none) return { kind: 'wait', message: `waiting: ${choice.none}` };
+  if (choice.none) return { kind: 'wait', noFleet: true, message: `waiting: ${choice.none}` };
   const elsewhere = choice.excluded.map((reason) => `; ${reason}`).join('');
   const candidates = choice.fleets
     .map((fleet) => ({ fleet, requirement: intersectRequirements(fleet.requirement, run.requirement) }))

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
+import { createServer as createNetServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import winston from 'winston';
@@ -15,6 +16,7 @@ import { ScheduleController } from '../controllers/schedule-controller.js';
 import { Scheduler } from '../controllers/scheduler.js';
 import { ServiceController } from '../controllers/service-controller.js';
 import { Gateway } from '../gateway/gateway.js';
+import { DataDirInUseError } from '../store/data-dir-lock.js';
 import type { Db } from '../store/db.js';
 import { openDatabase } from '../store/open.js';
 import { newToken, upsertProject, upsertUser } from '../store/projects.js';
@@ -70,7 +72,14 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     transports: [new winston.transports.Console({ stderrLevels: ['error', 'warn', 'info', 'debug'] })],
   });
   const databaseUrl = options.databaseUrl || process.env.ORCHESTRATOR_DATABASE_URL || undefined;
-  const db = await openDatabase({ url: databaseUrl, dataDir: join(dir, 'data') });
+  const host = options.host ?? '127.0.0.1';
+  const port = options.port ?? 3000;
+  // A second server on this machine is told by its port or its data directory, before it opens the database.
+  await ensurePortFree(host, port);
+  const db = await openDatabase({ url: databaseUrl, dataDir: join(dir, 'data') }).catch((error: unknown) => {
+    if (!(error instanceof DataDirInUseError)) throw error;
+    throw new StartupError(`the embedded database in ${error.dataDir} is in use by the server with pid ${error.pid}; stop it, or use --server-dir / ORCHESTRATOR_DATABASE_URL`);
+  });
   for (const project of config.projects) await upsertProject(db, project.name, project.backends);
   const fromEnvironment = process.env.ORCHESTRATOR_SERVER_ADMIN_TOKEN || undefined;
   const adminTokenSource = options.adminToken ? 'option' : fromEnvironment ? 'environment' : 'generated';
@@ -90,10 +99,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     const s = createServer({ keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS, headersTimeout: KEEP_ALIVE_TIMEOUT_MS + 1000 },
       (req, res) => void (gateway.handles(req) ? gateway.web(req, res) : api(req, res)));
     s.on('upgrade', (req, socket, head) => void (ssh.handles(req) ? ssh.upgrade(req, socket, head) : gateway.upgrade(req, socket, head)));
-    s.listen(options.port ?? 3000, options.host ?? '127.0.0.1', () => resolve(s));
-    s.once('error', (error: NodeJS.ErrnoException) => reject(error.code === 'EADDRINUSE'
-      ? new StartupError(`${options.host ?? '127.0.0.1'}:${options.port ?? 3000} is already in use; is another server running? (--port picks another)`)
-      : error));
+    s.listen(port, host, () => resolve(s));
+    s.once('error', (error: NodeJS.ErrnoException) => reject(error.code === 'EADDRINUSE' ? portInUse(host, port) : error));
   }).catch(async (error) => {
     await gateway.close();
     await db.close();
@@ -123,10 +130,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const eventLog = new EventLog(db, logger);
   await eventLog.start();
   const address = http.address() as AddressInfo;
-  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-  logger.info(`serving on http://${host}:${address.port} (${db.driver} database, controllers as ${owner})`);
+  const url = `http://${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`;
+  logger.info(`serving on ${url} (${db.driver} database, controllers as ${owner})`);
   return {
-    url: `http://${host}:${address.port}`,
+    url,
     adminToken,
     adminTokenSource,
     configPath,
@@ -143,6 +150,20 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       await db.close();
     },
   };
+}
+
+function portInUse(host: string, port: number): StartupError {
+  return new StartupError(`${host}:${port} is already in use; is another server running? (--port picks another)`);
+}
+
+/** Listens on the address for a moment: a taken port is said before the database is opened (port 0 is never taken). */
+async function ensurePortFree(host: string, port: number): Promise<void> {
+  if (port === 0) return;
+  await new Promise<void>((resolve, reject) => {
+    const probe = createNetServer();
+    probe.once('error', (error: NodeJS.ErrnoException) => reject(error.code === 'EADDRINUSE' ? portInUse(host, port) : error));
+    probe.listen(port, host, () => probe.close(() => resolve()));
+  });
 }
 
 /** The admin token is shown at every start, so it is kept (owner-only) beside the config. */

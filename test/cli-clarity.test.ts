@@ -2,12 +2,13 @@ import { expect } from 'chai';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import type { Fleet } from '../api/objects.js';
+import type { Fleet, Run } from '../api/objects.js';
 import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
 import { renderTable } from '../cli/table.js';
 import { addProject, makeHome, releaseInstances, runCli, show, startCli } from './helpers/cli.js';
 import { ONE_DATABASE } from './helpers/databases.js';
 import { eventually, startTestServer, type TestServer } from './helpers/server.js';
+import { Terminal } from './helpers/terminal.js';
 
 const REPO = resolve(import.meta.dirname, '..');
 
@@ -59,6 +60,46 @@ describe('orchestrator --version', () => {
     } finally {
       home.remove();
     }
+  });
+});
+
+describe('orchestrator --help', () => {
+  let home: ReturnType<typeof makeHome>;
+  before(() => { home = makeHome(); });
+  after(() => home.remove());
+  const help = async (...args: string[]) => {
+    const result = await runCli([...args, '--help'], { home: home.home });
+    expect(result.code, show(result)).to.equal(0);
+    return result.stdout;
+  };
+
+  it('starts a command\'s help with what the command does, so that service --help names stats', async () => {
+    expect((await help('apply')).split('\n')[0]).to.equal('orchestrator apply: Create or update fleets and submit runs from YAML files, then follow the run');
+    expect((await help('service')).split('\n')[0]).to.match(/^orchestrator service: .*\bstats\b/);
+    expect((await help('ps')).split('\n')[0]).to.match(/^orchestrator ps: List runs/);
+  });
+
+  it('does not say (default: true) of --no-ssh-config, which reads as if leaving ~/.ssh/config alone were the default', async () => {
+    for (const command of ['apply', 'attach']) {
+      const line = (await help(command)).split('\n').find((l) => l.trimStart().startsWith('--no-ssh-config'));
+      expect(line, command).to.match(/by default .* adds one Include line/);
+      expect(line, command).not.to.contain('default: true');
+    }
+  });
+
+  it('lists the commands orchestrator starts itself (agent, gateway-server, ssh-proxy) under their own heading, after the user\'s', async () => {
+    const text = await help();
+    const [users, internal] = text.split('Started by orchestrator itself, not typed by hand:\n');
+    const names = (part: string) => [...part!.matchAll(/^ {2}([a-z-]+)\b/gm)].map((m) => m[1]);
+    expect(names(users!.split('Commands:\n')[1]!.split('\n\n')[0]!)).to.include.members(['server', 'apply', 'ps', 'logs']).and.not.to.include.members(['agent']);
+    expect(names(users!)).not.to.include.members(['gateway-server', 'ssh-proxy']);
+    expect(names(internal!.split('\n\n')[0]!)).to.deep.equal(['agent', 'gateway-server', 'ssh-proxy']);
+  });
+
+  it('answers apply file.yml (no -f) with the command it probably meant', async () => {
+    const result = await runCli(['apply', 'train.yml', '-y'], { home: home.home });
+    expect(result.code, show(result)).to.equal(1);
+    expect(result.stderr).to.equal('error: apply reads files given with -f, not as plain words: did you mean orchestrator apply -f train.yml?\n');
   });
 });
 
@@ -139,6 +180,66 @@ for (const kind of ONE_DATABASE) {
       for (const fleet of fleets) {
         expect(history.stdout).to.match(new RegExp(`^pool\\s+${fleet.id.slice(0, 8)}\\s+\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d\\s+-\\s+local\\s+-\\s+${fleet.status}`, 'm'));
       }
+    });
+
+    it('ends with 130 and no stack trace on Ctrl-C at a [y/N] question (fleet delete, apply), doing nothing', async () => {
+      expect((await cli(['apply', '-f', 'fleet.yml', '-y'])).code).to.equal(0);
+      writeFileSync(join(work, 'other-fleet.yml'), 'type: fleet\nname: other\nbackends: [local]\nnodes: 0..1\n');
+      for (const [args, question] of [[['fleet', 'delete', 'pool'], /Delete fleet pool .*\[y\/N\]\s*$/m], [['apply', '-f', 'other-fleet.yml'], /Create fleet other\? \[y\/N\]\s*$/m]] as const) {
+        const terminal = new Terminal();
+        try {
+          await terminal.start(args, home.home, work);
+          await terminal.waitFor(question);
+          await terminal.press('C-c');
+          const screen = await terminal.waitFor(/^exited \d+$/m);
+          expect(screen, screen).to.match(/^exited 130$/m);
+          expect(screen, screen).not.to.match(/error|AbortError|    at /);
+        } finally {
+          await terminal.close();
+        }
+      }
+      const fleets = (await server.api('GET', '/api/projects/main/fleets')).body as Fleet[];
+      expect(fleets.map((f) => f.name)).to.include('pool').and.not.to.include('other');
+    });
+
+    it('submits no task that no fleet is there for, keeping the finished run of its name and its logs; with --queue it waits for a fleet', async () => {
+      expect((await cli(['apply', '-f', 'fleet.yml', '-y'])).code).to.equal(0);
+      writeFileSync(join(work, 'lonely.yml'), 'type: task\nname: lonely\ncommands: ["echo from a run"]\n');
+      const first = await cli(['apply', '-f', 'lonely.yml', '-y']);
+      expect(first.code, show(first)).to.equal(0);
+      expect((await cli(['fleet', 'delete', 'pool', '-y'])).code).to.equal(0);
+      await eventually(async () => (await server.api('GET', '/api/projects/main/fleets')).body.length === 0, 30_000, 'the fleet to end');
+
+      const refused = await cli(['apply', '-f', 'lonely.yml', '-y']);
+      expect(refused.code, show(refused)).to.equal(1);
+      expect(refused.stderr).to.contain('task lonely: replace (the finished run lonely is replaced, and its logs with it)\n');
+      const problem = 'no fleet: this project has no active fleet; the run waits until one is applied (e.g. examples/fleets/local.yml)';
+      expect(refused.stderr).to.contain(`  problem      waiting: ${problem}\n`);
+      expect(refused.stderr).to.match(new RegExp(`\\nerror: task lonely not submitted, as no fleet is there for it: ${problem.replace(/[().]/g, '\\$&')}; nothing was applied \\(--queue submits it to wait in the queue\\)\\n$`));
+      const kept = await cli(['logs', 'lonely']);
+      expect(kept.stdout, show(kept)).to.equal('from a run\n');
+
+      const terminal = new Terminal();
+      try {
+        await terminal.start(['apply', '-f', 'lonely.yml'], home.home, work);
+        const screen = await terminal.waitFor(/^exited \d+$/m);
+        expect(screen, screen).to.match(/^exited 1$/m);
+        expect(screen, 'no question asked').not.to.contain('[y/N]');
+      } finally {
+        await terminal.close();
+      }
+
+      const queued = await cli(['apply', '-f', 'lonely.yml', '-y', '-d', '--queue']);
+      expect(queued.code, show(queued)).to.equal(0);
+      const waiting = await eventually(async () => {
+        const run = (await server.api('GET', '/api/projects/main/runs/lonely')).body as Run;
+        return run.statusMessage === `waiting: ${problem}` && run;
+      }, 10_000, 'the run to wait for a fleet');
+      expect(waiting.status).to.equal('submitted');
+      expect((await cli(['apply', '-f', 'fleet.yml', '-y'])).code).to.equal(0);
+      const followed = await cli(['logs', '-f', 'lonely']);
+      expect(followed.code, show(followed)).to.equal(0);
+      expect(followed.stdout).to.equal('from a run\n');
     });
 
     it('names the project and the command to set a new token when the server refuses the token', async () => {

@@ -2,13 +2,16 @@ import { expect } from 'chai';
 import { existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { promisify } from 'node:util';
+import { execFile } from 'node:child_process';
 import type { Run } from '../api/objects.js';
-import { addProject, makeHome, releaseInstances, runCli, show, startCli } from './helpers/cli.js';
+import { addProject, CLI_MAIN, makeHome, releaseInstances, runCli, show, startCli } from './helpers/cli.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { freePort } from './helpers/ports.js';
 import { LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
 const REPO = resolve(import.meta.dirname, '..');
+const run = promisify(execFile);
 
 // The cases run in order, as a user would type them: the quickstart adds the project and the local fleet that the others use.
 for (const kind of DATABASE_KINDS) {
@@ -66,6 +69,7 @@ for (const kind of DATABASE_KINDS) {
       expect(hello.stderr).to.match(/^done: /m);
       expect(hello.stdout).to.contain('Hello from ');
       expect(hello.stdout).to.contain('GPUs on this machine: 0');
+      expect(hello.stderr, 'a task that lives a moment is not one to ssh into').not.to.contain('To connect via SSH');
 
       const ps = await cli(['ps', '-a']);
       expect(ps.stdout).to.match(/hello\s+task\s+done/);
@@ -147,11 +151,74 @@ for (const kind of DATABASE_KINDS) {
       expect((await runs()).map((r) => r.name)).not.to.include('sleeper');
     });
 
-    it('shows the plan\'s problem and exits 1 with the reason when nothing can host the run', async () => {
+    it('ends logs -f, after a detach, with the run\'s final status and the task\'s exit code, as an attached apply does', async () => {
+      const release = join(work, 'release-sevens');
+      const apply = startCli(['apply', '-f', task('sevens', `commands: ["echo before detach", "until [ -f ${release} ]; do sleep 0.1; done", "exit 7"]\n`), '-y'], { home: home.home, cwd: work });
+      await apply.waitFor(/before detach/);
+      const detached = await apply.interrupt();
+      expect(detached.code, show(detached)).to.equal(130);
+      expect(detached.stderr).to.contain('orchestrator logs -f sevens');
+      const followed = startCli(['logs', '-f', 'sevens'], { home: home.home, cwd: work });
+      await followed.waitFor(/before detach/);
+      writeFileSync(release, '');
+      const ended = await followed.done;
+      expect(ended.code, show(ended)).to.equal(7);
+      expect(ended.stdout).to.equal('before detach\n');
+      expect(ended.stderr).to.match(/(^|\n)failed: exited with code 7\n$/);
+    });
+
+    it('cuts no line of ps or events written to a pipe; with $COLUMNS it cuts them to that width, unless --wide', async () => {
+      const release = join(work, 'release-holder');
+      const holder = startCli(['apply', '-f', task('holder', `commands: ["echo holding", "until [ -f ${release} ]; do sleep 0.1; done"]\n`), '-y'], { home: home.home, cwd: work });
+      await holder.waitFor(/holding/);
+      try {
+        await wideLines();
+      } finally {
+        writeFileSync(release, '');
+      }
+      expect((await holder.done).code).to.equal(0);
+    });
+
+    async function wideLines(): Promise<void> {
+      const name = 'a-task-whose-name-makes-every-line-wider';
+      const queued = await cli(['apply', '-f', task(name, 'commands: ["true"]\n'), '-y', '-d']);
+      expect(queued.code, show(queued)).to.equal(0);
+      // The row of the run, its age left out, as it grows between two listings.
+      const row = (text: string) => (text.split('\n').find((line) => line.startsWith('a-task-whose-')) ?? '').replace(/\b\d+[smhd] ago\b/, 'ago');
+      const submitted = (text: string) => text.split('\n').find((line) => line.includes(`run/${name}`) && line.includes('Submitted')) ?? '';
+
+      const ps = await cli(['ps', '-a']);
+      expect(row(ps.stdout), ps.stdout).to.match(/\ssubmitted \(#1\)\s.*\swaiting: fleet local is at its maximum of 1 node: 1 busy$/);
+      expect(row(ps.stdout).length).to.be.above(120);
+      const events = await cli(['events']);
+      expect(submitted(events.stdout), events.stdout).to.match(/\stask submitted \(.*\)$/);
+      expect(ps.stdout + events.stdout).not.to.contain('…');
+
+      const narrow = (args: string[]) => runCli(args, { home: home.home, cwd: work, env: { COLUMNS: '80' } });
+      const cut = await narrow(['ps', '-a']);
+      expect(row(cut.stdout)).to.have.length.at.most(80).and.to.contain('…');
+      expect(row((await narrow(['ps', '-a', '--wide'])).stdout)).to.equal(row(ps.stdout));
+      expect(submitted((await narrow(['events'])).stdout)).to.have.length.at.most(80);
+      expect(submitted((await narrow(['events', '-w'])).stdout)).to.equal(submitted(events.stdout));
+    }
+
+    it('ends quietly when the reader of its output stops reading (logs RUN | head -1)', async () => {
+      const applied = await cli(['apply', '-f', task('many-lines', 'commands: ["seq 1 50000"]\n'), '-y']);
+      expect(applied.code, show(applied)).to.equal(0);
+      const { stdout, stderr } = await run('sh', ['-c', `"${process.execPath}" "${CLI_MAIN}" logs many-lines | head -1`], { env: { PATH: process.env.PATH ?? '', HOME: home.home } });
+      expect(stdout).to.equal('1\n');
+      expect(stderr).to.equal('');
+    });
+
+    it('shows the plan\'s problem and exits 1 with the reason when nothing can host the run, submitting it only with --queue', async () => {
       const result = await cli(['apply', '-f', task('needs-gpu', 'resources: {gpu: H100}\ncommands: [nvidia-smi]\n'), '-y']);
       expect(result.code, show(result)).to.equal(1);
       expect(result.stderr).to.match(/problem\s+no offers: no local offer matches H100:1/);
-      expect(result.stderr).to.match(/^error: needs-gpu failed: no offers: no local offer matches H100:1/m);
+      expect(result.stderr).to.match(/^error: task needs-gpu not submitted, as it would fail at once: no offers: no local offer matches H100:1 .*; nothing was applied \(--queue submits it anyway\)$/m);
+      expect((await runs()).map((r) => r.name)).not.to.include('needs-gpu');
+      const queued = await cli(['apply', '-f', task('needs-gpu', 'resources: {gpu: H100}\ncommands: [nvidia-smi]\n'), '-y', '--queue']);
+      expect(queued.code, show(queued)).to.equal(1);
+      expect(queued.stderr).to.match(/^error: needs-gpu failed: no offers: no local offer matches H100:1/m);
     });
 
     it('says so when the token is wrong or the run does not exist', async () => {

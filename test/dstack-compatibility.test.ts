@@ -41,7 +41,7 @@ for (const kind of DATABASE_KINDS) {
 
     it('applies each of the four kinds through the CLI', async () => {
       for (const name of accepted) {
-        const result = await runCli(['apply', '-f', join(FIXTURES, name), '-y', '-d', '--no-ssh-config'], { home: current().home.home, cwd: current().work });
+        const result = await runCli(['apply', '-f', join(FIXTURES, name), '-y', '-d', '--no-ssh-config', '--queue'], { home: current().home.home, cwd: current().work });
         expect(result.code, `${name}\n${show(result)}`).to.equal(0);
       }
     });

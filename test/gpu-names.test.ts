@@ -23,10 +23,10 @@ for (const kind of DATABASE_KINDS) {
     let home: ReturnType<typeof makeHome>;
     let work: string;
 
-    const apply = async (name: string, yaml: string): Promise<CliResult> => {
+    const apply = async (name: string, yaml: string, ...flags: string[]): Promise<CliResult> => {
       const file = join(work, `${name}.yml`);
       writeFileSync(file, yaml);
-      return runCli(['apply', '-f', file, '-y', '-d', '--no-ssh-config'], { home: home.home, cwd: work });
+      return runCli(['apply', '-f', file, '-y', '-d', '--no-ssh-config', ...flags], { home: home.home, cwd: work });
     };
 
     before(async function () {
@@ -54,8 +54,8 @@ for (const kind of DATABASE_KINDS) {
       expect(result.stderr).not.to.match(/did you mean/);
     });
 
-    it('takes MI300X for a run, which then fails saying no backend offers it and what they offer', async () => {
-      const result = await apply('amd', 'type: task\nname: amd\ncommands:\n  - "true"\nresources:\n  gpu: MI300X\n');
+    it('takes MI300X for a run, which then fails, submitted with --queue, saying no backend offers it and what they offer', async () => {
+      const result = await apply('amd', 'type: task\nname: amd\ncommands:\n  - "true"\nresources:\n  gpu: MI300X\n', '--queue');
       expect(result.code, show(result)).to.equal(0);
       expect(planField(result.stderr, 'problem')).to.equal(`no offers: no gpucloud offer matches MI300X:1 in fleet any (no backend offers MI300X; they offer ${OFFERED})`);
       const run = await eventually(async () => {

@@ -58,10 +58,13 @@ describe('backends and fleets of a run narrow where it goes (local backend, two 
     await abort('holder');
   });
 
-  it('keeps a run whose backends no fleet has in the queue, saying so in the plan and the queue', async () => {
+  it('keeps a run whose backends no fleet has in the queue, saying so in the plan and the queue, once submitted with --queue', async () => {
     const reason = 'waiting: no fleet of backend gpucloud: fleet local uses local, not among backends: [gpucloud]; '
       + 'fleet second uses local, not among backends: [gpucloud]; the run waits until one is applied';
-    const applied = await apply('cloud-only', task('cloud-only', 'backends: [gpucloud]', 'commands: ["true"]'), '-d');
+    const refused = await apply('cloud-only', task('cloud-only', 'backends: [gpucloud]', 'commands: ["true"]'), '-d');
+    expect(refused.code, show(refused)).to.equal(1);
+    expect(refused.stderr).to.match(/^error: task cloud-only not submitted, as no fleet is there for it: no fleet of backend gpucloud: .*; nothing was applied \(--queue submits it to wait in the queue\)$/m);
+    const applied = await apply('cloud-only', task('cloud-only', 'backends: [gpucloud]', 'commands: ["true"]'), '-d', '--queue');
     expect(applied.code, show(applied)).to.equal(0);
     expect(problemLine(applied.stderr), applied.stderr).to.equal(reason);
     const run = await eventually(async () => {

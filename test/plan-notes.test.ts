@@ -110,7 +110,8 @@ for (const kind of DATABASE_KINDS) {
       expect(json.notActedOn).to.deep.equal([{ field: 'image', message: 'not used: this instance runs jobs as processes on the machine itself, without a container (a backend with runtime: docker runs images)' }]);
       const applied = await apply('imaged', 'type: task\nname: imaged\nimage: alpine:3.20\ncommands:\n  - "true"\n');
       expect(ignoredLines(applied.stderr)).to.deep.equal([json.notActedOn.map((n) => `${n.field}: ${n.message}`)[0]]);
-      expect(applied.stderr).to.match(/^ {2}runtime {6}process: the commands run on the machine itself, without a container, so what they call \(python, uv, CUDA\) must be installed there/m);
+      expect(applied.stderr).to.contain('\n  runtime      process: the commands run on the machine itself, without a container, so what they call (python, uv, CUDA) '
+        + 'must be installed there; to run them in an image (yours, or the default one), use a backend with runtime: docker\n');
     });
 
     it('lists nothing for a spec without such fields', async () => {

@@ -140,7 +140,7 @@ async function restartableServer(kind: 'pglite' | 'postgres', databaseUrl?: stri
   };
 }
 
-// Without a fleet, each run fails at once (no_fleet_matches), so no run is active at the next tick.
+// No offer of the local fleet has an H100, so each run fails at once (no_offers) and no run is active at the next tick.
 for (const kind of DATABASE_KINDS) {
   describe(`a scheduled task across a server restart (${kind})`, function () {
     this.timeout(60_000);
@@ -149,7 +149,8 @@ for (const kind of DATABASE_KINDS) {
       const place = await restartableServer(kind);
       let server = await place.start();
       try {
-        const applied = await api(server, 'POST', '/runs/apply', { spec: { type: 'task', name: 'beat', commands: ['true'], schedule: { cron: EVERY_SECOND } } });
+        expect((await api(server, 'POST', '/fleets/apply', { spec: { type: 'fleet', name: 'local', backends: ['local'], nodes: '0..1' } })).status).to.equal(201);
+        const applied = await api(server, 'POST', '/runs/apply', { spec: { type: 'task', name: 'beat', commands: ['true'], resources: { gpu: 'H100' }, schedule: { cron: EVERY_SECOND } } });
         expect(applied.status).to.equal(201);
         expect(applied.body.status).to.equal('pending');
         await eventually(async () => (await runsOf(server, 'beat')).length > 0, 10_000, 'a first run');
@@ -184,7 +185,9 @@ describe('two servers on one Postgres database with a scheduled task', function 
     const places = [await restartableServer('postgres', database.url), await restartableServer('postgres', database.url)];
     const servers = await Promise.all(places.map((place) => place.start()));
     try {
-      const applied = await api(servers[0]!, 'POST', '/runs/apply', { spec: { type: 'task', name: 'twice', commands: ['true'], schedule: { cron: EVERY_SECOND } } });
+      // As above: each run fails at once, as no offer has an H100.
+      expect((await api(servers[0]!, 'POST', '/fleets/apply', { spec: { type: 'fleet', name: 'local', backends: ['local'], nodes: '0..1' } })).status).to.equal(201);
+      const applied = await api(servers[0]!, 'POST', '/runs/apply', { spec: { type: 'task', name: 'twice', commands: ['true'], resources: { gpu: 'H100' }, schedule: { cron: EVERY_SECOND } } });
       expect(applied.status).to.equal(201);
       await eventually(async () => (await runsOf(servers[1]!, 'twice')).length >= 4, 15_000, 'four runs');
       await api(servers[1]!, 'POST', '/runs/twice/stop', {});

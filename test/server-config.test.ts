@@ -1,10 +1,12 @@
 import { expect } from 'chai';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, loadServerConfig, StartupError } from '../server/config.js';
 import { startServer } from '../server/server.js';
+import { freePort } from './helpers/ports.js';
 
 function tempDir(): string {
   return mkdtempSync(join(tmpdir(), 'orch-config-'));
@@ -27,10 +29,18 @@ function configError(text: string): string {
 
 const started: ChildProcess[] = [];
 
-/** Starts `orchestrator server` and resolves with its output once it prints its URL, or once it exits. */
-function serverProcess(dir: string, port: number): Promise<{ stdout: string; stderr: string; code: number | null; stop(): Promise<void> }> {
-  const child = spawn(process.execPath, ['dist/cli/main.js', 'server', '--port', String(port)], {
-    env: { ...process.env, ORCHESTRATOR_SERVER_DIR: dir, ORCHESTRATOR_SERVER_ADMIN_TOKEN: '', ORCHESTRATOR_DATABASE_URL: '', ORCHESTRATOR_LOG_LEVEL: 'error' },
+interface ServerProcess {
+  stdout: string;
+  stderr: string;
+  code: number | null;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+/** Starts `orchestrator server` (with `args` added, `env` over this process's) and resolves with its output once it prints its URL, or once it exits. */
+function serverProcess(dir: string, port: number, args: string[] = [], env: Record<string, string> = {}): Promise<ServerProcess> {
+  const child = spawn(process.execPath, ['dist/cli/main.js', 'server', '--port', String(port), ...args], {
+    env: { ...process.env, ORCHESTRATOR_SERVER_DIR: dir, ORCHESTRATOR_SERVER_ADMIN_TOKEN: '', ORCHESTRATOR_DATABASE_URL: '', ORCHESTRATOR_LOG_LEVEL: 'error', ...env },
   });
   started.push(child);
   let stdout = '';
@@ -40,9 +50,9 @@ function serverProcess(dir: string, port: number): Promise<{ stdout: string; std
   return new Promise((resolve) => {
     child.stdout.on('data', (d) => {
       stdout += d;
-      if (stdout.includes('Server URL')) resolve({ stdout, stderr, code: null, stop });
+      if (stdout.includes('Server URL')) resolve({ stdout, stderr, code: null, pid: child.pid!, stop });
     });
-    child.once('exit', (code) => resolve({ stdout, stderr, code, stop: async () => {} }));
+    child.once('exit', (code) => resolve({ stdout, stderr, code, pid: child.pid!, stop: async () => {} }));
   });
 }
 
@@ -132,6 +142,64 @@ describe('server configuration', function () {
     expect(server.stderr).to.match(/^error: invalid server config:\n.*config\.yml:5:13: projects\[0\]\.backends\[0\]\.region: unknown field$/m);
     expect(server.stderr).to.not.match(/\n\s+at /);
     rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('refuses a second server on the same folder in one line naming the first one\'s pid, before opening the database; a killed server\'s hold is taken over', async () => {
+    const dir = tempDir();
+    const other = tempDir();
+    try {
+      const first = await serverProcess(dir, await freePort());
+      expect(first.code, first.stderr).to.equal(null);
+      const second = await serverProcess(dir, await freePort());
+      expect(second.code, second.stdout).to.equal(1);
+      expect(second.stderr).to.equal(`error: the embedded database in ${join(dir, 'data')} is in use by the server with pid ${first.pid}; stop it, or use --server-dir / ORCHESTRATOR_DATABASE_URL\n`);
+      const elsewhere = await serverProcess(dir, await freePort(), ['--server-dir', other]);
+      expect(elsewhere.stdout).to.contain(`Applied config: ${join(other, 'config.yml')}`);
+      await elsewhere.stop();
+
+      process.kill(first.pid, 'SIGKILL');
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      const after = await serverProcess(dir, await freePort());
+      expect(after.code, after.stderr).to.equal(null);
+      await after.stop();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      rmSync(other, { recursive: true, force: true });
+    }
+  });
+
+  it('says that its port is taken before it opens the database', async () => {
+    const dir = tempDir();
+    const holder = createServer();
+    const port = await freePort();
+    await new Promise<void>((resolve) => holder.listen(port, '127.0.0.1', resolve));
+    try {
+      const server = await serverProcess(dir, port);
+      expect(server.code).to.equal(1);
+      expect(server.stderr).to.equal(`error: 127.0.0.1:${port} is already in use; is another server running? (--port picks another)\n`);
+      expect(existsSync(join(dir, 'data')), 'the database folder').to.equal(false);
+    } finally {
+      holder.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('prints an unexpected error (a broken database folder) as one line that says where its full trace is, never the library\'s source', async () => {
+    const dir = tempDir();
+    const home = tempDir();
+    try {
+      mkdirSync(join(dir, 'data'));
+      writeFileSync(join(dir, 'data', 'PG_VERSION'), 'not a version\n');
+      const server = await serverProcess(dir, 0, [], { HOME: home });
+      expect(server.code).to.equal(1);
+      const log = join(home, '.orchestrator', 'errors.log');
+      expect(server.stderr).to.match(new RegExp(`^error: [^\\n]+ \\(an unexpected error; its full trace is in ${log.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\)\\n$`));
+      expect(server.stderr.length).to.be.below(400);
+      expect(readFileSync(log, 'utf8')).to.match(/orchestrator server \(pid \d+\)\n\S.*\n\s+at /);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      rmSync(home, { recursive: true, force: true });
+    }
   });
 
   it('prints its config, admin token and URL, keeps the token across restarts and picks up config changes', async () => {

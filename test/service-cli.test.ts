@@ -176,8 +176,11 @@ for (const kind of DATABASE_KINDS) {
     });
 
     it('apply exits 1 with the service\'s status message when it ends before a replica is ready', async () => {
+      writeFileSync(join(work, 'h100.yml'), 'type: fleet\nname: h100\nbackends: [local]\nnodes: 0..1\nresources: {gpu: H100}\n');
+      expect((await cli(['apply', '-f', 'h100.yml', '-y'])).code).to.equal(0);
       writeFileSync(join(work, 'gpu-svc.yml'), 'type: service\nname: gpu-svc\nport: 8000\ncommands: [sleep 600]\nresources: {gpu: H100}\n');
-      const result = await cli(['apply', '-f', 'gpu-svc.yml', '-y']);
+      // No offer of this machine has an H100: --queue submits it anyway, and it fails at once.
+      const result = await cli(['apply', '-f', 'gpu-svc.yml', '-y', '--queue']);
       expect(result.code, show(result)).to.equal(1);
       expect(result.stdout).to.equal('');
       expect(result.stderr).to.match(/^error: gpu-svc failed: replica 0 cannot be placed: /m);

@@ -7,6 +7,7 @@ import type { Run, SshKey } from '../api/objects.js';
 import { addProject, CLI_MAIN, endCliSuite, makeHome, runCli, show, startCli, startLocalCliSuite, type CliResult } from './helpers/cli.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { eventually, type TestServer } from './helpers/server.js';
+import { Terminal } from './helpers/terminal.js';
 
 /**
  * The real OpenSSH client (`ssh`, `scp`), reading the config under `home` as it would with that home; never asks anything.
@@ -75,13 +76,17 @@ for (const kind of DATABASE_KINDS) {
       await endCliSuite(server, home, work);
     });
 
-    it('apply makes the key pair once and registers it, and puts the Include at the top of ~/.ssh/config once, saying so', async () => {
+    it('apply makes the key pair once and registers it, and puts the Include at the top of ~/.ssh/config once, saying so, for the first run reached over SSH', async () => {
       mkdirSync(join(home.home, '.ssh'), { mode: 0o700 });
       writeFileSync(join(home.home, '.ssh', 'config'), 'Host elsewhere\n  User someone\n', { mode: 0o644 });
       const first = await cli(['apply', '-f', task('quick', 'commands: ["echo hi"]\n'), '-y']);
       expect(first.code, show(first)).to.equal(0);
+      expect(first.stderr, 'a task that lives a moment: no SSH hint, ~/.ssh/config left alone').not.to.match(/Include|To connect via SSH/);
+      expect(readFileSync(join(home.home, '.ssh', 'config'), 'utf8')).to.equal('Host elsewhere\n  User someone\n');
+      const forwarded = await cli(['apply', '-f', task('forwarded', 'ports: [8000]\ncommands: ["echo hi"]\n'), '-y', '-d']);
+      expect(forwarded.code, show(forwarded)).to.equal(0);
       const include = `Include ${join(sshDir(), 'config')}`;
-      expect(first.stderr).to.contain(`added "${include}" at the top of ${join(home.home, '.ssh', 'config')}`);
+      expect(forwarded.stderr).to.contain(`added "${include}" at the top of ${join(home.home, '.ssh', 'config')}`);
 
       const privateKey = join(sshDir(), 'id_ed25519');
       expect(statSync(privateKey).mode & 0o777).to.equal(0o600);
@@ -94,7 +99,7 @@ for (const kind of DATABASE_KINDS) {
       expect(userConfig).to.contain('Host elsewhere\n  User someone\n');
       expect(statSync(join(home.home, '.ssh', 'config')).mode & 0o777).to.equal(0o644);
 
-      const again = await cli(['apply', '-f', task('quick', 'commands: ["echo hi"]\n'), '-y']);
+      const again = await cli(['apply', '-f', task('forwarded', 'ports: [8000]\ncommands: ["echo hi"]\n'), '-y', '-d']);
       expect(again.code, show(again)).to.equal(0);
       expect(again.stderr).not.to.contain('Include');
       expect(readFileSync(`${privateKey}.pub`, 'utf8').trim()).to.equal(publicKey);
@@ -107,7 +112,7 @@ for (const kind of DATABASE_KINDS) {
         const other = makeHome();
         try {
           await addProject(other.home, server.url);
-          const result = await runCli(['apply', '-f', task('quick', 'commands: ["echo hi"]\n'), '-y', ...args], { home: other.home, cwd: work, env });
+          const result = await runCli(['apply', '-f', task('forwarded', 'ports: [8000]\ncommands: ["echo hi"]\n'), '-y', '-d', ...args], { home: other.home, cwd: work, env });
           expect(result.code, show(result)).to.equal(0);
           expect(result.stderr).not.to.contain('Include');
           expect(() => statSync(join(other.home, '.ssh'))).to.throw();
@@ -116,6 +121,45 @@ for (const kind of DATABASE_KINDS) {
         } finally {
           other.remove();
         }
+      }
+    });
+
+    it('attach --logs ends with the run\'s final status and exits with the task\'s exit code, as an attached apply does', async () => {
+      const release = join(work, 'release-attached');
+      const commands = `commands: ["echo started", "until [ -f ${release} ]; do sleep 0.1; done", "exit 7"]\n`;
+      const applied = await cli(['apply', '-f', task('attached', commands), '-y', '-d']);
+      expect(applied.code, show(applied)).to.equal(0);
+      await eventually(async () => (await server.api('GET', '/api/projects/main/runs/attached')).body.status === 'running', 30_000, 'the task to run');
+      const attach = startCli(['attach', 'attached', '--logs'], { home: home.home, cwd: work });
+      await attach.waitFor(/^started$/m);
+      writeFileSync(release, '');
+      const ended = await attach.done;
+      expect(ended.code, show(ended)).to.equal(7);
+      expect(ended.stderr).to.match(/(^|\n)failed: exited with code 7\n$/);
+    });
+
+    it('on a terminal, asks about ~/.ssh/config only for a run reached over SSH, not for a plain task', async () => {
+      const other = makeHome();
+      const terminal = new Terminal();
+      try {
+        await addProject(other.home, server.url);
+        await terminal.start(['apply', '-f', task('asked', 'commands: ["echo hi"]\n')], other.home, work);
+        await terminal.waitFor(/Submit task asked\? \[y\/N\]\s*$/m);
+        await terminal.press('y', 'Enter');
+        const screen = await terminal.waitFor(/^exited \d+$/m);
+        expect(screen, screen).to.match(/^exited 0$/m);
+        expect(screen, screen).not.to.contain('.ssh/config');
+        await terminal.close();
+
+        await terminal.start(['apply', '-f', task('asked-port', 'ports: [8000]\ncommands: ["echo hi"]\n'), '-d'], other.home, work);
+        await terminal.waitFor(/Submit task asked-port\? \[y\/N\]\s*$/m);
+        await terminal.press('y', 'Enter');
+        await terminal.waitFor(/^Add "Include .+" at the top of .+\.ssh\/config, so that "ssh <run>" reaches your runs\? \[y\/N\]\s*$/m);
+        await terminal.press('n', 'Enter');
+        expect(await terminal.waitFor(/^exited \d+$/m)).to.match(/^exited 0$/m);
+      } finally {
+        await terminal.close();
+        other.remove();
       }
     });
 
@@ -153,7 +197,7 @@ for (const kind of DATABASE_KINDS) {
 
     it('refuses the SSH WebSocket in the API\'s error shape: no token 401, not a member 403, no such run 404, a run that does not run 409', async () => {
       const outsider = await newUser('outsider');
-      const failed = await cli(['apply', '-f', task('never-ran', 'resources: {gpu: H100}\ncommands: [nvidia-smi]\n'), '-y']);
+      const failed = await cli(['apply', '-f', task('never-ran', 'resources: {gpu: H100}\ncommands: [nvidia-smi]\n'), '-y', '--queue']);
       expect(failed.code, show(failed)).to.equal(1);
       const path = '/api/projects/main/runs/never-ran/ssh';
       expect(await sshUpgrade(server, path, null)).to.deep.include({ status: 401 });

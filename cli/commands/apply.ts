@@ -21,19 +21,22 @@ import { loadSpecs, type LoadedSpec } from '../spec-files.js';
 import { choosePorts, portRequests, type PortForwarder } from '../port-forwarding.js';
 import { accessLines, startForwarding } from '../run-access.js';
 import { refreshFromServer, sshConfigWarning } from '../ssh-config.js';
-import { leavesSshConfig, prepareSsh } from '../ssh-setup.js';
+import { leavesSshConfig, prepareSsh, reachedOverSsh } from '../ssh-setup.js';
 
 interface ApplyFlags {
   yes?: boolean;
   detach?: boolean;
+  queue?: boolean;
   sshConfig?: boolean;
 }
 
 export function registerApply(cli: CAC): void {
   cli.command('apply', 'Create or update fleets and submit runs from YAML files, then follow the run')
+    .usage('apply -f FILE [options]')
     .option('-f, --file <path>', 'A YAML file, or a folder of them (may be repeated)')
     .option('-y, --yes', 'Apply without asking for confirmation')
     .option('-d, --detach', 'Return right after submitting, printing the run name')
+    .option('--queue', 'Submit a run whose plan names a problem that holds it (no fleet for it, nothing that can host it): it waits in the queue for a fleet, or fails')
     .option('--no-ssh-config', 'Leave ~/.ssh/config alone (so does ORCHESTRATOR_NO_SSH_CONFIG=1); by default apply adds one Include line at its top, once')
     .option('--project <name>', 'Project to use (default: the default project)')
     .example('orchestrator apply -f examples/tasks/hello.yml -y')
@@ -60,14 +63,15 @@ async function apply(flags: ApplyFlags): Promise<number> {
     const fleets = confirmed.map((c) => c.spec).filter((spec): spec is FleetSpec => spec.type === 'fleet');
     const { spec } = loaded;
     const wanted = spec.type === 'gateway' ? await planGateway(client, spec, yes)
-      : spec.type === 'fleet' ? await planFleet(client, spec, yes) : await planRun(client, spec, fleets, yes);
+      : spec.type === 'fleet' ? await planFleet(client, spec, yes) : await planRun(client, spec, fleets, yes, flags.queue === true);
     if (wanted) confirmed.push(loaded);
   }
   if (confirmed.length === 0) return 0;
   const confirmedRuns = confirmed.map((c) => c.spec).filter((spec): spec is RunSpec => spec.type !== 'fleet' && spec.type !== 'gateway');
   // A busy explicit local port is said before anything is submitted.
   if (flags.detach !== true && confirmedRuns.length === 1) await choosePorts(portRequests(forwardedPorts(confirmedRuns[0]!)));
-  if (confirmedRuns.length > 0) await prepareSsh(client, yes, leavesSshConfig(flags));
+  // The key is registered for every run; ~/.ssh/config is asked about only for a run one reaches over SSH.
+  if (confirmedRuns.length > 0) await prepareSsh(client, yes, leavesSshConfig(flags) || !confirmedRuns.some(reachedOverSsh));
   const runs = reportApplied(await applyTogether(client, confirmed));
   if (runs.length === 0) return 0;
   if (flags.detach === true || runs.length > 1) {
@@ -134,11 +138,20 @@ async function planGateway(client: ApiClient, spec: GatewaySpec, yes: boolean): 
   return true;
 }
 
-/** Shows the run's plan, counting the fleets of this apply as already there; whether the user wants it submitted. */
-async function planRun(client: ApiClient, spec: RunSpec, fleets: FleetSpec[], yes: boolean): Promise<boolean> {
+/**
+ * Shows the run's plan, counting the fleets of this apply as already there; whether the user wants it submitted.
+ * A problem that holds the run ends the apply, with nothing applied, unless `queue` asks to submit it anyway.
+ */
+async function planRun(client: ApiClient, spec: RunSpec, fleets: FleetSpec[], yes: boolean, queue: boolean): Promise<boolean> {
   const plan = await client.post<RunPlan>(client.projectPath('/runs/plan'), { spec, ...(fleets.length > 0 ? { fleets } : {}) });
   process.stderr.write(renderRunPlan(spec, plan));
   const label = plan.name ? `${spec.type} ${plan.name}` : spec.type;
+  if (plan.blocking && plan.problem && !queue) {
+    const problem = plan.problem.replace(/^waiting: /, '');
+    throw new CliError(plan.blocking === 'no_fleet'
+      ? `${label} not submitted, as no fleet is there for it: ${problem}; nothing was applied (--queue submits it to wait in the queue)`
+      : `${label} not submitted, as it would fail at once: ${problem}; nothing was applied (--queue submits it anyway)`);
+  }
   if (!(await confirm(`${plan.schedule ? 'Schedule' : 'Submit'} ${label}?`, yes))) {
     process.stderr.write(`${label} not submitted\n`);
     return false;
@@ -232,17 +245,35 @@ async function followSubmittedService(client: ApiClient, submitted: Run): Promis
   return 0;
 }
 
-/** A run's status display that, the first time the run is seen running, says how to ssh into it. */
+/** How long a plain task runs before apply says how to ssh into it: one that ends sooner is not worth entering. */
+const SSH_HINT_AFTER_MS = 3000;
+
+/**
+ * A run's status display that, once the run has been running `afterMs` (at once with 0), says how to ssh into it;
+ * never for a run that ended sooner.
+ */
 class RunDisplay extends StatusDisplay {
   announced: Promise<void> | null = null;
+  private pending: NodeJS.Timeout | null = null;
 
-  constructor(private readonly onRunning: (display: StatusDisplay) => Promise<void>) {
+  constructor(private readonly onRunning: (display: StatusDisplay) => Promise<void>, private readonly afterMs: number) {
     super();
   }
 
   override update(status: string, message: string): void {
     super.update(status, message);
-    if (status === 'running' && !this.announced) this.announced = this.onRunning(this).catch(sshConfigWarning);
+    if (status !== 'running' || this.announced || this.pending) return;
+    if (this.afterMs === 0) this.announce();
+    else this.pending = setTimeout(() => this.announce(), this.afterMs);
+  }
+
+  override stop(): void {
+    if (this.pending) clearTimeout(this.pending);
+    super.stop();
+  }
+
+  private announce(): void {
+    this.announced = this.onRunning(this).catch(sshConfigWarning);
   }
 }
 
@@ -257,7 +288,7 @@ async function followSubmitted(client: ApiClient, submitted: Run): Promise<numbe
   const display = new RunDisplay(async (shown) => {
     await announceSsh(client, submitted, shown);
     if (holdsConnection) forwarder = await startForwarding(client, submitted.name, requests, (text) => shown.around(() => process.stderr.write(text)));
-  });
+  }, holdsConnection ? 0 : SSH_HINT_AFTER_MS);
   display.update(submitted.status, submitted.statusMessage);
   const outcome = await followRun(client, submitted.name, display);
   if (display.announced) {

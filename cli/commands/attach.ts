@@ -4,8 +4,9 @@ import { optionTexts } from '../args.js';
 import { connect, projectFlag } from '../connect.js';
 import { action, CliError } from '../errors.js';
 import { writeOutputInOrder } from '../output-order.js';
-import { followRun, isFinished, runPath } from '../follow.js';
+import { exitCodeOf, followRun, isFinished, runPath } from '../follow.js';
 import { portRequests } from '../port-forwarding.js';
+import { statusLine } from '../progress.js';
 import { accessLines, startForwarding } from '../run-access.js';
 import { leavesSshConfig, prepareSsh } from '../ssh-setup.js';
 
@@ -43,8 +44,8 @@ async function attach(name: string, flags: AttachFlags): Promise<number> {
   await forwarder.stop();
   const now = await client.get<Run>(runPath(client, name));
   if (isFinished(now)) {
-    process.stderr.write(`${name} ${now.status}: ${now.statusMessage || now.terminationReason || 'no reason given'}\n`);
-    return 0;
+    process.stderr.write(`${statusLine(now.status, now.statusMessage || now.terminationReason || '')}\n`);
+    return exitCodeOf(now);
   }
   process.stderr.write(`detached from ${name}; it keeps running (orchestrator attach ${name}${projectFlag()} again)\n`);
   return 130;

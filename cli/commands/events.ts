@@ -6,11 +6,12 @@ import type { ApiClient } from '../client.js';
 import { connect } from '../connect.js';
 import { action } from '../errors.js';
 import { formatTime, printJson } from '../format.js';
-import { outputWidth, renderTable, truncate } from '../table.js';
+import { outputWidth, renderTable, truncate, WIDE_OPTION } from '../table.js';
 
 interface EventsFlags {
   json?: boolean;
   follow?: boolean;
+  wide?: boolean;
 }
 
 const POLL_MS = 1000;
@@ -30,27 +31,28 @@ export function registerEvents(cli: CAC): void {
     .option('--object <name>', 'Only events of this fleet, instance or run')
     .option('-f, --follow', 'Keep printing new events until Ctrl-C')
     .option('--json', 'Print JSON (one object per line with -f)')
+    .option(...WIDE_OPTION)
     .option('--project <name>', 'Project to use (default: the default project)')
     .example('orchestrator events --object hello')
     .action(action(async (flags: EventsFlags) => {
       const client = connect();
       const object = optionText(['object']);
       const events = await fetchEvents(client, 0, object);
+      const width = outputWidth(process.stdout, flags.wide === true);
       if (flags.follow !== true) {
         if (flags.json === true) printJson(events);
         else if (events.length === 0) process.stdout.write('no events\n');
-        else process.stdout.write(renderTable(['time', 'object', 'reason', 'message'], events.map(eventRow)));
+        else process.stdout.write(renderTable(['time', 'object', 'reason', 'message'], events.map(eventRow), width));
         return 0;
       }
-      return followEvents(client, events, object, flags.json === true);
+      return followEvents(client, events, object, flags.json === true, width);
     }));
 }
 
-async function followEvents(client: ApiClient, first: Event[], object: string | undefined, json: boolean): Promise<number> {
+async function followEvents(client: ApiClient, first: Event[], object: string | undefined, json: boolean, width: number): Promise<number> {
   const controller = new AbortController();
   const interrupt = () => controller.abort();
   process.on('SIGINT', interrupt);
-  const width = outputWidth();
   const line = ([time, name, reason, message]: string[]) => `${truncate(`${time}  ${name!.padEnd(24)}  ${reason!.padEnd(12)}  ${message}`, width)}\n`;
   const print = (event: Event) => process.stdout.write(json ? `${JSON.stringify(event)}\n` : line(eventRow(event)));
   if (!json) process.stdout.write(line(['TIME'.padEnd(formatTime(new Date().toISOString()).length), 'OBJECT', 'REASON', 'MESSAGE']));

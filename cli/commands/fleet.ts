@@ -5,11 +5,13 @@ import { action, CliError } from '../errors.js';
 import { renderFleets } from '../fleet-table.js';
 import { printJson } from '../format.js';
 import { confirm, ensureCanConfirm } from '../prompt.js';
+import { outputWidth, WIDE_OPTION } from '../table.js';
 
 interface FleetFlags {
   all?: boolean;
   json?: boolean;
   yes?: boolean;
+  wide?: boolean;
 }
 
 export function registerFleet(cli: CAC): void {
@@ -17,6 +19,7 @@ export function registerFleet(cli: CAC): void {
     .option('-a, --all', 'list: include ended fleets, with their ids and creation times')
     .option('--json', 'list: print JSON')
     .option('-y, --yes', 'delete: do not ask for confirmation')
+    .option(...WIDE_OPTION)
     .option('--project <name>', 'Project to use (default: the default project)')
     .example('orchestrator fleet')
     .example('orchestrator fleet delete gpucloud -y')
@@ -38,7 +41,7 @@ async function listFleets(flags: FleetFlags): Promise<void> {
     process.stdout.write('no fleets; create one with orchestrator apply -f FLEET.yml\n');
     return;
   }
-  process.stdout.write(renderFleets(fleets, flags.all === true));
+  process.stdout.write(renderFleets(fleets, flags.all === true, outputWidth(process.stdout, flags.wide === true)));
 }
 
 async function deleteFleet(name: string | undefined, flags: FleetFlags): Promise<void> {

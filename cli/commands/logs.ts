@@ -4,9 +4,10 @@ import type { LogLine, Run } from '../../api/objects.js';
 import type { ApiClient } from '../client.js';
 import { connect, projectFlag } from '../connect.js';
 import { action, CliError } from '../errors.js';
-import { droppedLinesNote, followRun, jobPickQuery, LogCursors, runPath } from '../follow.js';
+import { droppedLinesNote, exitCodeOf, followRun, jobPickQuery, LogCursors, runPath } from '../follow.js';
 import { LogOutput } from '../log-output.js';
 import { writeOutputInOrder } from '../output-order.js';
+import { statusLine } from '../progress.js';
 
 interface LogsFlags {
   follow?: boolean;
@@ -17,7 +18,7 @@ interface LogsFlags {
 
 export function registerLogs(cli: CAC): void {
   cli.command('logs <run>', 'Print a run\'s logs as they are now: stdout lines to stdout, stderr lines to stderr')
-    .option('-f, --follow', 'Keep printing new lines until the run finishes')
+    .option('-f, --follow', 'Keep printing new lines until the run finishes; then print its final status and exit with its code, as apply does')
     .option('--replica <n>', 'For a service: which replica (default: the lowest-numbered running one)')
     .option('--node <rank>', 'For a multi-node task: only this node\'s lines (default: every node\'s, each after [rank N])')
     .option('--attempt <n>', 'For a run resubmitted under its retry: that attempt\'s lines (default: the latest attempt)')
@@ -42,7 +43,9 @@ export function registerLogs(cli: CAC): void {
           process.stderr.write(`stopped following ${followed}; it keeps running (orchestrator stop ${followed}${projectFlag()} stops it)\n`);
           return 130;
         }
-        return 0;
+        const { run: ended } = outcome;
+        process.stderr.write(`${statusLine(ended.status, ended.statusMessage)}\n`);
+        return exitCodeOf(ended);
       }
       const output = new LogOutput();
       const printed = new LogCursors();

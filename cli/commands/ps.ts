@@ -7,12 +7,13 @@ import { action } from '../errors.js';
 import { isFinished } from '../follow.js';
 import { formatAge, formatGpuInfo, formatPrice, formatTimeLeft, printJson } from '../format.js';
 import { refreshSshConfig, sshConfigWarning } from '../ssh-config.js';
-import { renderTable } from '../table.js';
+import { outputWidth, renderTable, WIDE_OPTION } from '../table.js';
 import { formatRate, serviceStatsPath } from './service.js';
 
 interface PsFlags {
   all?: boolean;
   json?: boolean;
+  wide?: boolean;
 }
 
 /** `ps` shows the rate of the last minute: what a service does now. */
@@ -81,6 +82,7 @@ export function registerPs(cli: CAC): void {
   cli.command('ps', 'List runs: active ones, or all with -a; a service with its replicas, a multi-node task with its nodes')
     .option('-a, --all', 'Include finished runs')
     .option('--json', 'Print JSON')
+    .option(...WIDE_OPTION)
     .option('--project <name>', 'Project to use (default: the default project)')
     .example('orchestrator ps -a')
     .action(action(async (flags: PsFlags) => {
@@ -99,6 +101,6 @@ export function registerPs(cli: CAC): void {
         process.stdout.write(flags.all ? 'no runs\n' : 'no active runs; orchestrator ps -a shows finished ones too\n');
         return;
       }
-      process.stdout.write(renderTable(['name', 'kind', 'status', 'gpu', '$/h', 'submitted', 'message'], psRows(runs, await liveServiceStats(client, runs))));
+      process.stdout.write(renderTable(['name', 'kind', 'status', 'gpu', '$/h', 'submitted', 'message'], psRows(runs, await liveServiceStats(client, runs)), outputWidth(process.stdout, flags.wide === true)));
     }));
 }

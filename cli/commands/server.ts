@@ -1,21 +1,22 @@
 import type { CAC } from 'cac';
-import { portFlag } from '../args.js';
-import { CliError, faultText } from '../errors.js';
+import { optionText, portFlag } from '../args.js';
+import { CliError, unexpectedErrorLine } from '../errors.js';
 
 export function registerServer(cli: CAC): void {
   cli.command('server', 'Start the orchestrator server (embedded database unless ORCHESTRATOR_DATABASE_URL is set)')
     .option('--host <host>', 'Address to listen on', { default: '127.0.0.1' })
     .option('--port <port>', 'Port to listen on', { default: 3000 })
+    .option('--server-dir <dir>', 'The server\'s folder: config.yml, the embedded database, its keys (default: $ORCHESTRATOR_SERVER_DIR, else ~/.orchestrator/server)')
     .action(async (options: { host: string; port: number }) => {
       const { StartupError } = await import('../../server/config.js');
       const { startServer } = await import('../../server/server.js');
       const { shutdownNote } = await import('../../server/shutdown-note.js');
       let server;
       try {
-        server = await startServer({ host: options.host, port: portFlag(options.port) });
+        server = await startServer({ host: options.host, port: portFlag(options.port), dir: optionText(['server-dir']) });
       } catch (error) {
         const known = error instanceof StartupError || error instanceof CliError;
-        process.stderr.write(`error: ${known ? error.message : `the server could not start: ${faultText(error)}`}\n`);
+        process.stderr.write(`${known ? `error: ${error.message}` : unexpectedErrorLine(error)}\n`);
         process.exit(1);
       }
       const shown = server.adminTokenSource === 'generated';

@@ -5,11 +5,14 @@ import { isDnsLabel, randomRunName } from '../../api/names.js';
 import { fieldsNotActedOn, type JobRuntime } from '../../api/not-acted-on.js';
 import type { RunPlan } from '../../api/objects.js';
 import { describeRequirement, describeRequirementInWords, intersectRequirements, normalizeResources, offerSatisfies } from '../../api/resources.js';
+import { serviceSettings } from '../../api/service-settings.js';
 import type { RunSpec } from '../../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
 import { AgentClient } from '../../agent/client.js';
 import { fixedJobRuntime } from '../../backends/registry.js';
 import { CHANNELS } from '../../store/channels.js';
+import { agentOf } from '../../controllers/run-controller.js';
+import { retryDecision } from '../../controllers/retry-policy.js';
 import { place, placeNodes } from '../../controllers/scheduler.js';
 import type { OfferListing } from '../../controllers/backend-pool.js';
 import { chooseFleets } from '../../controllers/placement-filter.js';
@@ -182,6 +185,23 @@ async function landingRuntime(project: ProjectRecord, placement: Placement, cand
   return runtimes.size === 1 ? only ?? null : null;
 }
 
+/**
+ * The plan's problem, and what it does to the run if the run is submitted anyway; `live` is an active run that holds its
+ * name. A scheduled task, and a service that may run no replica, place nothing now: their problem holds nothing yet.
+ */
+function planProblem(spec: RunSpec, placement: ReturnType<typeof placeNodes>, live: RunRecord | null): Pick<RunPlan, 'problem' | 'blocking'> {
+  if (live) return { problem: stillActive(live), blocking: 'fails' };
+  if ((spec.type === 'task' && spec.schedule) || (spec.type === 'service' && serviceSettings(spec).replicas.min === 0)) {
+    return { problem: placement.kind === 'fail' || placement.kind === 'wait' ? placement.message : null, blocking: null };
+  }
+  if (placement.kind === 'fail') {
+    const retried = retryDecision({ spec: spec as Record<string, unknown>, replica: null, firstSubmittedAt: new Date(), desired: 'run' }, placement.reason);
+    return { problem: placement.message, blocking: retried ? null : 'fails' };
+  }
+  if (placement.kind === 'wait') return { problem: placement.message, blocking: placement.noFleet ? 'no_fleet' : null };
+  return { problem: null, blocking: null };
+}
+
 async function queuedBefore(db: Queryable, projectId: string, priority: number): Promise<number> {
   const [{ count }] = await db.query<{ count: number }>(
     `SELECT count(*)::int AS count FROM runs WHERE project_id = $1 AND status = 'submitted' AND NOT deleted AND priority >= $2`,
@@ -234,8 +254,7 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
     offers,
     offersTotal: matching.length,
     offerErrors: [...new Set([...listings.values()].flatMap((listing) => listing.errors))],
-    problem: existing && !existingService && !existingSchedule && !FINISHED_RUN_STATUSES.includes(existing.status) ? stillActive(existing)
-      : placement.kind === 'fail' || placement.kind === 'wait' ? placement.message : null,
+    ...planProblem(spec, placement, existing && !existingService && !existingSchedule && !FINISHED_RUN_STATUSES.includes(existing.status) ? existing : null),
     ...(nextTickAt && spec.type === 'task' && spec.schedule ? { schedule: { cron: cronExpressions(spec.schedule), nextRunAt: nextTickAt.toISOString() } } : {}),
   };
 }
