@@ -34,10 +34,12 @@ export function errorLogPath(): string {
 /**
  * An unexpected error (a fault of the program or of a library) as one line that says where its full trace was
  * appended: printed whole, it could be a library's minified source, as Node shows the line that threw. The log
- * names only the command, as its arguments may hold a token.
+ * names only the command, as its arguments may hold a token. `failed` says what could not be done, in place of the
+ * error's class.
  */
-export function unexpectedErrorLine(error: unknown): string {
-  const summary = (error instanceof Error ? `${error.name}: ${error.message}` : String(error)).split('\n')[0]!.slice(0, MESSAGE_SHOWN);
+export function unexpectedErrorLine(error: unknown, failed?: string): string {
+  const message = error instanceof Error ? (failed ? error.message : `${error.name}: ${error.message}`) : String(error);
+  const summary = `${failed ? `${failed}: ` : ''}${message.split('\n')[0]!.slice(0, MESSAGE_SHOWN)}`;
   const path = errorLogPath();
   try {
     mkdirSync(dirname(path), { recursive: true, mode: 0o700 });

@@ -16,7 +16,7 @@ export function registerServer(cli: CAC): void {
         server = await startServer({ host: options.host, port: portFlag(options.port), dir: optionText(['server-dir']) });
       } catch (error) {
         const known = error instanceof StartupError || error instanceof CliError;
-        process.stderr.write(`${known ? `error: ${error.message}` : unexpectedErrorLine(error)}\n`);
+        process.stderr.write(`${known ? `error: ${error.message}` : unexpectedErrorLine(error, 'the server could not start')}\n`);
         process.exit(1);
       }
       const shown = server.adminTokenSource === 'generated';
