@@ -29,7 +29,7 @@ function serviceRun(replicas: Replica[]): Run {
     terminationReason: null, priority: 0, generation: 2, attempt: 1, spec: { type: 'service', name: 'echo-llm', port: 8000 }, fleet: null, instance: null,
     gpu: null, pricePerHour: null, exitCode: null, queuePosition: null, submittedAt: new Date(Date.now() - 65_000).toISOString(),
     startedAt: null, finishedAt: null, inactivityStopAt: null,
-    service: { desiredReplicas: 3, replicas, path: '/proxy/services/main/echo-llm/', model: 'echo', modelPath: '/proxy/models/main/', gatewayUrl: null, gatewayModelUrl: null },
+    service: { desiredReplicas: 3, replicas, stableGeneration: 1, stall: null, path: '/proxy/services/main/echo-llm/', model: 'echo', modelPath: '/proxy/models/main/', gatewayUrl: null, gatewayModelUrl: null },
     ssh: null,
   };
 }
@@ -155,7 +155,7 @@ for (const kind of DATABASE_KINDS) {
         [['service', 'stats', 'svc', '--window', 'soon'], 'error: --window: invalid duration "soon"'],
         [['service', 'stats', 'job'], 'error: run job is a task, not a service; only services have request statistics\n'],
         [['service', 'stats'], 'error: give the service: orchestrator service stats RUN\n'],
-        [['service', 'scale', 'svc'], 'error: unknown service action "scale"; use service stats RUN\n'],
+        [['service', 'scale', 'svc'], 'error: unknown service action "scale"; use service stats RUN, service rollback RUN\n'],
       ];
       for (const [args, message] of cases) {
         const result = await cli(args);
