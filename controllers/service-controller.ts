@@ -141,15 +141,17 @@ export class ServiceController extends LeasedController<ServiceRecord> {
     const retry = reason === 'unplaceable' ? `; trying again every ${PLACEMENT_RETRY_MS / 1000}s` : proven ? '; trying again' : '';
     const stall: RolloutStall = { generation, reason, message: `${head}: ${why}${retry}` };
     if (service.stall?.message === stall.message) return;
-    await setRolloutStall(this.db, service.id, stall, generation);
-    service.stall = stall;
     const live = (await listReplicas(this.db, service.id)).filter((r) => !isFinished(r.status));
-    await this.event(service, reason === 'failing' ? 'RolloutFailed' : 'RolloutWaiting', stalledMessage(stall, live));
+    const message = stalledMessage(stall, live);
+    await setRolloutStall(this.db, service.id, generation, stall, message);
+    service.stall = stall;
+    service.statusMessage = message;
+    await this.event(service, reason === 'failing' ? 'RolloutFailed' : 'RolloutWaiting', message);
   }
 
   private async clearStall(service: ServiceRecord, why: string): Promise<void> {
     if (!service.stall) return;
-    await setRolloutStall(this.db, service.id, null, service.generation);
+    await setRolloutStall(this.db, service.id, service.generation, null, service.statusMessage);
     service.stall = null;
     await this.event(service, 'RolloutResumed', why);
   }
@@ -287,6 +289,8 @@ export class ServiceController extends LeasedController<ServiceRecord> {
     // While the new generation is given up, an old replica briefly out of rotation is the capacity that is left.
     for (const replica of outdated.filter((r) => (!r.readyAt && !given) || target === 0)) await this.startDraining(service, replica, 'replaced by the new generation');
     const outdatedReady = outdated.filter((r) => r.readyAt && target > 0);
+    // An update that also lowers the count first drains the old replicas beyond it, as a scale-down would; the surge needs the room.
+    for (const replica of outdatedReady.splice(target)) await this.startDraining(service, replica, 'scaled down');
     const anyOutdatedDraining = live.some((r) => r.drainingSince && r.generation !== service.generation && !isFinished(r.status));
     if (outdatedReady.length > 0 && !anyOutdatedDraining && ready(current) > 0 && ready(current) + outdatedReady.length > target) {
       await this.startDraining(service, outdatedReady[0]!, `replaced by generation ${service.generation}`);

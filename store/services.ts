@@ -96,9 +96,12 @@ export async function setStableGeneration(db: Queryable, serviceId: string, gene
   await db.query('UPDATE runs SET stable_generation = $2 WHERE id = $1', [serviceId, generation]);
 }
 
-/** Writes the stall (null clears it) unless the service moved to another generation meanwhile. */
-export async function setRolloutStall(db: Queryable, serviceId: string, stall: RolloutStall | null, generation: number): Promise<void> {
-  await db.query('UPDATE runs SET rollout_stall = $2 WHERE id = $1 AND generation = $3', [serviceId, stall, generation]);
+/**
+ * Writes the stall (null clears it) with the status message that tells of it, at once, so that no reader sees one
+ * without the other; unless the service moved to another generation meanwhile.
+ */
+export async function setRolloutStall(db: Queryable, serviceId: string, generation: number, stall: RolloutStall | null, statusMessage: string): Promise<void> {
+  await db.query('UPDATE runs SET rollout_stall = $2, status_message = $4 WHERE id = $1 AND generation = $3', [serviceId, stall, generation, statusMessage]);
 }
 
 /** The controller has taken note of these replicas' end. */

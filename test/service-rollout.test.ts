@@ -1,12 +1,16 @@
 import { expect } from 'chai';
-import { cpSync, writeFileSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Run } from '../api/objects.js';
-import { endCliSuite, runCli, show, startLocalCliSuite, type LocalCliSuite } from './helpers/cli.js';
-import { DATABASE_KINDS } from './helpers/databases.js';
+import { LocalBackend } from '../backends/local/local.js';
+import { addProject, CLI_MAIN, endCliSuite, makeHome, runCli, show, startLocalCliSuite, type LocalCliSuite } from './helpers/cli.js';
+import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
 import { startLoad, type Load } from './helpers/load.js';
-import { eventually } from './helpers/server.js';
+import { freePort } from './helpers/ports.js';
+import { eventually, LOCAL_CONFIG } from './helpers/server.js';
 
 const REPO = resolve(import.meta.dirname, '..');
 const NAME = 'web';
@@ -25,7 +29,8 @@ for (const kind of DATABASE_KINDS) {
     this.timeout(400_000);
     let suite: LocalCliSuite;
     let load: Load | null = null;
-    const cli = (args: string[]) => runCli(args, { home: suite.home.home, cwd: suite.work, timeoutMs: 180_000 });
+    // Wide enough for ps to show whole messages.
+    const cli = (args: string[]) => runCli(args, { home: suite.home.home, cwd: suite.work, timeoutMs: 180_000, env: { COLUMNS: '400' } });
     /** Writes the spec to `<version>.yml` and applies it attached, as a user would. */
     const apply = (spec: Record<string, unknown>, file: string) => {
       writeFileSync(join(suite.work, file), JSON.stringify(spec));
@@ -64,7 +69,7 @@ for (const kind of DATABASE_KINDS) {
       load = loadOf(/"id":"v1"/);
       const broken = await apply(serviceSpec('v2', { commands: ['exit 1'] }), 'v2.yml');
       expect(broken.code, show(broken)).to.equal(1);
-      expect(broken.stderr).to.contain('error: web: rollout of generation 2 failed: 3 replicas in a row ended before becoming ready; the last: exited with code 1; generation 1 still serves 2 replicas\n');
+      expect(broken.stderr, show(broken)).to.contain('error: web: rollout of generation 2 failed: 3 replicas in a row ended before becoming ready; the last: exited with code 1; generation 1 still serves 2 replicas\n');
       expect(broken.stderr).to.contain('orchestrator service rollback web');
       // The window the issue asks for on one database; the other runs the same steps over a shorter one.
       await sleep(kind === 'pglite' ? 60_000 : 10_000);
@@ -168,6 +173,94 @@ for (const kind of DATABASE_KINDS) {
       expect(ps.stdout).to.match(/^web\s+service\s+running \(1\/2 ready[^)]*\)\s.*replicas of generation 2 keep failing: /m);
       await sleep(5000);
       expect((await view()).status).to.equal('running');
+      await load.stop();
+      expect(load.failures, load.failures.slice(0, 5).join('\n')).to.deep.equal([]);
+    });
+  });
+}
+
+for (const kind of DATABASE_KINDS) {
+  describe(`a stalled rollout across a server killed with SIGKILL (${kind})`, function () {
+    this.timeout(300_000);
+    const token = 'crash-admin';
+    let dir: string;
+    let home: ReturnType<typeof makeHome>;
+    let database: { url: string; drop(): Promise<void> } | null = null;
+    let server: ChildProcess | undefined;
+    let url: string;
+    const cli = (args: string[], cwd = dir) => runCli(args, { home: home.home, cwd, timeoutMs: 180_000, env: { COLUMNS: '400' } });
+    const api = async (method: string, path: string) => {
+      const response = await fetch(`${url}${path}`, { method, headers: { authorization: `Bearer ${token}` } });
+      return response.json() as Promise<any>;
+    };
+
+    const startServerProcess = async (port: number) => {
+      server = spawn(process.execPath, [CLI_MAIN, 'server', '--port', String(port)], {
+        env: { ...process.env, ORCHESTRATOR_SERVER_DIR: dir, ORCHESTRATOR_SERVER_ADMIN_TOKEN: token, ORCHESTRATOR_DATABASE_URL: database?.url ?? '', ORCHESTRATOR_LOG_LEVEL: 'error' },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      await new Promise<void>((resolvePromise, reject) => {
+        let out = '';
+        server!.stdout!.on('data', (d) => { out += d; if (out.includes('Server URL')) resolvePromise(); });
+        server!.once('exit', (code) => reject(new Error(`server exited with ${code}`)));
+      });
+    };
+
+    before(async () => {
+      dir = mkdtempSync(join(tmpdir(), 'orch-rollout-crash-'));
+      writeFileSync(join(dir, 'config.yml'), LOCAL_CONFIG);
+      cpSync(join(REPO, 'examples', 'services', 'echo-llm'), join(dir, 'echo-llm'), { recursive: true });
+      if (kind === 'postgres') database = await createScratchDatabase();
+      home = makeHome();
+    });
+    after(async function () {
+      this.timeout(60_000);
+      if (server && server.exitCode === null) {
+        await cli(['stop', NAME]).catch(() => undefined);
+        await api('DELETE', '/api/projects/main/fleets/local').catch(() => undefined);
+        await eventually(async () => (await api('GET', '/api/projects/main/instances')).length === 0, 20_000, 'every instance to end').catch(() => undefined);
+        server.kill('SIGKILL');
+      }
+      const local = new LocalBackend({ stateDir: join(dir, 'backends', 'local') });
+      for (const instance of await local.list().catch(() => [])) await local.terminate(instance.id);
+      await database?.drop();
+      home?.remove();
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    it('comes back with the same stall, starts no replica of the stalled generation, and generation 1 serves on', async () => {
+      const port = await freePort();
+      url = `http://127.0.0.1:${port}`;
+      await startServerProcess(port);
+      await addProject(home.home, url, token);
+      expect((await cli(['apply', '-f', 'examples/fleets/local.yml', '-y'], REPO)).code).to.equal(0);
+      writeFileSync(join(dir, 'v1.yml'), JSON.stringify(serviceSpec('v1')));
+      const first = await cli(['apply', '-f', 'v1.yml', '-y']);
+      expect(first.code, show(first)).to.equal(0);
+      writeFileSync(join(dir, 'v2.yml'), JSON.stringify(serviceSpec('v2', { commands: ['exit 1'] })));
+      const broken = await cli(['apply', '-f', 'v2.yml', '-y']);
+      expect(broken.code, show(broken)).to.equal(1);
+      const secondGenerationAdded = async () => ((await api('GET', '/api/projects/main/events')) as Array<{ reason: string; message: string }>)
+        .filter((e) => e.reason === 'ReplicaAdded' && e.message.includes('(generation 2)')).length;
+      const before = await api('GET', `/api/projects/main/runs/${NAME}`) as Run;
+      expect(before.service!.stall).to.deep.include({ generation: 2, reason: 'failing' });
+      expect(await secondGenerationAdded()).to.equal(3);
+
+      server!.kill('SIGKILL');
+      await new Promise((r) => server!.once('exit', r));
+      await startServerProcess(port);
+      await sleep(8000);
+
+      const after = await api('GET', `/api/projects/main/runs/${NAME}`) as Run;
+      expect(after).to.deep.include({ status: 'running', generation: 2, statusMessage: before.statusMessage });
+      expect(after.statusMessage).to.equal('rollout of generation 2 failed: 3 replicas in a row ended before becoming ready; the last: exited with code 1; generation 1 still serves 2 replicas');
+      expect(after.service!.stall).to.deep.equal(before.service!.stall);
+      expect(after.service!.replicas.map((r) => [r.replica, r.generation, r.state])).to.deep.equal(before.service!.replicas.map((r) => [r.replica, r.generation, r.state]));
+      expect(await secondGenerationAdded()).to.equal(3);
+      const ps = await cli(['ps']);
+      expect(ps.stdout).to.match(/^web\s+service\s+running \(2\/2 ready[^)]*\)\s.*rollout of generation 2 failed: /m);
+      const load = startLoad(`${url}${MODELS}`, { token, workers: 2, expectBody: /"id":"v1"/ });
+      await sleep(2000);
       await load.stop();
       expect(load.failures, load.failures.slice(0, 5).join('\n')).to.deep.equal([]);
     });

@@ -227,11 +227,9 @@ async function followSubmittedService(client: ApiClient, submitted: Run): Promis
     return 1;
   }
   if (outcome.kind === 'stalled') {
-    const { stall, stableGeneration } = run.service!;
-    // The status message adds what still serves; it is written a moment after the stall.
     process.stderr.write([
-      `error: ${run.name}: ${run.statusMessage.startsWith(stall!.message) ? run.statusMessage : stall!.message}`,
-      `  fix the spec and apply it again, or put back generation ${stableGeneration}: orchestrator service rollback ${run.name}${projectFlag()}`,
+      `error: ${run.name}: ${run.statusMessage}`,
+      `  fix the spec and apply it again, or put back generation ${run.service!.stableGeneration}: orchestrator service rollback ${run.name}${projectFlag()}`,
       '',
     ].join('\n'));
     return 1;
