@@ -104,7 +104,7 @@ export class ServiceController extends LeasedController<ServiceRecord> {
       this.probes.delete(replica.id);
       await this.event(service, 'ReplicaFailed', `replica ${replica.replica} ${replica.terminationReason?.replaceAll('_', ' ') ?? 'failed'}: ${replica.statusMessage}`);
     }
-    const unplaceable = failed.find((r) => UNPLACEABLE.includes(r.terminationReason ?? ''));
+    const unplaceable = failed.find((r) => UNPLACEABLE.includes(r.terminationReason ?? '') && r.generation === service.generation);
     if (unplaceable) {
       const why = `replica ${unplaceable.replica} cannot be placed: ${unplaceable.statusMessage}`;
       if (service.stableGeneration === null) {
@@ -284,7 +284,8 @@ export class ServiceController extends LeasedController<ServiceRecord> {
         for (const replica of extra) await this.startDraining(service, replica, 'scaled down');
         return LOOK_MS;
       }
-      return current.length < target && !given ? this.add(service, live, target - current.length, lastEndedAt) : LOOK_MS;
+      if (given) return this.keepServing(service, live, serving, replicas, lastEndedAt);
+      return current.length < target ? this.add(service, live, target - current.length, lastEndedAt) : LOOK_MS;
     }
     // While the new generation is given up, an old replica briefly out of rotation is the capacity that is left.
     for (const replica of outdated.filter((r) => (!r.readyAt && !given) || target === 0)) await this.startDraining(service, replica, 'replaced by the new generation');
@@ -295,9 +296,22 @@ export class ServiceController extends LeasedController<ServiceRecord> {
     if (outdatedReady.length > 0 && !anyOutdatedDraining && ready(current) > 0 && ready(current) + outdatedReady.length > target) {
       await this.startDraining(service, outdatedReady[0]!, `replaced by generation ${service.generation}`);
     }
+    if (given) return this.keepServing(service, live, serving, replicas, lastEndedAt);
     const surging = current.length + outdatedReady.length;
-    if (current.length < target && surging < target + 1 && !given) return this.add(service, live, 1, lastEndedAt);
+    if (current.length < target && surging < target + 1) return this.add(service, live, 1, lastEndedAt);
     return LOOK_MS;
+  }
+
+  /**
+   * While the current generation is given up, the older replicas are all that serves: one that ends is replaced
+   * by a replica of the generation that last served whole, with that generation's spec.
+   */
+  private async keepServing(service: ServiceRecord, live: ReplicaRecord[], serving: ReplicaRecord[], replicas: ReplicaRecord[], lastEndedAt: number): Promise<number> {
+    const missing = (service.desiredReplicas ?? 0) - serving.filter((r) => r.generation !== service.generation).length;
+    const stable = replicas.filter((r) => r.generation === service.stableGeneration).at(-1);
+    if (missing <= 0 || !stable) return LOOK_MS;
+    const { spec, files, repos, requirement, priority, generation } = stable;
+    return this.add({ ...service, spec, files, repos, requirement, priority, generation }, live, missing, lastEndedAt);
   }
 
   /**

@@ -164,6 +164,20 @@ for (const kind of DATABASE_KINDS) {
       }
     });
 
+    it('service rollback refuses a service never ready, a run that is not a service, and a non-member, saying why', async () => {
+      const never = await cli(['service', 'rollback', 'svc']);
+      expect(never.code, show(never)).to.equal(1);
+      expect(never.stderr).to.equal('error: no generation of svc has been ready yet; there is nothing to roll back to\n');
+      expect((await cli(['service', 'rollback'])).stderr).to.equal('error: give the service: orchestrator service rollback RUN\n');
+      await server.api('POST', '/api/projects/main/runs/apply', { spec: { type: 'task', name: 'job', commands: ['true'] }, files: [] });
+      const task = await server.api('POST', '/api/projects/main/services/job/rollback', {});
+      expect(task.status).to.equal(409);
+      expect(task.body.error).to.include({ code: 'not_a_service', message: 'run job is a task, not a service; only services roll back' });
+      const { body: outsider } = await server.api('POST', '/api/users', { name: 'stranger' });
+      expect((await server.api('POST', '/api/projects/main/services/svc/rollback', {}, outsider.token)).status).to.equal(403);
+      expect((await server.api('GET', '/api/projects/main/runs/svc')).body.generation).to.equal(1);
+    });
+
     it('apply exits 1 with the service\'s status message when it ends before a replica is ready', async () => {
       writeFileSync(join(work, 'gpu-svc.yml'), 'type: service\nname: gpu-svc\nport: 8000\ncommands: [sleep 600]\nresources: {gpu: H100}\n');
       const result = await cli(['apply', '-f', 'gpu-svc.yml', '-y']);

@@ -4,6 +4,7 @@ import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { AgentClient } from '../agent/client.js';
 import type { Run } from '../api/objects.js';
 import { LocalBackend } from '../backends/local/local.js';
 import { addProject, CLI_MAIN, endCliSuite, makeHome, runCli, show, startLocalCliSuite, type LocalCliSuite } from './helpers/cli.js';
@@ -72,7 +73,18 @@ for (const kind of DATABASE_KINDS) {
       expect(broken.stderr, show(broken)).to.contain('error: web: rollout of generation 2 failed: 3 replicas in a row ended before becoming ready; the last: exited with code 1; generation 1 still serves 2 replicas\n');
       expect(broken.stderr).to.contain('orchestrator service rollback web');
       // The window the issue asks for on one database; the other runs the same steps over a shorter one.
-      await sleep(kind === 'pglite' ? 60_000 : 10_000);
+      const holdUntil = Date.now() + (kind === 'pglite' ? 60_000 : 15_000);
+
+      // A replica of generation 1 that dies meanwhile is replaced by one of generation 1, not of the stalled generation 2.
+      const [victim] = await suite.server.db.query(
+        `SELECT r.id, i.agent_url, i.agent_token FROM runs r JOIN instances i ON i.id = r.instance_id
+         WHERE r.service_id IS NOT NULL AND r.generation = 1 AND r.ready_at IS NOT NULL AND r.status = 'running' LIMIT 1`);
+      await new AgentClient(victim.agent_url, victim.agent_token).stop(victim.id, { abort: true });
+      await eventually(async () => {
+        const replicas = (await view()).service!.replicas;
+        return replicas.filter((r) => r.state === 'ready' && r.generation === 1).length === 2 && !(await servingIds()).includes(victim.id);
+      }, 60_000, 'a replacement of generation 1');
+      await sleep(holdUntil - Date.now());
 
       const ps = await cli(['ps']);
       expect(ps.code, show(ps)).to.equal(0);
@@ -82,6 +94,7 @@ for (const kind of DATABASE_KINDS) {
       expect(run.service!.stall).to.deep.include({ generation: 2, reason: 'failing' });
       expect(run.service!.stableGeneration).to.equal(1);
       expect(await replicaRows(2), 'replicas of generation 2 started').to.equal(3);
+      expect(await replicaRows(1), 'replicas of generation 1 started').to.equal(3);
       const events = await cli(['events']);
       expect(events.stdout).to.match(/RolloutFailed.*rollout of generation 2 failed/);
       await load.stop();
