@@ -82,6 +82,7 @@ export class ServiceController extends LeasedController<ServiceRecord> {
       service.scaledAt = new Date();
     }
     if (await this.noteEndedReplicas(service, replicas)) return LOOK_MS;
+    await this.noteQueued(service, live);
     await this.autoscale(service, settings);
     let wait = await this.probe(service, live);
     await this.drain(service, live, settings);
@@ -132,14 +133,27 @@ export class ServiceController extends LeasedController<ServiceRecord> {
     return false;
   }
 
+  /**
+   * A replica of the current generation still queued for a place (a fleet at its maximum, offers sold out) after
+   * its startup_timeout stalls the rollout of a service that serves, as one that cannot be placed; it stays queued.
+   */
+  private async noteQueued(service: ServiceRecord, live: ReplicaRecord[]): Promise<void> {
+    if (service.stableGeneration === null || service.stall) return;
+    const queued = live.find((r) => r.generation === service.generation && r.status === 'submitted' && !r.drainingSince
+      && Date.now() - r.submittedAt.getTime() > serviceSettings(r.spec as ServiceSpec).startupTimeoutMs);
+    if (!queued) return;
+    const seconds = serviceSettings(queued.spec as ServiceSpec).startupTimeoutMs / 1000;
+    await this.stall(service, 'unplaceable', `replica ${queued.replica} not placed within ${seconds}s: ${queued.statusMessage}`, 'it stays in the queue');
+  }
+
   /** Marks the current generation stalled, once per cause, with an event that says what still serves. */
-  private async stall(service: ServiceRecord, reason: RolloutStall['reason'], why: string): Promise<void> {
+  private async stall(service: ServiceRecord, reason: RolloutStall['reason'], why: string, then?: string): Promise<void> {
     const { generation } = service;
     const proven = generation === service.stableGeneration;
     const head = proven ? `replicas of generation ${generation} ${reason === 'failing' ? 'keep failing' : 'wait'}`
       : `rollout of generation ${generation} ${reason === 'failing' ? 'failed' : 'waits'}`;
-    const retry = reason === 'unplaceable' ? `; trying again every ${PLACEMENT_RETRY_MS / 1000}s` : proven ? '; trying again' : '';
-    const stall: RolloutStall = { generation, reason, message: `${head}: ${why}${retry}` };
+    const retry = then ?? (reason === 'unplaceable' ? `trying again every ${PLACEMENT_RETRY_MS / 1000}s` : proven ? 'trying again' : null);
+    const stall: RolloutStall = { generation, reason, message: `${head}: ${why}${retry ? `; ${retry}` : ''}` };
     if (service.stall?.message === stall.message) return;
     const live = (await listReplicas(this.db, service.id)).filter((r) => !isFinished(r.status));
     const message = stalledMessage(stall, live);

@@ -164,6 +164,22 @@ for (const kind of DATABASE_KINDS) {
       expect(load.failures, load.failures.slice(0, 5).join('\n')).to.deep.equal([]);
     });
 
+    it('stalls a generation whose replica is still queued for a place after startup_timeout, while generation 1 serves', async () => {
+      load = loadOf(/"id":"v1"/);
+      const queued = await apply(serviceSpec('v2', { fleets: ['reserved'], startup_timeout: '3s' }), 'v2.yml');
+      expect(queued.code, show(queued)).to.equal(1);
+      expect(queued.stderr).to.match(/^error: web: rollout of generation 2 waits: replica 2 not placed within 3s: waiting: no fleet among fleets: \[reserved\]: .+; it stays in the queue; generation 1 still serves 2 replicas$/m);
+      const run = await view();
+      expect(run.service!.stall).to.deep.include({ generation: 2, reason: 'unplaceable' });
+      expect(run.service!.replicas.filter((r) => r.generation === 2).map((r) => r.state)).to.deep.equal(['provisioning']);
+
+      const settled = await apply(serviceSpec('v1'), 'v1.yml');
+      expect(settled.code, show(settled)).to.equal(0);
+      expect((await view()).service!.stall).to.equal(null);
+      await load.stop();
+      expect(load.failures, load.failures.slice(0, 5).join('\n')).to.deep.equal([]);
+    });
+
     it('keeps a service up whose scale-up replicas keep failing, and says so', async () => {
       const marker = join(suite.work, `first-replica-${Date.now()}`);
       const once = serviceSpec('v1', { replicas: 1, commands: [`if [ -e ${marker} ]; then exit 1; fi`, `touch ${marker}`, 'node echo-llm/server.mjs'] });
