@@ -58,6 +58,8 @@ export const ReplicaRoute = Type.Object({
   /** The replica's run id, which is also its job id on the agent. */
   id: Type.String(),
   replica: Type.Integer(),
+  /** The service's port as its own generation's spec gives it: an update's new port never reaches the old replicas. */
+  port: Type.Integer(),
   agentUrl: Type.String(),
   agentToken: Type.String(),
 });
@@ -88,7 +90,6 @@ export const ServiceRoute = Type.Object({
   projectId: Type.String(),
   project: Type.String(),
   run: Type.String(),
-  port: Type.Integer(),
   auth: Type.Boolean(),
   stripPrefix: Type.Boolean(),
   model: Type.Union([ModelRoute, Type.Null()]),

@@ -138,7 +138,7 @@ export async function loadRoutingTable(db: Queryable): Promise<ServiceRoute[]> {
      WHERE r.kind = 'service' AND r.service_id IS NULL AND NOT r.deleted AND r.status IN ('submitted', 'provisioning', 'running')`);
   if (services.length === 0) return [];
   const replicas = await db.query(
-    `SELECT r.id, r.service_id, r.replica, i.agent_url, i.agent_token FROM runs r JOIN instances i ON i.id = r.instance_id
+    `SELECT r.id, r.service_id, r.replica, r.spec, i.agent_url, i.agent_token FROM runs r JOIN instances i ON i.id = r.instance_id
      WHERE r.service_id = ANY($1::text[]) AND r.status = 'running' AND r.ready_at IS NOT NULL AND r.draining_since IS NULL
        AND i.agent_url IS NOT NULL AND i.status = 'busy'
      ORDER BY r.replica`, [services.map((s) => s.id)]);
@@ -146,11 +146,11 @@ export async function loadRoutingTable(db: Queryable): Promise<ServiceRoute[]> {
     const settings = serviceSettings(service.spec as ServiceSpec);
     return {
       runId: service.id, projectId: service.project_id, project: service.project_name, run: service.name,
-      port: settings.port, auth: settings.auth, stripPrefix: settings.stripPrefix, model: settings.model,
+      auth: settings.auth, stripPrefix: settings.stripPrefix, model: settings.model,
       maxBodyBytes: settings.maxBodyBytes, firstByteTimeoutMs: settings.firstByteTimeoutMs, idleTimeoutMs: settings.idleTimeoutMs,
       holdMs: settings.holdMs, gateway: settings.gateway, https: settings.https, rateLimits: settings.rateLimits,
       replicas: replicas.filter((r) => r.service_id === service.id)
-        .map((r) => ({ id: r.id, replica: r.replica, agentUrl: r.agent_url, agentToken: r.agent_token })),
+        .map((r) => ({ id: r.id, replica: r.replica, port: serviceSettings(r.spec as ServiceSpec).port, agentUrl: r.agent_url, agentToken: r.agent_token })),
       createdAt: Math.floor(new Date(service.submitted_at).getTime() / 1000),
     };
   });

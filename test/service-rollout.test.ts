@@ -142,6 +142,20 @@ for (const kind of DATABASE_KINDS) {
       expect(again.stderr).to.equal('error: web already runs generation 1, the last that was ready\n');
     });
 
+    it('sends requests to each replica on its own generation\'s port while a generation with a wrong port stalls', async () => {
+      load = loadOf(/"id":"v1"/);
+      // The server keeps listening where it did (or cannot, when another replica holds that port on this machine).
+      const typo = serviceSpec('v2', { port: 8001, commands: ['PORT=8000 node echo-llm/server.mjs'], startup_timeout: '3s' });
+      const broken = await apply(typo, 'v2.yml');
+      expect(broken.code, show(broken)).to.equal(1);
+      expect(broken.stderr, show(broken)).to.match(/^error: web: rollout of generation 2 failed: 3 replicas in a row (did not become|ended before becoming) ready; .+; generation 1 still serves 2 replicas$/m);
+      const rollback = await cli(['service', 'rollback', NAME]);
+      expect(rollback.code, show(rollback)).to.equal(0);
+      await load.stop();
+      expect(load.failures, load.failures.slice(0, 5).join('\n')).to.deep.equal([]);
+      expect(load.statuses.get(200)).to.be.greaterThan(20);
+    });
+
     it('waits for a generation that cannot be placed while generation 1 serves, and settles on generation 1 when its spec is applied again', async () => {
       const serving = await servingIds();
       load = loadOf(/"id":"v1"/);
