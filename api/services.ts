@@ -20,11 +20,27 @@ export const Replica = Type.Object({
 });
 export type Replica = Static<typeof Replica>;
 
+/**
+ * Why replicas of a generation stopped coming while others serve: `failing`, they kept ending (or never passed their
+ * probes) before becoming ready; `unplaceable`, no fleet or offer can take one. A generation that was never ready
+ * gets no more replicas after `failing`; the generation that serves is tried again, and `unplaceable` is always.
+ */
+export const RolloutStall = Type.Object({
+  generation: Type.Integer(),
+  reason: Type.Union([Type.Literal('failing'), Type.Literal('unplaceable')]),
+  message: Type.String(),
+});
+export type RolloutStall = Static<typeof RolloutStall>;
+
 /** A service's published form, on its run. */
 export const ServiceInfo = Type.Object({
   /** How many replicas the service aims for now (the autoscaler moves it within the range). */
   desiredReplicas: Type.Integer({ minimum: 0 }),
   replicas: Type.Array(Replica),
+  /** The last generation whose replicas all became ready: what `service rollback` puts back; null before any was. */
+  stableGeneration: Type.Union([Type.Integer(), Type.Null()]),
+  /** Set while replicas of a generation do not come up; the run's status message says what still serves. */
+  stall: Type.Union([RolloutStall, Type.Null()]),
   /** Path of the service under the server's URL: `/proxy/services/<project>/<run>/`. */
   path: Type.String(),
   /** The model's name on `/proxy/models/<project>/`, when the service declares one. */
@@ -43,6 +59,8 @@ export const ReplicaRoute = Type.Object({
   /** The replica's run id, which is also its job id on the agent. */
   id: Type.String(),
   replica: Type.Integer(),
+  /** The service's port as its own generation's spec gives it: an update's new port never reaches the old replicas. */
+  port: Type.Integer(),
   agentUrl: Type.String(),
   agentToken: Type.String(),
 });
@@ -73,7 +91,6 @@ export const ServiceRoute = Type.Object({
   projectId: Type.String(),
   project: Type.String(),
   run: Type.String(),
-  port: Type.Integer(),
   auth: Type.Boolean(),
   stripPrefix: Type.Boolean(),
   model: Type.Union([ModelRoute, Type.Null()]),

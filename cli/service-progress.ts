@@ -12,12 +12,14 @@ const MAX_FAILED_LOOKS = 3;
 
 /**
  * How following a service ended: a replica of its current generation is ready; it needs none to be
- * published (zero replicas, started by the first request); it ended first; or the user pressed Ctrl-C.
+ * published (zero replicas, started by the first request); it ended first; its rollout stalled while
+ * an older generation serves; or the user pressed Ctrl-C.
  */
 export type ServiceOutcome =
   | { kind: 'ready'; run: Run }
   | { kind: 'at-zero'; run: Run }
   | { kind: 'ended'; run: Run }
+  | { kind: 'stalled'; run: Run }
   | { kind: 'interrupted' };
 
 /** `replica 0: ready on local-0`, `replica 1: provisioning: waiting: fleet local is at its maximum of 1 node`. */
@@ -44,7 +46,8 @@ function readyInGeneration(run: Run): boolean {
 
 /**
  * Looks at the service twice a second, showing its status and each replica's state as they change,
- * until a replica of its current generation is ready (an update waits for the new spec), it ends, or Ctrl-C.
+ * until a replica of its current generation is ready (an update waits for the new spec), it ends, its rollout
+ * stalls, or Ctrl-C.
  */
 export async function followService(client: ApiClient, name: string, display: StatusDisplay): Promise<ServiceOutcome> {
   const controller = new AbortController();
@@ -72,6 +75,7 @@ export async function followService(client: ApiClient, name: string, display: St
       display.update(run.status, run.statusMessage);
       if (isFinished(run)) return { kind: 'ended', run };
       if (readyInGeneration(run)) return { kind: 'ready', run };
+      if (run.service?.stall?.generation === run.generation && run.service.stableGeneration !== run.generation) return { kind: 'stalled', run };
       if (serviceSettings(run.spec as ServiceSpec).replicas.min === 0 && run.service?.desiredReplicas === 0) return { kind: 'at-zero', run };
       await sleep(POLL_MS, undefined, { signal: controller.signal }).catch(() => undefined);
     }

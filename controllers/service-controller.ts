@@ -1,5 +1,6 @@
 import type { Logger } from 'winston';
 import { serviceSettings, type ServiceSettings } from '../api/service-settings.js';
+import type { RolloutStall } from '../api/services.js';
 import type { ServiceSpec } from '../api/spec.js';
 import { FINISHED_RUN_STATUSES, type RunStatus, type RunTerminationReason } from '../api/status.js';
 import { AgentClient } from '../agent/client.js';
@@ -7,9 +8,13 @@ import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
 import { getInstance } from '../store/instances.js';
-import { requestRunStop, toRun, updateRun, type RunRecord } from '../store/runs.js';
+import { requestRunStop, updateRun } from '../store/runs.js';
 import { pruneServiceStats, serviceWindows } from '../store/service-stats.js';
-import { insertReplica, listReplicas, replicaState, SERVICE_PARENT, type ReplicaRecord } from '../store/services.js';
+import {
+  insertReplica, listReplicas, markReplicaReady, markReplicaUnready, noteReplicaReplaced, noteReplicasEnded, replicaState, SERVICE_PARENT,
+  setDesiredReplicas, setReplicaFailures, setRolloutStall, setRunningReplicaMessage, setStableGeneration, startReplicaDrain, toService,
+  type ReplicaRecord, type ServiceRecord,
+} from '../store/services.js';
 import { desiredReplicas } from './autoscaler.js';
 import { LeasedController } from './leased.js';
 import { probeReplica } from './service-probes.js';
@@ -19,18 +24,17 @@ import type { SecretBox } from '../store/secrets.js';
 const LOOK_MS = 1000;
 /** A replica taken out of rotation still gets requests from gateways that have not refreshed their table yet. */
 const ROUTING_REFRESH_GRACE_MS = 1500;
-/** Replicas failing in a row before becoming ready, after which the service fails instead of trying again. */
+/**
+ * Replicas of a generation failing in a row before becoming ready, after which a service that never served fails,
+ * and a rollout stalls: no more replicas of that generation start while the older ones serve.
+ */
 const MAX_FAILURES_BEFORE_READY = 3;
 const MAX_REPLACE_BACKOFF_MS = 60_000;
 /** Placement failures that another replica would meet as well. */
 const UNPLACEABLE: readonly string[] = ['no_fleet_matches', 'no_offers'];
+/** How long a service that serves waits before it tries again to place a replica that could not be placed. */
+const PLACEMENT_RETRY_MS = 30_000;
 const PRUNE_EVERY_MS = 60_000;
-
-interface ServiceRecord extends RunRecord {
-  desiredReplicas: number | null;
-  scaledAt: Date | null;
-  replicaFailures: number;
-}
 
 interface ProbeMemory {
   nextAt: number;
@@ -60,7 +64,7 @@ export class ServiceController extends LeasedController<ServiceRecord> {
   }
 
   protected toRecord(row: Row): ServiceRecord {
-    return { ...toRun(row), desiredReplicas: row.desired_replicas, scaledAt: row.scaled_at, replicaFailures: row.replica_failures };
+    return toService(row);
   }
 
   protected async reconcile(service: ServiceRecord): Promise<number> {
@@ -72,46 +76,98 @@ export class ServiceController extends LeasedController<ServiceRecord> {
     if (service.status === 'submitted') {
       const initial = settings.replicas.min;
       if (!(await updateRun(this.db, service.id, this.owner, { status: 'provisioning', status_message: 'starting replicas' }))) return LOOK_MS;
-      await this.db.query('UPDATE runs SET desired_replicas = $2, scaled_at = now() WHERE id = $1', [service.id, initial]);
+      await setDesiredReplicas(this.db, service.id, initial);
       service.status = 'provisioning';
       service.desiredReplicas = initial;
       service.scaledAt = new Date();
     }
     if (await this.noteEndedReplicas(service, replicas)) return LOOK_MS;
+    await this.noteQueued(service, live);
     await this.autoscale(service, settings);
-    let wait = await this.probe(service, live, settings);
+    let wait = await this.probe(service, live);
     await this.drain(service, live, settings);
-    wait = Math.min(wait, await this.reshape(service, live, lastEnd(replicas)));
+    wait = Math.min(wait, await this.reshape(service, live, replicas));
+    await this.noteRollout(service, live);
     await this.updateStatus(service, live);
     return Math.min(wait, LOOK_MS);
   }
 
-  /** Counts replicas that ended on their own since the last look; fails the service when trying again is pointless. */
+  /**
+   * Counts replicas that ended on their own since the last look. A service that never served fails when trying
+   * again is pointless; one that serves stalls the generation that does not come up instead (true: it failed).
+   */
   private async noteEndedReplicas(service: ServiceRecord, replicas: ReplicaRecord[]): Promise<boolean> {
     const ended = replicas.filter((r) => isFinished(r.status) && !r.replacedAt);
     if (ended.length === 0) return false;
-    await this.db.query('UPDATE runs SET replaced_at = now() WHERE id = ANY($1::text[])', [ended.map((r) => r.id)]);
+    await noteReplicasEnded(this.db, ended.map((r) => r.id));
     const failed = ended.filter((r) => r.status === 'failed' && !r.drainingSince && r.desired === 'run');
     for (const replica of failed) {
       this.probes.delete(replica.id);
       await this.event(service, 'ReplicaFailed', `replica ${replica.replica} ${replica.terminationReason?.replaceAll('_', ' ') ?? 'failed'}: ${replica.statusMessage}`);
     }
-    const unplaceable = failed.find((r) => UNPLACEABLE.includes(r.terminationReason ?? ''));
+    const unplaceable = failed.find((r) => UNPLACEABLE.includes(r.terminationReason ?? '') && r.generation === service.generation);
     if (unplaceable) {
-      await this.finish(service, 'failed', unplaceable.terminationReason as RunTerminationReason, `replica ${unplaceable.replica} cannot be placed: ${unplaceable.statusMessage}`);
+      const why = `replica ${unplaceable.replica} cannot be placed: ${unplaceable.statusMessage}`;
+      if (service.stableGeneration === null) {
+        await this.finish(service, 'failed', unplaceable.terminationReason as RunTerminationReason, why);
+        return true;
+      }
+      await this.stall(service, 'unplaceable', why);
+    }
+    const crashed = failed.filter((r) => !UNPLACEABLE.includes(r.terminationReason ?? '') && r.generation === service.generation);
+    if (crashed.length === 0) return false;
+    return this.countFailures(service, crashed.length, 'ended before becoming ready', crashed[crashed.length - 1]!, crashed[crashed.length - 1]!.statusMessage);
+  }
+
+  /** Adds failures of the current generation to its count in a row; at the limit, fails a service that never served (true) or stalls. */
+  private async countFailures(service: ServiceRecord, count: number, what: string, last: ReplicaRecord, why: string): Promise<boolean> {
+    service.replicaFailures += count;
+    await setReplicaFailures(this.db, service.id, service.replicaFailures);
+    if (service.replicaFailures < MAX_FAILURES_BEFORE_READY) return false;
+    const inARow = `${service.replicaFailures} replicas in a row ${what}`;
+    if (service.stableGeneration === null) {
+      await this.finish(service, 'failed', 'failed_by_user_code', `${inARow}; the last, replica ${last.replica}: ${why}`);
       return true;
     }
-    if (failed.length === 0) return false;
-    service.replicaFailures += failed.length;
-    await this.db.query('UPDATE runs SET replica_failures = $2 WHERE id = $1', [service.id, service.replicaFailures]);
-    const everReady = replicas.some((r) => r.generation === service.generation && r.readyAt);
-    if (!everReady && service.replicaFailures >= MAX_FAILURES_BEFORE_READY) {
-      const last = failed[failed.length - 1]!;
-      await this.finish(service, 'failed', 'failed_by_user_code',
-        `${service.replicaFailures} replicas in a row ended before becoming ready; the last, replica ${last.replica}: ${last.statusMessage}`);
-      return true;
-    }
+    await this.stall(service, 'failing', `${inARow}; the last: ${why}`);
     return false;
+  }
+
+  /**
+   * A replica of the current generation still queued for a place (a fleet at its maximum, offers sold out) after
+   * its startup_timeout stalls the rollout of a service that serves, as one that cannot be placed; it stays queued.
+   */
+  private async noteQueued(service: ServiceRecord, live: ReplicaRecord[]): Promise<void> {
+    if (service.stableGeneration === null || service.stall) return;
+    const queued = live.find((r) => r.generation === service.generation && r.status === 'submitted' && !r.drainingSince
+      && Date.now() - r.submittedAt.getTime() > serviceSettings(r.spec as ServiceSpec).startupTimeoutMs);
+    if (!queued) return;
+    const seconds = serviceSettings(queued.spec as ServiceSpec).startupTimeoutMs / 1000;
+    await this.stall(service, 'unplaceable', `replica ${queued.replica} not placed within ${seconds}s: ${queued.statusMessage}`, 'it stays in the queue');
+  }
+
+  /** Marks the current generation stalled, once per cause, with an event that says what still serves. */
+  private async stall(service: ServiceRecord, reason: RolloutStall['reason'], why: string, then?: string): Promise<void> {
+    const { generation } = service;
+    const proven = generation === service.stableGeneration;
+    const head = proven ? `replicas of generation ${generation} ${reason === 'failing' ? 'keep failing' : 'wait'}`
+      : `rollout of generation ${generation} ${reason === 'failing' ? 'failed' : 'waits'}`;
+    const retry = then ?? (reason === 'unplaceable' ? `trying again every ${PLACEMENT_RETRY_MS / 1000}s` : proven ? 'trying again' : null);
+    const stall: RolloutStall = { generation, reason, message: `${head}: ${why}${retry ? `; ${retry}` : ''}` };
+    if (service.stall?.message === stall.message) return;
+    const live = (await listReplicas(this.db, service.id)).filter((r) => !isFinished(r.status));
+    const message = stalledMessage(stall, live);
+    await setRolloutStall(this.db, service.id, generation, stall, message);
+    service.stall = stall;
+    service.statusMessage = message;
+    await this.event(service, reason === 'failing' ? 'RolloutFailed' : 'RolloutWaiting', message);
+  }
+
+  private async clearStall(service: ServiceRecord, why: string): Promise<void> {
+    if (!service.stall) return;
+    await setRolloutStall(this.db, service.id, service.generation, null, service.statusMessage);
+    service.stall = null;
+    await this.event(service, 'RolloutResumed', why);
   }
 
   private async autoscale(service: ServiceRecord, settings: ServiceSettings): Promise<void> {
@@ -120,18 +176,22 @@ export class ServiceController extends LeasedController<ServiceRecord> {
     const window = settings.scaling ? (await serviceWindows(this.db, [service.id], windowSeconds)).get(service.id) ?? null : null;
     const next = desiredReplicas({ settings, current, scaledAt: service.scaledAt ?? service.submittedAt, window, now: Date.now() });
     if (next === current && service.desiredReplicas !== null) return;
-    await this.db.query('UPDATE runs SET desired_replicas = $2, scaled_at = now() WHERE id = $1', [service.id, next]);
+    await setDesiredReplicas(this.db, service.id, next);
     service.desiredReplicas = next;
     service.scaledAt = new Date();
     if (next !== current) await this.event(service, 'Scaled', `${current} → ${next} replica${next === 1 ? '' : 's'}${settings.scaling ? ` (${settings.scaling.metric}, target ${settings.scaling.target} per replica)` : ''}`);
   }
 
-  /** Probes the running replicas that are due; returns how soon the next probe falls due. */
-  private async probe(service: ServiceRecord, live: ReplicaRecord[], settings: ServiceSettings): Promise<number> {
+  /**
+   * Probes the running replicas that are due, each with the probes, port and startup timeout of its own
+   * generation's spec; returns how soon the next probe falls due.
+   */
+  private async probe(service: ServiceRecord, live: ReplicaRecord[]): Promise<number> {
     const now = Date.now();
     let next = Number.POSITIVE_INFINITY;
     const running = live.filter((r) => r.status === 'running' && !r.drainingSince && r.instanceId && r.jobId);
     await Promise.all(running.map(async (replica) => {
+      const settings = serviceSettings(replica.spec as ServiceSpec);
       const memory = this.probes.get(replica.id) ?? settings.probes.map(() => ({ nextAt: 0, successes: 0 }));
       this.probes.set(replica.id, memory);
       const due = settings.probes.map((probe, i) => ({ probe, memory: memory[i]! })).filter(({ memory: m }) => m.nextAt <= now);
@@ -155,15 +215,22 @@ export class ServiceController extends LeasedController<ServiceRecord> {
 
   private async readiness(service: ServiceRecord, replica: ReplicaRecord, settings: ServiceSettings, passing: boolean, failure: string | null): Promise<void> {
     if (passing && !replica.readyAt) {
-      await this.db.query(`UPDATE runs SET ready_at = now(), status_message = $2 WHERE id = $1 AND status = 'running'`, [replica.id, 'ready']);
-      await this.db.query('UPDATE runs SET replica_failures = 0 WHERE id = $1', [service.id]);
+      await markReplicaReady(this.db, replica.id);
       replica.readyAt = new Date();
       this.outOfRotationSince.delete(replica.id);
-      service.replicaFailures = 0;
       await this.event(service, 'ReplicaReady', `replica ${replica.replica} is ready on its port ${settings.port}`);
+      if (replica.generation === service.generation) {
+        await setReplicaFailures(this.db, service.id, 0);
+        service.replicaFailures = 0;
+        if (service.stall) await this.clearStall(service, `replica ${replica.replica} of generation ${replica.generation} is ready`);
+      }
+      if (service.stableGeneration === null) {
+        await setStableGeneration(this.db, service.id, replica.generation);
+        service.stableGeneration = replica.generation;
+      }
       await this.db.notify(CHANNELS.serviceRoutes);
     } else if (!passing && replica.readyAt && failure) {
-      await this.db.query(`UPDATE runs SET ready_at = NULL, status_message = $2 WHERE id = $1`, [replica.id, `out of rotation: ${failure}`]);
+      await markReplicaUnready(this.db, replica.id, `out of rotation: ${failure}`);
       replica.readyAt = null;
       this.outOfRotationSince.set(replica.id, Date.now());
       await this.event(service, 'ReplicaUnready', `replica ${replica.replica} is out of rotation: ${failure}`);
@@ -175,23 +242,19 @@ export class ServiceController extends LeasedController<ServiceRecord> {
         const why = this.outOfRotationSince.has(replica.id) ? `not back in rotation within ${seconds}s` : `not ready within ${seconds}s of starting`;
         await this.replaceNotReady(service, replica, `${why}: ${failure}`);
       } else if (replica.statusMessage !== `starting: ${failure}`) {
-        await this.db.query(`UPDATE runs SET status_message = $2 WHERE id = $1 AND status = 'running'`, [replica.id, `starting: ${failure}`]);
+        await setRunningReplicaMessage(this.db, replica.id, `starting: ${failure}`);
       }
     }
   }
 
   /** A replica that never became ready in time is stopped and counts as a failure, like one that crashed. */
   private async replaceNotReady(service: ServiceRecord, replica: ReplicaRecord, reason: string): Promise<void> {
-    await this.db.query(`UPDATE runs SET status_message = $2, replaced_at = now() WHERE id = $1`, [replica.id, reason]);
+    await noteReplicaReplaced(this.db, replica.id, reason);
     await requestRunStop(this.db, replica.id, false);
     this.probes.delete(replica.id);
     this.outOfRotationSince.delete(replica.id);
-    service.replicaFailures += 1;
-    await this.db.query('UPDATE runs SET replica_failures = $2 WHERE id = $1', [service.id, service.replicaFailures]);
     await this.event(service, 'ReplicaFailed', `replica ${replica.replica} ${reason}`);
-    if (service.replicaFailures >= MAX_FAILURES_BEFORE_READY && service.status !== 'running') {
-      await this.finish(service, 'failed', 'failed_by_user_code', `${service.replicaFailures} replicas in a row did not become ready; the last, replica ${replica.replica}: ${reason}`);
-    }
+    if (replica.generation === service.generation) await this.countFailures(service, 1, 'did not become ready', replica, reason);
     await this.db.notify(CHANNELS.runs);
   }
 
@@ -221,8 +284,10 @@ export class ServiceController extends LeasedController<ServiceRecord> {
    * drains extra or outdated ones. An update replaces one replica at a time and only once a new one is ready,
    * so serving capacity never drops below the desired count.
    */
-  private async reshape(service: ServiceRecord, live: ReplicaRecord[], lastEndedAt: number): Promise<number> {
+  private async reshape(service: ServiceRecord, live: ReplicaRecord[], replicas: ReplicaRecord[]): Promise<number> {
     const target = service.desiredReplicas ?? 0;
+    const lastEndedAt = lastEnd(replicas);
+    const given = givenUp(service);
     const serving = live.filter((r) => !r.drainingSince && r.desired === 'run');
     const current = serving.filter((r) => r.generation === service.generation);
     const outdated = serving.filter((r) => r.generation !== service.generation);
@@ -233,26 +298,45 @@ export class ServiceController extends LeasedController<ServiceRecord> {
         for (const replica of extra) await this.startDraining(service, replica, 'scaled down');
         return LOOK_MS;
       }
+      if (given) return this.keepServing(service, live, serving, replicas, lastEndedAt);
       return current.length < target ? this.add(service, live, target - current.length, lastEndedAt) : LOOK_MS;
     }
-    for (const replica of outdated.filter((r) => !r.readyAt || target === 0)) await this.startDraining(service, replica, 'replaced by the new generation');
+    // While the new generation is given up, an old replica briefly out of rotation is the capacity that is left.
+    for (const replica of outdated.filter((r) => (!r.readyAt && !given) || target === 0)) await this.startDraining(service, replica, 'replaced by the new generation');
     const outdatedReady = outdated.filter((r) => r.readyAt && target > 0);
+    // An update that also lowers the count first drains the old replicas beyond it, as a scale-down would; the surge needs the room.
+    for (const replica of outdatedReady.splice(target)) await this.startDraining(service, replica, 'scaled down');
     const anyOutdatedDraining = live.some((r) => r.drainingSince && r.generation !== service.generation && !isFinished(r.status));
     if (outdatedReady.length > 0 && !anyOutdatedDraining && ready(current) > 0 && ready(current) + outdatedReady.length > target) {
       await this.startDraining(service, outdatedReady[0]!, `replaced by generation ${service.generation}`);
     }
+    if (given) return this.keepServing(service, live, serving, replicas, lastEndedAt);
     const surging = current.length + outdatedReady.length;
     if (current.length < target && surging < target + 1) return this.add(service, live, 1, lastEndedAt);
     return LOOK_MS;
   }
 
-  /** Adds replicas (to `live` as well), after a pause that doubles with each failure in a row since `lastEndedAt`. */
+  /**
+   * While the current generation is given up, the older replicas are all that serves: one that ends is replaced
+   * by a replica of the generation that last served whole, with that generation's spec.
+   */
+  private async keepServing(service: ServiceRecord, live: ReplicaRecord[], serving: ReplicaRecord[], replicas: ReplicaRecord[], lastEndedAt: number): Promise<number> {
+    const missing = (service.desiredReplicas ?? 0) - serving.filter((r) => r.generation !== service.generation).length;
+    const stable = replicas.filter((r) => r.generation === service.stableGeneration).at(-1);
+    if (missing <= 0 || !stable) return LOOK_MS;
+    const { spec, files, repos, requirement, priority, generation } = stable;
+    return this.add({ ...service, spec, files, repos, requirement, priority, generation }, live, missing, lastEndedAt);
+  }
+
+  /**
+   * Adds replicas (to `live` as well), after a pause since `lastEndedAt` that doubles with each failure in a row,
+   * or a fixed one while no replica of the generation could be placed.
+   */
   private async add(service: ServiceRecord, live: ReplicaRecord[], count: number, lastEndedAt: number): Promise<number> {
-    if (service.replicaFailures > 0) {
-      const backoff = Math.min(MAX_REPLACE_BACKOFF_MS, 1000 * 2 ** (service.replicaFailures - 1));
-      const wait = lastEndedAt + backoff - Date.now();
-      if (wait > 0) return wait;
-    }
+    const backoff = service.stall?.reason === 'unplaceable' ? PLACEMENT_RETRY_MS
+      : service.replicaFailures > 0 ? Math.min(MAX_REPLACE_BACKOFF_MS, 1000 * 2 ** (service.replicaFailures - 1)) : 0;
+    const wait = lastEndedAt + backoff - Date.now();
+    if (wait > 0) return wait;
     const used = new Set(live.map((r) => r.replica));
     for (let added = 0, n = 0; added < count; n++) {
       if (used.has(n)) continue;
@@ -268,11 +352,11 @@ export class ServiceController extends LeasedController<ServiceRecord> {
 
   private async startDraining(service: ServiceRecord, replica: ReplicaRecord, why: string): Promise<void> {
     if (replica.status === 'submitted' || replica.status === 'provisioning' || !replica.readyAt) {
-      await this.db.query('UPDATE runs SET draining_since = now() WHERE id = $1', [replica.id]);
+      await startReplicaDrain(this.db, replica.id, null);
       await requestRunStop(this.db, replica.id, false);
       await this.event(service, 'ReplicaStopping', `replica ${replica.replica}: ${why}`);
     } else {
-      await this.db.query(`UPDATE runs SET draining_since = now(), status_message = $2 WHERE id = $1`, [replica.id, `draining: ${why}`]);
+      await startReplicaDrain(this.db, replica.id, `draining: ${why}`);
       await this.event(service, 'ReplicaDraining', `replica ${replica.replica}: ${why}; requests in flight finish first`);
     }
     replica.drainingSince = new Date();
@@ -285,7 +369,7 @@ export class ServiceController extends LeasedController<ServiceRecord> {
     const abort = service.desired === 'abort';
     for (const replica of live.filter((r) => !r.drainingSince)) {
       if (abort) {
-        await this.db.query('UPDATE runs SET draining_since = now() WHERE id = $1', [replica.id]);
+        await startReplicaDrain(this.db, replica.id, null);
         await requestRunStop(this.db, replica.id, true);
         replica.drainingSince = new Date();
       } else {
@@ -301,15 +385,35 @@ export class ServiceController extends LeasedController<ServiceRecord> {
     return 250;
   }
 
-  /** The service is running while a replica is ready (or it is scaled to zero and wakes on a request). */
+  /**
+   * Once the wanted replicas are all of the current generation and ready, it is the generation that a rollback
+   * puts back, and a stall of adding replicas to it is over.
+   */
+  private async noteRollout(service: ServiceRecord, live: ReplicaRecord[]): Promise<void> {
+    const target = service.desiredReplicas ?? 0;
+    const serving = live.filter((r) => !r.drainingSince && r.desired === 'run');
+    const ready = serving.filter((r) => r.readyAt && r.generation === service.generation).length;
+    if (target === 0 || ready < target || serving.some((r) => r.generation !== service.generation)) return;
+    if (service.stableGeneration !== service.generation) {
+      await setStableGeneration(this.db, service.id, service.generation);
+      service.stableGeneration = service.generation;
+    }
+    await this.clearStall(service, `${ready} of ${target} replicas of generation ${service.generation} ready`);
+  }
+
+  /**
+   * The service is running while a replica is ready (or it is scaled to zero and wakes on a request); while a
+   * generation is stalled, its message says so and what still serves.
+   */
   private async updateStatus(service: ServiceRecord, replicas: ReplicaRecord[]): Promise<void> {
     if (service.status !== 'provisioning' && service.status !== 'running') return;
     const live = replicas.filter((r) => !isFinished(r.status));
     const ready = live.filter((r) => replicaState(r) === 'ready').length;
     const target = service.desiredReplicas ?? 0;
     const status: RunStatus = ready > 0 || (target === 0 && live.length === 0) ? 'running' : 'provisioning';
-    const message = target === 0 && live.length === 0 ? 'scaled to zero; a request starts a replica'
-      : `${ready}/${target} replica${target === 1 ? '' : 's'} ready`;
+    const message = service.stall ? stalledMessage(service.stall, live)
+      : target === 0 && live.length === 0 ? 'scaled to zero; a request starts a replica'
+        : `${ready}/${target} replica${target === 1 ? '' : 's'} ready`;
     if (status === service.status && message === service.statusMessage) return;
     if (status !== service.status) {
       await this.transition(service, status, message, status === 'running' && !service.startedAt ? { started_at: new Date() } : {});
@@ -348,6 +452,19 @@ export class ServiceController extends LeasedController<ServiceRecord> {
     this.lastPrune = Date.now();
     await pruneServiceStats(this.db);
   }
+}
+
+/** A generation that never served whole and whose replicas kept failing gets no more until the spec changes. */
+function givenUp(service: ServiceRecord): boolean {
+  return service.stall?.reason === 'failing' && service.stall.generation === service.generation && service.generation !== service.stableGeneration;
+}
+
+/** The stall, and which generations' ready replicas still serve: `...; generation 1 still serves 2 replicas`. */
+function stalledMessage(stall: RolloutStall, live: ReplicaRecord[]): string {
+  const serving = new Map<number, number>();
+  for (const replica of live) if (replicaState(replica) === 'ready') serving.set(replica.generation, (serving.get(replica.generation) ?? 0) + 1);
+  const tail = [...serving].sort(([a], [b]) => a - b).map(([generation, n]) => `generation ${generation} still serves ${n} replica${n === 1 ? '' : 's'}`);
+  return `${stall.message}; ${tail.length > 0 ? tail.join(', ') : 'no replica serves'}`;
 }
 
 /** When the latest replica to end ended (0 when none has). */

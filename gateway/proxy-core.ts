@@ -243,7 +243,7 @@ export class ProxyCore {
   private accessOf(replica: ReplicaRoute, route: ServiceRoute): ReplicaAccess {
     let access = this.accesses.get(replica);
     if (!access) {
-      const { url, headers } = new AgentClient(replica.agentUrl, replica.agentToken).portAccess(replica.id, route.port, '');
+      const { url, headers } = new AgentClient(replica.agentUrl, replica.agentToken).portAccess(replica.id, replica.port, '');
       const parsed = new URL(url);
       access = {
         target: url.replace(/\/$/, ''),

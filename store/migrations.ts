@@ -293,6 +293,18 @@ CREATE TABLE gateway_certificates (
 );
 `,
   },
+  {
+    version: 12,
+    name: 'services: the generation that last served whole, and a rollout that stalled while it serves',
+    sql: `
+ALTER TABLE runs ADD COLUMN stable_generation integer;
+ALTER TABLE runs ADD COLUMN rollout_stall jsonb;
+UPDATE runs s SET stable_generation = coalesce(
+    (SELECT max(r.generation) FROM runs r WHERE r.service_id = s.id AND r.ready_at IS NOT NULL),
+    CASE WHEN s.started_at IS NOT NULL THEN s.generation END)
+  WHERE s.kind = 'service' AND s.service_id IS NULL;
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;

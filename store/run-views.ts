@@ -148,6 +148,8 @@ async function withServices(db: Queryable, rows: Row[]): Promise<Run[]> {
     const service: ServiceInfo = {
       desiredReplicas: r.desired_replicas ?? 0,
       replicas: replicas.get(r.id) ?? [],
+      stableGeneration: r.stable_generation ?? null,
+      stall: r.rollout_stall ?? null,
       model,
       ...servicePaths(r.project_name, r.name, model),
       gatewayUrl: gateway ? gatewayUrl(gateway, r.name, spec.https) : null,

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { serviceSettings } from '../api/service-settings.js';
-import type { Replica, ReplicaState, ServiceRoute } from '../api/services.js';
+import type { Replica, ReplicaState, RolloutStall, ServiceRoute } from '../api/services.js';
 import type { ServiceSpec } from '../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../api/status.js';
 import type { Queryable } from './db.js';
@@ -16,6 +16,24 @@ export interface ReplicaRecord extends RunRecord {
   drainingSince: Date | null;
   /** When the service controller took note of the replica's end (and replaced it where needed). */
   replacedAt: Date | null;
+}
+
+/** A service's row as its controller reads it: the run, and where its replica set stands. */
+export interface ServiceRecord extends RunRecord {
+  desiredReplicas: number | null;
+  scaledAt: Date | null;
+  /** Replicas of the current generation that ended (or were stopped unready) in a row since one was last ready. */
+  replicaFailures: number;
+  /** The last generation whose replicas were all ready; null while none has been. */
+  stableGeneration: number | null;
+  stall: RolloutStall | null;
+}
+
+export function toService(row: Record<string, any>): ServiceRecord {
+  return {
+    ...toRun(row), desiredReplicas: row.desired_replicas, scaledAt: row.scaled_at, replicaFailures: row.replica_failures,
+    stableGeneration: row.stable_generation ?? null, stall: row.rollout_stall ?? null,
+  };
 }
 
 export function toReplica(row: Record<string, any>): ReplicaRecord {
@@ -66,6 +84,53 @@ export async function insertReplica(db: Queryable, service: RunRecord, replica: 
   return toReplica(rows[0]);
 }
 
+export async function setDesiredReplicas(db: Queryable, serviceId: string, count: number): Promise<void> {
+  await db.query('UPDATE runs SET desired_replicas = $2, scaled_at = now() WHERE id = $1', [serviceId, count]);
+}
+
+export async function setReplicaFailures(db: Queryable, serviceId: string, failures: number): Promise<void> {
+  await db.query('UPDATE runs SET replica_failures = $2 WHERE id = $1', [serviceId, failures]);
+}
+
+export async function setStableGeneration(db: Queryable, serviceId: string, generation: number): Promise<void> {
+  await db.query('UPDATE runs SET stable_generation = $2 WHERE id = $1', [serviceId, generation]);
+}
+
+/**
+ * Writes the stall (null clears it) with the status message that tells of it, at once, so that no reader sees one
+ * without the other; unless the service moved to another generation meanwhile.
+ */
+export async function setRolloutStall(db: Queryable, serviceId: string, generation: number, stall: RolloutStall | null, statusMessage: string): Promise<void> {
+  await db.query('UPDATE runs SET rollout_stall = $2, status_message = $4 WHERE id = $1 AND generation = $3', [serviceId, stall, generation, statusMessage]);
+}
+
+/** The controller has taken note of these replicas' end. */
+export async function noteReplicasEnded(db: Queryable, replicaIds: readonly string[]): Promise<void> {
+  await db.query('UPDATE runs SET replaced_at = now() WHERE id = ANY($1::text[])', [replicaIds]);
+}
+
+/** A replica stopped for not becoming ready in time: noted as ended with the reason. */
+export async function noteReplicaReplaced(db: Queryable, replicaId: string, reason: string): Promise<void> {
+  await db.query('UPDATE runs SET status_message = $2, replaced_at = now() WHERE id = $1', [replicaId, reason]);
+}
+
+export async function markReplicaReady(db: Queryable, replicaId: string): Promise<void> {
+  await db.query(`UPDATE runs SET ready_at = now(), status_message = 'ready' WHERE id = $1 AND status = 'running'`, [replicaId]);
+}
+
+export async function markReplicaUnready(db: Queryable, replicaId: string, message: string): Promise<void> {
+  await db.query('UPDATE runs SET ready_at = NULL, status_message = $2 WHERE id = $1', [replicaId, message]);
+}
+
+export async function setRunningReplicaMessage(db: Queryable, replicaId: string, message: string): Promise<void> {
+  await db.query(`UPDATE runs SET status_message = $2 WHERE id = $1 AND status = 'running'`, [replicaId, message]);
+}
+
+/** Takes a replica out of rotation: with a message while requests in flight finish, without when it stops at once. */
+export async function startReplicaDrain(db: Queryable, replicaId: string, message: string | null): Promise<void> {
+  await db.query('UPDATE runs SET draining_since = now(), status_message = coalesce($2, status_message) WHERE id = $1', [replicaId, message]);
+}
+
 /** The services the gateway publishes and their ready replicas, as one snapshot. */
 export async function loadRoutingTable(db: Queryable): Promise<ServiceRoute[]> {
   const services = await db.query(
@@ -73,7 +138,7 @@ export async function loadRoutingTable(db: Queryable): Promise<ServiceRoute[]> {
      WHERE r.kind = 'service' AND r.service_id IS NULL AND NOT r.deleted AND r.status IN ('submitted', 'provisioning', 'running')`);
   if (services.length === 0) return [];
   const replicas = await db.query(
-    `SELECT r.id, r.service_id, r.replica, i.agent_url, i.agent_token FROM runs r JOIN instances i ON i.id = r.instance_id
+    `SELECT r.id, r.service_id, r.replica, r.spec, i.agent_url, i.agent_token FROM runs r JOIN instances i ON i.id = r.instance_id
      WHERE r.service_id = ANY($1::text[]) AND r.status = 'running' AND r.ready_at IS NOT NULL AND r.draining_since IS NULL
        AND i.agent_url IS NOT NULL AND i.status = 'busy'
      ORDER BY r.replica`, [services.map((s) => s.id)]);
@@ -81,11 +146,11 @@ export async function loadRoutingTable(db: Queryable): Promise<ServiceRoute[]> {
     const settings = serviceSettings(service.spec as ServiceSpec);
     return {
       runId: service.id, projectId: service.project_id, project: service.project_name, run: service.name,
-      port: settings.port, auth: settings.auth, stripPrefix: settings.stripPrefix, model: settings.model,
+      auth: settings.auth, stripPrefix: settings.stripPrefix, model: settings.model,
       maxBodyBytes: settings.maxBodyBytes, firstByteTimeoutMs: settings.firstByteTimeoutMs, idleTimeoutMs: settings.idleTimeoutMs,
       holdMs: settings.holdMs, gateway: settings.gateway, https: settings.https, rateLimits: settings.rateLimits,
       replicas: replicas.filter((r) => r.service_id === service.id)
-        .map((r) => ({ id: r.id, replica: r.replica, agentUrl: r.agent_url, agentToken: r.agent_token })),
+        .map((r) => ({ id: r.id, replica: r.replica, port: serviceSettings(r.spec as ServiceSpec).port, agentUrl: r.agent_url, agentToken: r.agent_token })),
       createdAt: Math.floor(new Date(service.submitted_at).getTime() / 1000),
     };
   });
@@ -105,22 +170,69 @@ function stableJson(value: unknown): string {
   return JSON.stringify(value) ?? 'null';
 }
 
-export type ServiceUpdate = 'rolling' | 'in-place' | 'unchanged';
+/**
+ * `rolling`: a new generation, which the service controller rolls out replica by replica; `settled`: the template
+ * of the generation that serves, which it goes back to without restarting a replica; `in-place`: only the replica
+ * count or scaling changed.
+ */
+export type ServiceUpdate = 'rolling' | 'settled' | 'in-place' | 'unchanged';
+
+type ServiceInputs = Pick<RunRecord, 'spec' | 'files' | 'repos' | 'requirement' | 'priority'>;
+
+/** What a generation of the service ran: the inputs of its latest replica; null when it has none left. */
+async function generationInputs(db: Queryable, serviceId: string, generation: number): Promise<ServiceInputs | null> {
+  const rows = await db.query('SELECT * FROM runs WHERE service_id = $1 AND generation = $2 ORDER BY submitted_at DESC LIMIT 1', [serviceId, generation]);
+  return rows[0] ? toRun(rows[0]) : null;
+}
+
+/** Writes the inputs as the service's generation `generation`; a change of generation ends the stall and the count of failures. */
+async function writeGeneration(db: Queryable, serviceId: string, inputs: ServiceInputs, generation: number): Promise<void> {
+  await db.query(
+    `UPDATE runs SET spec = $2, files = $3, repos = $4, requirement = $5, priority = $6,
+       replica_failures = CASE WHEN generation = $7 THEN replica_failures ELSE 0 END,
+       rollout_stall = CASE WHEN generation = $7 THEN rollout_stall END,
+       generation = $7, next_reconcile_at = now(), updated_at = now()
+     WHERE id = $1`,
+    [serviceId, inputs.spec, inputs.files, inputs.repos, inputs.requirement, inputs.priority, generation]);
+}
 
 /**
- * Re-applies a live service: a changed template is a new generation, which the service controller rolls out
- * replica by replica; a changed replica count or scaling is written in place and restarts nothing.
+ * Re-applies a live service: a changed template is a new generation, numbered past every one it had, unless it is
+ * the template of the generation that last served whole, which the service settles on again; a changed replica
+ * count or scaling is written in place and restarts nothing.
  */
-export async function updateService(db: Queryable, service: RunRecord, next: Pick<RunRecord, 'spec' | 'files' | 'repos' | 'requirement' | 'priority'>): Promise<ServiceUpdate> {
+export async function updateService(db: Queryable, service: RunRecord, next: ServiceInputs): Promise<{ update: ServiceUpdate; generation: number }> {
   const { spec, files, repos } = next;
   const rolling = template(service.spec, service.files, service.repos) !== template(spec, files, repos);
-  if (!rolling && stableJson(service.spec) === stableJson(spec)) return 'unchanged';
-  await db.query(
-    `UPDATE runs SET spec = $2, files = $3, repos = $7, requirement = $4, priority = $5, generation = generation + $6,
-       replica_failures = CASE WHEN $6 = 1 THEN 0 ELSE replica_failures END, next_reconcile_at = now(), updated_at = now()
-     WHERE id = $1`,
-    [service.id, spec, files, next.requirement, next.priority, rolling ? 1 : 0, repos]);
-  return rolling ? 'rolling' : 'in-place';
+  if (!rolling && stableJson(service.spec) === stableJson(spec)) return { update: 'unchanged', generation: service.generation };
+  if (!rolling) {
+    await writeGeneration(db, service.id, next, service.generation);
+    return { update: 'in-place', generation: service.generation };
+  }
+  const [{ stable_generation: stable, newest }] = await db.query(
+    'SELECT stable_generation, (SELECT max(generation) FROM runs WHERE service_id = $1) AS newest FROM runs WHERE id = $1', [service.id]);
+  const serving = stable !== null && stable !== service.generation ? await generationInputs(db, service.id, stable) : null;
+  const settles = serving !== null && template(serving.spec, serving.files, serving.repos) === template(spec, files, repos);
+  const generation = settles ? stable as number : Math.max(service.generation, newest ?? 0) + 1;
+  await writeGeneration(db, service.id, next, generation);
+  return { update: settles ? 'settled' : 'rolling', generation };
+}
+
+/**
+ * `service rollback`: the service takes back the template of the generation that last served whole, keeping its
+ * replica count and scaling; its ready replicas serve on. Says why not when there is no such generation.
+ */
+export async function rollBackService(db: Queryable, service: RunRecord): Promise<{ generation: number } | { refused: string }> {
+  const [{ stable_generation: stable }] = await db.query('SELECT stable_generation FROM runs WHERE id = $1', [service.id]);
+  if (stable === null) return { refused: `no generation of ${service.name} has been ready yet; there is nothing to roll back to` };
+  if (stable === service.generation) return { refused: `${service.name} already runs generation ${stable}, the last that was ready` };
+  const serving = await generationInputs(db, service.id, stable);
+  if (!serving) return { refused: `generation ${stable} of ${service.name} has no replica left to take its spec from` };
+  const { replicas, scaling } = service.spec;
+  const { replicas: _replicas, scaling: _scaling, ...rest } = serving.spec;
+  const spec = { ...rest, ...(replicas === undefined ? {} : { replicas }), ...(scaling === undefined ? {} : { scaling }) };
+  await writeGeneration(db, service.id, { ...serving, spec }, stable);
+  return { generation: stable };
 }
 
 /**

@@ -57,6 +57,24 @@ describe('Argo CD health check (manifests/argocd/health.lua) on the status the o
       .to.deep.equal({ status: 'Degraded', message: 'InvalidSpec: spec.resources.gpu: unknown GPU model "H10"' });
   });
 
+  it('is Degraded with the message for a service whose rollout stalled, which stays Ready while the old generation serves', () => {
+    const message = 'rollout of generation 2 failed: 3 replicas in a row ended before becoming ready; the last: exited with code 1; generation 1 still serves 2 replicas';
+    const ready = { generation: 1, state: 'ready' as const, statusMessage: 'ready', instance: 'local-1', startedAt: null, readyAt: null };
+    const service = task({
+      kind: 'service', generation: 2, statusMessage: message,
+      service: {
+        desiredReplicas: 2, replicas: [{ ...ready, replica: 0 }, { ...ready, replica: 1 }], stableGeneration: 1,
+        stall: { generation: 2, reason: 'failing', message: message.split('; generation 1')[0]! },
+        path: '/proxy/services/main/hello/', model: null, modelPath: null, gatewayUrl: null, gatewayModelUrl: null,
+      },
+    });
+    const status = runStatus(context, service, submitted);
+    const condition = (type: string) => status.conditions.find((c) => c.type === type);
+    expect(condition('Stalled')).to.include({ status: 'True', reason: 'RolloutFailed', message });
+    expect(condition('Ready')).to.include({ status: 'True', message });
+    expect(health(status)).to.deep.equal({ status: 'Degraded', message: `RolloutFailed: ${message}` });
+  });
+
   it('is Degraded for a run stopped on purpose, as kstatus reads it Failed: it runs again only when its spec changes', () => {
     expect(health(runStatus(context, task({ status: 'terminated', terminationReason: 'stopped_by_user', statusMessage: 'stopped' }), submitted)))
       .to.deep.equal({ status: 'Degraded', message: 'StoppedByUser: stopped' });

@@ -47,12 +47,12 @@ describe('gateway core: a replica that has just gone', function () {
     await waitForLine(client, jobId, 'ready');
     const unreachableAgent = `http://127.0.0.1:${await freePort()}`;
     route = {
-      runId: 'service', projectId: 'project', project: 'main', run: 'svc', port, auth: false, stripPrefix: true, model: null,
+      runId: 'service', projectId: 'project', project: 'main', run: 'svc', auth: false, stripPrefix: true, model: null,
       maxBodyBytes: 1024 * 1024, firstByteTimeoutMs: 5000, idleTimeoutMs: 5000, holdMs: 0, gateway: null, https: 'auto', rateLimits: [], createdAt: 0,
       replicas: [
-        { id: 'stopped-and-removed', replica: 0, agentUrl: agent.url, agentToken: token },
-        { id: jobId, replica: 1, agentUrl: agent.url, agentToken: token },
-        { id: 'on-a-lost-instance', replica: 2, agentUrl: unreachableAgent, agentToken: token },
+        { id: 'stopped-and-removed', replica: 0, port, agentUrl: agent.url, agentToken: token },
+        { id: jobId, replica: 1, port, agentUrl: agent.url, agentToken: token },
+        { id: 'on-a-lost-instance', replica: 2, port, agentUrl: unreachableAgent, agentToken: token },
       ],
     };
     const table = { serviceById: () => route, nextRead: async () => {} } as unknown as RoutingTable;

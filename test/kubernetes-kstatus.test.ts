@@ -3,7 +3,7 @@ import { expect } from 'chai';
 import { CRD_GROUP, CRD_NAMES, CRD_VERSION } from '../api/crd.js';
 import { FINALIZER, type ResourceStatus } from '../api/kubernetes.js';
 import type { Fleet, Instance, Run } from '../api/objects.js';
-import type { Replica } from '../api/services.js';
+import type { Replica, ServiceInfo } from '../api/services.js';
 import { fleetStatus, reconcilingStatus, runStatus, stalledStatus, type StatusContext } from '../server/kubernetes/status.js';
 import { argoCdHealth } from './helpers/argocd-health.js';
 import { installCrds } from './helpers/crds.js';
@@ -41,9 +41,14 @@ function replica(number: number, generation: number, state: Replica['state']): R
   return { replica: number, generation, state, statusMessage: state, instance: 'local-1', startedAt: null, readyAt: null };
 }
 
-function service(generation: number, replicas: Replica[], desiredReplicas = 1): Run {
-  return run('service', { generation, service: { desiredReplicas, replicas, path: '/proxy/services/main/r/', model: null, modelPath: null, gatewayUrl: null, gatewayModelUrl: null } });
+function service(generation: number, replicas: Replica[], desiredReplicas = 1, stall: ServiceInfo['stall'] = null): Run {
+  return run('service', {
+    generation,
+    service: { desiredReplicas, replicas, stableGeneration: 1, stall, path: '/proxy/services/main/r/', model: null, modelPath: null, gatewayUrl: null, gatewayModelUrl: null },
+  });
 }
+
+const STALL_MESSAGE = 'rollout of generation 2 failed: 3 replicas in a row ended before becoming ready; the last: exited with code 1';
 
 function fleet(status: Fleet['status'], instances: Instance['status'][] = [], statusMessage = ''): Fleet {
   return {
@@ -82,8 +87,7 @@ const TABLE: { kind: string; state: string; status: ResourceStatus; kstatus: str
   { kind: 'Service', state: 'ready', status: runStatus(context, service(1, [replica(0, 1, 'ready')]), submitted), kstatus: 'Current', argoCd: 'Healthy' },
   { kind: 'Service', state: 'scaled to zero', status: runStatus(context, service(1, [], 0), submitted), kstatus: 'Current', argoCd: 'Healthy' },
   { kind: 'Service', state: 'rolling to a new generation', status: runStatus(context, service(2, [replica(0, 1, 'ready'), replica(1, 2, 'starting')]), submitted), kstatus: 'InProgress', argoCd: 'Progressing' },
-  // Reconciling until the stalled-rollout change gives it Stalled (RolloutFailed) with Ready kept True: then Failed and Degraded.
-  { kind: 'Service', state: 'rollout stalled', status: runStatus(context, service(2, [replica(0, 1, 'ready'), replica(1, 2, 'terminated')]), submitted), kstatus: 'InProgress', argoCd: 'Progressing' },
+  { kind: 'Service', state: 'rollout stalled, the old generation serving', status: runStatus(context, service(2, [replica(0, 1, 'ready'), replica(1, 2, 'terminated')], 1, { generation: 2, reason: 'failing', message: STALL_MESSAGE }), submitted), kstatus: 'Failed', argoCd: 'Degraded' },
   { kind: 'Service', state: 'stopped', status: runStatus(context, ended('service', 'terminated', 'stopped_by_user', 'every replica stopped'), submitted), kstatus: 'Failed', argoCd: 'Degraded' },
   { kind: 'Service', state: 'aborted', status: runStatus(context, ended('service', 'terminated', 'aborted_by_user', 'every replica stopped'), submitted), kstatus: 'Failed', argoCd: 'Degraded' },
   { kind: 'DevEnvironment', state: 'running', status: runStatus(context, run('dev-environment', { status: 'running' }), submitted), kstatus: 'Current', argoCd: 'Healthy' },

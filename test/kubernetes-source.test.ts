@@ -258,9 +258,10 @@ describe('kubernetes source controller, against a real kube-apiserver', function
     expect(argoCdHealth(stopped).status).to.equal('Degraded');
   });
 
+  const listening = (answer: string) => `node -e "require('http').createServer((q, s) => s.end('${answer}')).listen(process.env.PORT)"`;
+  const service = (answer: string) => ({ port: 8000, commands: [listening(answer)], probes: [{ type: 'http', url: '/', interval: '1s' }] });
+
   it('rolls a service over to a new generation, with its URL in the status, and stops it when deleted', async () => {
-    const listening = (answer: string) => `node -e "require('http').createServer((q, s) => s.end('${answer}')).listen(process.env.PORT)"`;
-    const service = (answer: string) => ({ port: 8000, commands: [listening(answer)], probes: [{ type: 'http', url: '/', interval: '1s' }] });
     await create({ apiVersion: `${CRD_GROUP}/${CRD_VERSION}`, kind: 'Service', metadata: { name: 'web' }, spec: service('first') });
     const ready = await statusOf('Service', 'web', (o) => condition(o, 'Ready')?.status === 'True' && !condition(o, 'Reconciling'), 'ready');
     expect(ready.status!.serviceUrl).to.equal(`http://localhost:${new URL(server.url).port}/proxy/services/main/web/`);
@@ -275,6 +276,23 @@ describe('kubernetes source controller, against a real kube-apiserver', function
     await remove('Service', 'web');
     await eventually(async () => (await read('Service', 'web')) === null, 60_000, 'the service object to go');
     expect((await run('web')).status).to.equal('terminated');
+  });
+
+  it('keeps a Service whose new generation exits at once Ready on the old one, Stalled with RolloutFailed, and Degraded in Argo CD', async () => {
+    await create({ apiVersion: `${CRD_GROUP}/${CRD_VERSION}`, kind: 'Service', metadata: { name: 'sturdy' }, spec: service('first') });
+    const ready = await statusOf('Service', 'sturdy', (o) => condition(o, 'Ready')?.status === 'True' && !condition(o, 'Reconciling'), 'ready');
+    const answer = async () => (await fetch(ready.status!.serviceUrl!, { headers: { authorization: `Bearer ${server.adminToken}` } })).text();
+
+    await mergePatch('Service', 'sturdy', { spec: { commands: ['exit 1'] } });
+    const stalled = await statusOf('Service', 'sturdy', (o) => condition(o, 'Stalled')?.status === 'True', 'stalled', 90_000);
+    const message = 'rollout of generation 2 failed: 3 replicas in a row ended before becoming ready; the last: exited with code 1; generation 1 still serves 1 replica';
+    expect(condition(stalled, 'Stalled')).to.include({ reason: 'RolloutFailed', message });
+    expect(condition(stalled, 'Ready')).to.include({ status: 'True', message });
+    expect(argoCdHealth(stalled)).to.deep.equal({ status: 'Degraded', message: `RolloutFailed: ${message}` });
+    expect(await answer()).to.equal('first');
+
+    await remove('Service', 'sturdy');
+    await eventually(async () => (await read('Service', 'sturdy')) === null, 60_000, 'the service object to go');
   });
 
   it('applies a fleet spec change as a new generation, and deletes the fleet before its object', async () => {

@@ -30,7 +30,7 @@ function serviceRun(replicas: Replica[]): Run {
     terminationReason: null, priority: 0, generation: 2, attempt: 1, spec: { type: 'service', name: 'echo-llm', port: 8000 }, fleet: null, instance: null,
     gpu: null, pricePerHour: null, exitCode: null, queuePosition: null, submittedAt: new Date(Date.now() - 65_000).toISOString(),
     startedAt: null, finishedAt: null, inactivityStopAt: null,
-    service: { desiredReplicas: 3, replicas, path: '/proxy/services/main/echo-llm/', model: 'echo', modelPath: '/proxy/models/main/v1/', gatewayUrl: null, gatewayModelUrl: null },
+    service: { desiredReplicas: 3, replicas, stableGeneration: 1, stall: null, path: '/proxy/services/main/echo-llm/', model: 'echo', modelPath: '/proxy/models/main/v1/', gatewayUrl: null, gatewayModelUrl: null },
     ssh: null,
   };
 }
@@ -166,13 +166,27 @@ for (const kind of DATABASE_KINDS) {
         [['service', 'stats', 'svc', '--window', 'soon'], 'error: --window: invalid duration "soon"'],
         [['service', 'stats', 'job'], 'error: run job is a task, not a service; only services have request statistics\n'],
         [['service', 'stats'], 'error: give the service: orchestrator service stats RUN\n'],
-        [['service', 'scale', 'svc'], 'error: unknown service action "scale"; use service stats RUN\n'],
+        [['service', 'scale', 'svc'], 'error: unknown service action "scale"; use service stats RUN, service rollback RUN\n'],
       ];
       for (const [args, message] of cases) {
         const result = await cli(args);
         expect(result.code, show(result)).to.equal(1);
         expect(result.stderr).to.satisfy((text: string) => text.startsWith(message), show(result));
       }
+    });
+
+    it('service rollback refuses a service never ready, a run that is not a service, and a non-member, saying why', async () => {
+      const never = await cli(['service', 'rollback', 'svc']);
+      expect(never.code, show(never)).to.equal(1);
+      expect(never.stderr).to.equal('error: no generation of svc has been ready yet; there is nothing to roll back to\n');
+      expect((await cli(['service', 'rollback'])).stderr).to.equal('error: give the service: orchestrator service rollback RUN\n');
+      await server.api('POST', '/api/projects/main/runs/apply', { spec: { type: 'task', name: 'job', commands: ['true'] }, files: [] });
+      const task = await server.api('POST', '/api/projects/main/services/job/rollback', {});
+      expect(task.status).to.equal(409);
+      expect(task.body.error).to.include({ code: 'not_a_service', message: 'run job is a task, not a service; only services roll back' });
+      const { body: outsider } = await server.api('POST', '/api/users', { name: 'stranger' });
+      expect((await server.api('POST', '/api/projects/main/services/svc/rollback', {}, outsider.token)).status).to.equal(403);
+      expect((await server.api('GET', '/api/projects/main/runs/svc')).body.generation).to.equal(1);
     });
 
     it('apply exits 1 with the service\'s status message when it ends before a replica is ready', async () => {

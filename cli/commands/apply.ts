@@ -222,7 +222,7 @@ function unfinishedRunError(run: Run): string {
   return `error: ${run.name} ${run.status}: ${run.statusMessage || run.terminationReason || 'no reason given'}\n`;
 }
 
-/** Follows a service until it serves: prints where it is reached (stdout) and exits 0; 1 when it ends before. */
+/** Follows a service until it serves: prints where it is reached (stdout) and exits 0; 1 when it ends or its rollout stalls before. */
 async function followSubmittedService(client: ApiClient, submitted: Run): Promise<number> {
   const outcome = await followService(client, submitted.name, new StatusDisplay());
   if (outcome.kind === 'interrupted') {
@@ -237,6 +237,14 @@ async function followSubmittedService(client: ApiClient, submitted: Run): Promis
   const { run } = outcome;
   if (outcome.kind === 'ended') {
     process.stderr.write(unfinishedRunError(run));
+    return 1;
+  }
+  if (outcome.kind === 'stalled') {
+    process.stderr.write([
+      `error: ${run.name}: ${run.statusMessage}`,
+      `  fix the spec and apply it again, or put back generation ${run.service!.stableGeneration}: orchestrator service rollback ${run.name}${projectFlag()}`,
+      '',
+    ].join('\n'));
     return 1;
   }
   if (outcome.kind === 'at-zero') process.stderr.write(`${run.name} has no replica running; ${run.spec.scaling ? 'the first request starts one' : 'replicas: 0 starts none'}\n`);

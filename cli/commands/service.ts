@@ -1,5 +1,6 @@
 import type { CAC } from 'cac';
 import { parseDuration } from '../../api/duration.js';
+import type { Run } from '../../api/objects.js';
 import type { ServiceStats } from '../../api/services.js';
 import { optionText } from '../args.js';
 import type { ApiClient } from '../client.js';
@@ -73,14 +74,27 @@ async function showStats(run: string | undefined, flags: ServiceFlags): Promise<
   else process.stdout.write(renderServiceStats(stats));
 }
 
+/** Puts back the last generation that was ready, whose replicas serve on. */
+async function rollBack(run: string | undefined, flags: ServiceFlags): Promise<void> {
+  if (!run) throw new CliError('give the service: orchestrator service rollback RUN');
+  const client = connect();
+  const view = await client.post<Run>(client.projectPath(`/services/${encodeURIComponent(String(run))}/rollback`), {});
+  if (flags.json === true) printJson(view);
+  else process.stdout.write(`${view.name}: back to generation ${view.generation}\n`);
+}
+
+const ACTIONS = 'service stats RUN, service rollback RUN';
+
 export function registerService(cli: CAC): void {
-  cli.command('service [action] [run]', 'Requests a service has served: service stats RUN')
+  cli.command('service [action] [run]', 'Requests a service has served: service stats RUN; put back the last generation that was ready: service rollback RUN')
     .option('--window <duration>', 'stats: over the last 5m (10s to 1h)')
     .option('--json', 'Print JSON')
     .option('--project <name>', 'Project to use (default: the default project)')
     .example('orchestrator service stats echo-llm --window 1m')
+    .example('orchestrator service rollback echo-llm')
     .action(action(async (verb: string | undefined, run: string | undefined, flags: ServiceFlags) => {
       if (verb === 'stats') return showStats(run, flags);
-      throw new CliError(verb === undefined ? 'give an action: orchestrator service stats RUN' : `unknown service action "${verb}"; use service stats RUN`);
+      if (verb === 'rollback') return rollBack(run, flags);
+      throw new CliError(verb === undefined ? `give an action: orchestrator ${ACTIONS}` : `unknown service action "${verb}"; use ${ACTIONS}`);
     }));
 }

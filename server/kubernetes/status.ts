@@ -58,7 +58,18 @@ export function reconcilingStatus(context: StatusContext, reason: string, messag
   return statusOf(context, { ready: { status: false, reason, message }, reconciling: { reason, message } }, fields);
 }
 
+/** A rollout that stalled is Stalled, and Ready while an older generation still serves. */
+function stalledServiceStated(run: Run): Stated {
+  const serving = run.service!.replicas.some((replica) => replica.state === 'ready');
+  const message = run.statusMessage;
+  return {
+    ready: { status: serving, reason: serving ? 'Running' : 'Starting', message },
+    stalled: { reason: run.service!.stall!.reason === 'failing' ? 'RolloutFailed' : 'RolloutWaiting', message },
+  };
+}
+
 function serviceStated(run: Run): Stated {
+  if (run.service?.stall) return stalledServiceStated(run);
   const replicas = run.service?.replicas ?? [];
   const current = replicas.filter((replica) => replica.generation === run.generation);
   const ready = current.filter((replica) => replica.state === 'ready').length;

@@ -127,9 +127,13 @@ export async function submitRun(q: Queryable, project: ProjectRecord, userId: st
   if (spec.type === 'service' && spec.name) {
     const live = await getRunByName(q, project.id, spec.name);
     if (live && live.kind === 'service' && !FINISHED_RUN_STATUSES.includes(live.status) && live.desired === 'run') {
-      const update = await updateService(q, live, { spec: spec as Record<string, unknown>, files, repos, requirement, priority });
+      const { update, generation } = await updateService(q, live, { spec: spec as Record<string, unknown>, files, repos, requirement, priority });
       if (update !== 'unchanged') {
-        const message = update === 'rolling' ? `generation ${live.generation + 1}: replicas are replaced one at a time` : 'replicas and scaling changed in place';
+        const message = {
+          rolling: `generation ${generation}: replicas are replaced one at a time`,
+          settled: `back to generation ${generation}, whose replicas serve on`,
+          'in-place': 'replicas and scaling changed in place',
+        }[update];
         await recordEvent(q, { projectId: project.id, objectKind: 'run', objectId: live.id, objectName: live.name, reason: 'Updated', message });
       }
       return live;

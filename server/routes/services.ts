@@ -1,9 +1,13 @@
 import Router from '@koa/router';
 import type { ServiceStats } from '../../api/services.js';
+import { FINISHED_RUN_STATUSES } from '../../api/status.js';
+import { CHANNELS } from '../../store/channels.js';
+import { recordEvent } from '../../store/events.js';
 import { getRunView } from '../../store/run-views.js';
 import { serviceWindows } from '../../store/service-stats.js';
+import { rollBackService } from '../../store/services.js';
 import type { ServerContext } from '../context.js';
-import { badRequest, HttpError } from '../http-errors.js';
+import { badRequest, conflict, HttpError } from '../http-errors.js';
 import { serviceFigures } from '../service-figures.js';
 import { runFor } from './runs.js';
 
@@ -20,14 +24,18 @@ function windowSecondsOf(value: string | string[] | undefined): number {
   return seconds;
 }
 
-/** What users see of their services beyond the run itself: request statistics. */
+function notAService(run: { name: string; kind: string }, what: string): HttpError {
+  return new HttpError(409, 'not_a_service', `run ${run.name} is a ${run.kind}, not a service; only services ${what}`);
+}
+
+/** What users see and do with their services beyond the run itself: request statistics, and rollback. */
 export function serviceRoutes(server: ServerContext): Router {
   const { db } = server;
   const router = new Router({ prefix: '/api/projects/:project/services' });
 
   router.get('/:name/stats', async (ctx) => {
     const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
-    if (run.kind !== 'service') throw new HttpError(409, 'not_a_service', `run ${run.name} is a ${run.kind}, not a service; only services have request statistics`);
+    if (run.kind !== 'service') throw notAService(run, 'have request statistics');
     const windowSeconds = windowSecondsOf(ctx.query.window);
     const [view, windows] = await Promise.all([getRunView(db, run.id), serviceWindows(db, [run.id], windowSeconds)]);
     const stats: ServiceStats = {
@@ -38,6 +46,17 @@ export function serviceRoutes(server: ServerContext): Router {
       desiredReplicas: view.service?.desiredReplicas ?? 0,
     };
     ctx.body = stats;
+  });
+
+  router.post('/:name/rollback', async (ctx) => {
+    const { project, run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
+    if (run.kind !== 'service') throw notAService(run, 'roll back');
+    if (FINISHED_RUN_STATUSES.includes(run.status) || run.desired !== 'run') throw conflict(`service ${run.name} is ${run.desired === 'run' ? run.status : 'stopping'}; apply it to run it again`);
+    const rolled = await rollBackService(db, run);
+    if ('refused' in rolled) throw conflict(rolled.refused);
+    await recordEvent(db, { projectId: project.id, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'RolledBack', message: `back to generation ${rolled.generation} from ${run.generation}, requested by the user` });
+    await db.notify(CHANNELS.runs);
+    ctx.body = await getRunView(db, run.id);
   });
   return router;
 }

@@ -7,7 +7,16 @@ export interface Load {
   stop(): Promise<void>;
 }
 
-export function startLoad(url: string, options: { token?: string; workers?: number; pauseMs?: number; init?: RequestInit } = {}): Load {
+export interface LoadOptions {
+  token?: string;
+  workers?: number;
+  pauseMs?: number;
+  init?: RequestInit;
+  /** A successful answer whose body does not match is a failure too: it came from the wrong replica. */
+  expectBody?: RegExp;
+}
+
+export function startLoad(url: string, options: LoadOptions = {}): Load {
   const statuses = new Map<number, number>();
   const failures: string[] = [];
   let running = true;
@@ -23,7 +32,7 @@ export function startLoad(url: string, options: { token?: string; workers?: numb
         });
         status = response.status;
         const text = await response.text();
-        if (status >= 300) failures.push(`${status} ${text.slice(0, 200)}`);
+        if (status >= 300 || (options.expectBody && !options.expectBody.test(text))) failures.push(`${status} ${text.slice(0, 200)}`);
       } catch (error) {
         failures.push(`request failed: ${(error as Error).message}`);
       }
