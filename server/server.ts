@@ -43,6 +43,8 @@ export interface ServerOptions {
   logLevel?: string;
   controllerIntervalMs?: number;
   instanceTimings?: Partial<InstanceTimings>;
+  /** The built web console to serve at / (default: dist/console of the checkout). */
+  consoleDir?: string;
 }
 
 export interface RunningServer {
@@ -78,7 +80,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
 
   const pool = new BackendPool(db, join(dir, 'backends'));
   const logLimit = maxLogBytesPerRun(config);
-  const context = { db, pool, logger, version: VERSION, maxLogBytesPerRun: logLimit, metricsPublic: config.metrics?.public === true, secrets };
+  const context = { db, pool, logger, version: VERSION, maxLogBytesPerRun: logLimit, metricsPublic: config.metrics?.public === true, secrets, consoleDir: options.consoleDir };
   const app = createApp(context);
   const ssh = new SshRelay(context, app);
   const owner = `server-${randomUUID().slice(0, 8)}`;
@@ -121,7 +123,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   await kubernetes?.start();
   const address = http.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-  logger.info(`serving on http://${host}:${address.port} (${db.driver} database, controllers as ${owner})`);
+  logger.info(`serving the API on http://${host}:${address.port}/api and the web console on http://${host}:${address.port}/ (${db.driver} database, controllers as ${owner})`);
   return {
     url: `http://${host}:${address.port}`,
     adminToken,
