@@ -31,5 +31,6 @@ export function gpuText(gpu: GpuInfo | null): string {
 }
 
 export function priceText(pricePerHour: number | null): string {
-  return pricePerHour === null ? '—' : `$${pricePerHour.toFixed(pricePerHour < 1 ? 3 : 2)}/h`;
+  if (pricePerHour === null) return '—';
+  return pricePerHour === 0 ? '$0/h' : `$${pricePerHour.toFixed(pricePerHour < 1 ? 3 : 2)}/h`;
 }

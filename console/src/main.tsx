@@ -39,7 +39,7 @@ function SignedIn({ session, onSignOut }: { session: ConsoleSession; onSignOut: 
   const match = PROJECT_PAGE.exec(path);
   const project = match ? decodeURIComponent(match[1]) : projects?.[0]?.name ?? null;
   useEffect(() => {
-    if (!match && path !== '/users' && project) navigate(`/projects/${encodeURIComponent(project)}/runs`, true);
+    if (!match && !(path === '/users' && session.user.admin) && project) navigate(`/projects/${encodeURIComponent(project)}/runs`, true);
   }, [path, project]);
 
   return (

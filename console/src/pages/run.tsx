@@ -1,4 +1,5 @@
 import type { Event, Run } from '../../../api/objects.js';
+import { FINISHED_RUN_STATUSES } from '../../../api/status.js';
 import { useEffect, useState } from 'preact/hooks';
 import { ApiFailure, call, projectPath } from '../api.js';
 import { Age, gpuText, priceText, useNow } from '../format.js';
@@ -64,6 +65,7 @@ export function RunPage({ project, name, live }: { project: string; name: string
 }
 
 function Connect({ run }: { run: Run }) {
+  if (FINISHED_RUN_STATUSES.includes(run.status)) return null;
   return (
     <div class="connect">
       <h3>Connect</h3>

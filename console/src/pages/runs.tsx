@@ -83,6 +83,7 @@ function EmptyRuns() {
       <p>No runs in this project yet.</p>
       <p>Submit one from a terminal, and it appears here at once:</p>
       <pre>orchestrator apply -f examples/tasks/hello.yml</pre>
+      <p>A run lands on one of the project's fleets; if it has none yet, see the Fleets page.</p>
     </div>
   );
 }
