@@ -1,12 +1,12 @@
 import { expect } from 'chai';
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
+import { launchChromium } from './helpers/chromium.js';
 import { builtConsole } from './helpers/console.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
-const chromiumPath = '/usr/bin/chromium';
 /** Screenshots of the main pages, to look at after a run (gitignored). */
 const artifacts = fileURLToPath(new URL('../test-artifacts/console/', import.meta.url));
 const HOSTILE_LINE = '<img src=x onerror=alert(1)>';
@@ -21,17 +21,12 @@ for (const kind of DATABASE_KINDS) {
     const dialogs: string[] = [];
 
     before(async () => {
-      if (!existsSync(chromiumPath)) throw new Error(`${chromiumPath} is missing: run scripts/test-setup.sh`);
       mkdirSync(artifacts, { recursive: true });
       server = await startTestServer(kind, LOCAL_CONFIG, { consoleDir: await builtConsole() });
       await server.api('POST', '/api/projects/main/fleets/apply', { spec: { type: 'fleet', name: 'local', backends: ['local'], nodes: '0..1' } });
       memberToken = (await server.api('POST', '/api/users', { name: 'member' })).body.token;
       expect((await server.api('POST', '/api/projects/main/members', { user: 'member', role: 'user' })).status).to.be.lessThan(300);
-      browser = await chromium.launch({
-        executablePath: chromiumPath,
-        args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-          '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-      });
+      browser = await launchChromium();
     });
 
     after(async () => {
