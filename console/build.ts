@@ -1,5 +1,5 @@
 import { build } from 'esbuild';
-import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { consoleBuildDir } from '../server/console-assets.js';
@@ -8,7 +8,8 @@ const entry = fileURLToPath(new URL('./src/main.tsx', import.meta.url));
 
 /**
  * Bundles the console into `outDir`: its script and stylesheet under assets/ with a hash of their content in their
- * names, and index.html, written last and at once, naming them. Nothing is loaded from anywhere else.
+ * names, and index.html, written last and at once, naming them; the files of earlier builds are removed. Nothing is
+ * loaded from anywhere else.
  */
 export async function buildConsole(outDir = consoleBuildDir()): Promise<void> {
   const assets = join(outDir, 'assets');
@@ -48,6 +49,7 @@ export async function buildConsole(outDir = consoleBuildDir()): Promise<void> {
   const staging = join(outDir, `index.html.${process.pid}`);
   writeFileSync(staging, index);
   renameSync(staging, join(outDir, 'index.html'));
+  for (const stale of readdirSync(assets).filter((name) => !outputs.includes(name))) rmSync(join(assets, stale), { force: true });
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {

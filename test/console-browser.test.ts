@@ -42,8 +42,8 @@ for (const kind of DATABASE_KINDS) {
       expect(dialogs, 'no script from run or user data may run').to.deep.equal([]);
     });
 
-    async function openPage(): Promise<Page> {
-      const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    async function openPage(colorScheme: 'light' | 'dark' = 'light'): Promise<Page> {
+      const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, colorScheme });
       const page = await context.newPage();
       page.on('dialog', (dialog) => {
         dialogs.push(dialog.message());
@@ -105,7 +105,9 @@ for (const kind of DATABASE_KINDS) {
       expect(page.url()).to.equal(`${server.url}/projects/main/runs?kind=service`);
       await page.getByLabel('Kind').selectOption('task');
       await page.getByLabel('Status').selectOption('running');
+      await page.getByLabel('User').selectOption('admin');
       await row.waitFor({ timeout: WAIT_MS });
+      expect(page.url()).to.equal(`${server.url}/projects/main/runs?kind=task&status=running&user=admin`);
 
       await row.getByRole('link', { name: 'console-task' }).click();
       await page.waitForURL(`${server.url}/projects/main/runs/console-task`);
@@ -142,14 +144,14 @@ for (const kind of DATABASE_KINDS) {
       expect(refused).to.equal(403);
       await member.context().close();
 
-      const admin = await openPage();
+      const admin = await openPage('dark');
       await signIn(admin, server.adminToken);
       await admin.locator('header.top nav').getByRole('link', { name: 'Users' }).click();
       await admin.locator('td', { hasText: 'member' }).waitFor({ timeout: WAIT_MS });
-      await screenshot(admin, 'users');
+      await screenshot(admin, 'users-dark');
       await admin.locator('header.top nav').getByRole('link', { name: 'Fleets' }).click();
       await admin.locator('[data-fleet="local"]').waitFor({ timeout: WAIT_MS });
-      await screenshot(admin, 'fleets');
+      await screenshot(admin, 'fleets-dark');
       await admin.context().close();
     });
   });

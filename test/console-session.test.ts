@@ -28,6 +28,16 @@ for (const kind of DATABASE_KINDS) {
       expect(answer.body.error.message).to.match(/not valid/);
     });
 
+    it('refuses a sign-in that another site could have made: not JSON, or from another origin', async () => {
+      const signIn = (headers: Record<string, string>) => fetch(`${server.url}/api/session`, { method: 'POST', headers, body: JSON.stringify({ token: server.adminToken }) });
+      const form = await signIn({ 'content-type': 'text/plain' });
+      expect(form.status).to.equal(415);
+      const elsewhere = await signIn({ 'content-type': 'application/json', origin: 'http://evil.example' });
+      expect(elsewhere.status).to.equal(403);
+      for (const refused of [form, elsewhere]) expect(refused.headers.get('set-cookie')).to.equal(null);
+      expect((await signIn({ 'content-type': 'application/json', origin: server.url })).status).to.equal(201);
+    });
+
     it('exchanges a token for an httpOnly SameSite=Strict cookie, kept hashed, that reads the API as that user', async () => {
       const session = await signInToConsole(server.url, server.adminToken);
       expect(session.status).to.equal(201);

@@ -15,6 +15,7 @@ export function sessionRoutes(server: ServerContext): Router {
   const authenticate = authMiddleware(db);
 
   router.post('/', async (ctx) => {
+    refuseCrossSiteSignIn(ctx);
     const body = await readJsonObject(ctx);
     if (typeof body.token !== 'string' || body.token === '') throw badRequest('token: expected the user token that `orchestrator config` or an admin gave you');
     const user = await userByToken(db, body.token.trim());
@@ -37,6 +38,25 @@ export function sessionRoutes(server: ServerContext): Router {
   });
   return router;
 }
+
+/**
+ * Another site's page must not sign a browser in to a session of its choosing (login CSRF): a sign-in is JSON, which
+ * an HTML form cannot send without the browser asking first, and comes from a page of this server when the browser says.
+ */
+function refuseCrossSiteSignIn(ctx: Context): void {
+  if (!ctx.is('application/json')) throw new HttpError(415, 'unsupported_media_type', 'sign in with a JSON body: {"token": "..."}');
+  const origin = ctx.get('origin');
+  if (origin && origin !== 'null' && hostOf(origin) === ctx.host) return;
+  if (origin) throw new HttpError(403, 'cross_origin', `a sign-in from ${origin} is refused: sign in from the console at this server's own address`);
+}
+
+const hostOf = (origin: string): string | null => {
+  try {
+    return new URL(origin).host;
+  } catch {
+    return null;
+  }
+};
 
 function cookieSession(ctx: Context): string {
   const token = sessionCookie(ctx);

@@ -23,7 +23,7 @@ export function StatusText({ run }: { run: Run }) {
   );
 }
 
-/** The project's runs, live, filtered by status and kind (kept in the URL, so that a filtered list can be shared). */
+/** The project's runs, live, filtered by status, kind and user (kept in the URL, so that a filtered list can be shared). */
 export function RunsPage({ project, live, query }: { project: string; live: LiveRuns; query: URLSearchParams }) {
   const now = useNow();
   const status = query.get('status') ?? '';
@@ -35,7 +35,9 @@ export function RunsPage({ project, live, query }: { project: string; live: Live
     const search = next.toString();
     navigate(`${location.pathname}${search ? `?${search}` : ''}`, true);
   };
-  const shown = (live.runs ?? []).filter((run) => (!status || run.status === status) && (!kind || run.kind === kind));
+  const user = query.get('user') ?? '';
+  const users = [...new Set((live.runs ?? []).map((run) => run.user))].sort();
+  const shown = (live.runs ?? []).filter((run) => (!status || run.status === status) && (!kind || run.kind === kind) && (!user || run.user === user));
   return (
     <section>
       <div class="toolbar">
@@ -47,6 +49,10 @@ export function RunsPage({ project, live, query }: { project: string; live: Live
         <label>Kind <select value={kind} onChange={(event) => setFilter('kind', (event.target as HTMLSelectElement).value)}>
           <option value="">any</option>
           {KINDS.map((value) => <option value={value}>{value}</option>)}
+        </select></label>
+        <label>User <select value={user} onChange={(event) => setFilter('user', (event.target as HTMLSelectElement).value)}>
+          <option value="">any</option>
+          {(user && !users.includes(user) ? [...users, user] : users).map((value) => <option value={value}>{value}</option>)}
         </select></label>
         <span class={live.connected ? 'live' : 'live offline'}>{live.connected ? 'live' : 'reconnecting…'}</span>
       </div>
