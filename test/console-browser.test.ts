@@ -6,6 +6,7 @@ import { launchChromium } from './helpers/chromium.js';
 import { builtConsole } from './helpers/console.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
+import { echoLlm } from './helpers/services.js';
 
 /** Screenshots of the main pages, to look at after a run (gitignored). */
 const artifacts = fileURLToPath(new URL('../test-artifacts/console/', import.meta.url));
@@ -99,7 +100,12 @@ for (const kind of DATABASE_KINDS) {
       expect(await row.locator('td').nth(7).textContent()).to.equal('admin');
       expect(await row.locator('time').getAttribute('title')).to.match(/\d{4}/);
       expect(await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce), 'the page was not reloaded').to.equal(true);
+      // The fleet holds one instance, which the task has: a second task waits in the queue, and says so.
+      await server.api('POST', '/api/projects/main/runs/apply', { spec: { type: 'task', name: 'queued-task', commands: ['true'] } });
+      await page.locator('tr[data-run="queued-task"] .queue', { hasText: '#1 in queue' }).waitFor({ timeout: WAIT_MS });
       await screenshot(page, 'runs-list');
+      await server.api('POST', '/api/projects/main/runs/queued-task/stop', { abort: true });
+      await page.locator('tr[data-run="queued-task"] .status-terminated').waitFor({ timeout: WAIT_MS });
       await page.getByLabel('Kind').selectOption('service');
       await page.getByText('No runs match these filters.').waitFor({ timeout: WAIT_MS });
       expect(page.url()).to.equal(`${server.url}/projects/main/runs?kind=service`);
@@ -129,6 +135,20 @@ for (const kind of DATABASE_KINDS) {
       await page.getByText('end of logs').waitFor({ timeout: WAIT_MS });
       await page.locator('.events td', { hasText: 'Stopping' }).first().waitFor({ timeout: WAIT_MS });
       await screenshot(page, 'run-stopped');
+      await page.context().close();
+    });
+
+    it("shows a service's URLs and its replicas as they become ready", async () => {
+      expect((await server.api('POST', '/api/projects/main/runs/apply', echoLlm({ replicas: 1, scaling: undefined }))).status).to.equal(201);
+      const page = await openPage();
+      await signIn(page, server.adminToken);
+      await page.locator('tr[data-run="echo-llm"]').getByRole('link', { name: 'echo-llm' }).click();
+      const replica = page.locator('.service tr', { hasText: 'echo-llm-0' });
+      await replica.locator('td.replica-state', { hasText: 'ready' }).waitFor({ timeout: 60_000 });
+      await page.locator('.service code', { hasText: `${server.url}/proxy/services/main/echo-llm/` }).waitFor({ timeout: WAIT_MS });
+      await page.locator('.service code', { hasText: `${server.url}/proxy/models/main/` }).waitFor({ timeout: WAIT_MS });
+      await screenshot(page, 'service-page');
+      await server.api('POST', '/api/projects/main/runs/echo-llm/stop', { abort: true });
       await page.context().close();
     });
 

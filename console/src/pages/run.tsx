@@ -86,7 +86,7 @@ function ServicePanel({ run, service }: { run: Run; service: NonNullable<Run['se
       <table>
         <thead><tr><th>Replica</th><th>State</th><th>Generation</th><th>Instance</th><th>Message</th></tr></thead>
         <tbody>{service.replicas.map((replica) => (
-          <tr key={replica.replica}><td>{run.name}-{replica.replica}</td><td>{replica.state}</td><td>{replica.generation}</td><td>{replica.instance ?? '—'}</td><td>{replica.statusMessage}</td></tr>
+          <tr key={replica.replica}><td>{run.name}-{replica.replica}</td><td class="replica-state">{replica.state}</td><td>{replica.generation}</td><td>{replica.instance ?? '—'}</td><td>{replica.statusMessage}</td></tr>
         ))}</tbody>
       </table>
       <p class="muted">{service.replicas.length} of {service.desiredReplicas} desired replicas</p>
