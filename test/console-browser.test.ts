@@ -162,6 +162,8 @@ for (const kind of DATABASE_KINDS) {
       expect(await member.getByRole('heading', { name: 'Users' }).count()).to.equal(0);
       const refused = await member.evaluate(async () => (await fetch('/api/users')).status);
       expect(refused).to.equal(403);
+      await member.goto(`${server.url}/projects/nowhere/runs`);
+      await member.getByRole('alert').filter({ hasText: 'project nowhere not found' }).waitFor({ timeout: WAIT_MS });
       await member.context().close();
 
       const admin = await openPage('dark');

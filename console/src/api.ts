@@ -16,11 +16,6 @@ export function whenSignedOut(handler: () => void): void {
   onSignedOut = handler;
 }
 
-/** The session ended, as found by a reader that sees no status code (the live stream). */
-export function reportSignedOut(): void {
-  onSignedOut();
-}
-
 /** Calls the management API with the session cookie; every change carries the session's CSRF token. */
 export async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
   const headers: Record<string, string> = {};

@@ -76,6 +76,7 @@ function SignedIn({ session, onSignOut }: { session: ConsoleSession; onSignOut: 
 /** A project's pages share one live stream, so that going from the list to a run and back keeps it open. */
 function ProjectPages({ project, page, run, query }: { project: string; page: string; run: string | null; query: URLSearchParams }) {
   const live = useLiveRuns(project);
+  if (live.refused) return <p class="empty" role="alert">{live.refused}.</p>;
   if (page === 'fleets') return <FleetsPage project={project} />;
   if (run) return <RunPage project={project} name={run} live={live} />;
   return <RunsPage project={project} live={live} query={query} />;

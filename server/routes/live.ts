@@ -54,16 +54,25 @@ export function liveRoutes(server: ServerContext): Router {
       clearTimeout(nudge);
       nudge = setTimeout(() => void send(), NUDGE_DEBOUNCE_MS);
     };
-    const unlisten = await Promise.all([CHANNELS.runs, CHANNELS.instances].map((channel) => db.listen(channel, nudged)));
     const reread = setInterval(() => void send(), REREAD_MS);
     const heartbeat = setInterval(() => stream.write(': keep-alive\n\n'), HEARTBEAT_MS);
+    let closed = false;
+    const unlistens: Array<() => Promise<void>> = [];
+    const unlisten = (stop: () => Promise<void>) => void stop().catch(() => undefined);
     ctx.req.once('close', () => {
+      closed = true;
       clearInterval(reread);
       clearInterval(heartbeat);
       clearTimeout(nudge);
-      for (const stop of unlisten) void stop().catch(() => undefined);
+      unlistens.forEach(unlisten);
       stream.end();
     });
+    for (const channel of [CHANNELS.runs, CHANNELS.instances]) {
+      const stop = await db.listen(channel, nudged);
+      // A browser that left while the LISTEN was being set up is not listened for.
+      if (closed) unlisten(stop);
+      else unlistens.push(stop);
+    }
     await send();
   });
   return router;
