@@ -61,7 +61,7 @@ for (const kind of DATABASE_KINDS) {
 
     const screenshot = (page: Page, name: string) => page.screenshot({ path: `${artifacts}${kind}-${name}.png`, fullPage: true });
 
-    it('signs in with a token, refuses a wrong one with a message, keeps the token out of the URL and storage, and signs out', async () => {
+    it('signs in with a token, refuses a wrong one with a message, keeps the token out of the URL and storage, asks again when the session expires, and signs out', async () => {
       const page = await openPage();
       await signIn(page, 'a-wrong-token');
       await page.getByRole('alert').filter({ hasText: 'this token is not valid' }).waitFor({ timeout: WAIT_MS });
@@ -79,6 +79,12 @@ for (const kind of DATABASE_KINDS) {
 
       await page.reload();
       await page.getByText('No runs in this project yet.').waitFor({ timeout: WAIT_MS });
+      // A session that expires while the console is open sends it back to the sign-in, saying why.
+      await server.db.query(`UPDATE console_sessions SET expires_at = now() - interval '1 second'`);
+      await page.locator('header.top nav').getByRole('link', { name: 'Fleets' }).click();
+      await page.getByText('Your session has ended (it expired or was signed out). Sign in again.').waitFor({ timeout: WAIT_MS });
+      await signIn(page, server.adminToken);
+      await page.getByRole('heading', { name: 'Fleets' }).waitFor({ timeout: WAIT_MS });
       await page.getByRole('button', { name: 'Sign out' }).click();
       await page.getByText('Signed out.').waitFor({ timeout: WAIT_MS });
       await page.reload();
