@@ -1,4 +1,4 @@
-import type { ApiError, ConsoleSession } from '../../api/objects.js';
+import type { ApiError, ConsoleSession, SessionRequest } from '../../api/objects.js';
 
 /** A refused or failed call, with the server's own message. */
 export class ApiFailure extends Error {
@@ -32,7 +32,8 @@ export async function call<T>(method: string, path: string, body?: unknown): Pro
 }
 
 export async function signIn(token: string): Promise<ConsoleSession> {
-  const session = await call<ConsoleSession>('POST', '/api/session', { token });
+  const request: SessionRequest = { token };
+  const session = await call<ConsoleSession>('POST', '/api/session', request);
   csrfToken = session.csrfToken;
   return session;
 }
