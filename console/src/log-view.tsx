@@ -29,6 +29,13 @@ export function LogView({ project, run }: { project: string; run: string }) {
       }
       setFollowing('following');
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      // Lines that arrive within one frame are drawn together, however many chunks they came in.
+      let pending: LogLine[] = [];
+      const flush = () => {
+        const arrived = pending;
+        pending = [];
+        if (arrived.length) setLines((previous) => [...previous, ...arrived].slice(-KEPT_LINES));
+      };
       let rest = '';
       for (;;) {
         const { done, value } = await reader.read();
@@ -37,8 +44,10 @@ export function LogView({ project, run }: { project: string; run: string }) {
         rest = parts.pop()!;
         const arrived = parts.filter((part) => part !== '').map((part) => JSON.parse(part) as LogStreamItem)
           .flatMap((item) => item.type === 'log' ? [item.line] : []);
-        if (arrived.length) setLines((previous) => [...previous, ...arrived].slice(-KEPT_LINES));
+        if (arrived.length && pending.length === 0) requestAnimationFrame(flush);
+        pending.push(...arrived);
       }
+      flush();
       setFollowing('ended');
     })().catch(() => {
       if (!abort.signal.aborted) setFollowing('failed');
