@@ -304,3 +304,16 @@ export const ServerInfo = Type.Object({
   user: Type.String(),
 });
 export type ServerInfo = Static<typeof ServerInfo>;
+
+/** The console's sign-in, `POST /api/session`: a user token, exchanged for a session cookie. */
+export const SessionRequest = Type.Object({ token: Type.String({ minLength: 1 }) });
+export type SessionRequest = Static<typeof SessionRequest>;
+
+/** A console session, `GET /api/session`: who is signed in, and the token that changes made with the cookie repeat. */
+export const ConsoleSession = Type.Object({
+  user: User,
+  /** Sent back in the x-csrf-token header of every request that changes something. */
+  csrfToken: Type.String(),
+  expiresAt: Timestamp,
+});
+export type ConsoleSession = Static<typeof ConsoleSession>;

@@ -5,6 +5,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 sh scripts/test-setup.sh || exit 1
 npx tsc -p tsconfig.json || exit 1
+npx tsc -p console/tsconfig.json || exit 1
 
 mocha_out=$(mktemp)
 # The Kubernetes suites go last: the set-up may still be building their API server in the background.

@@ -4,6 +4,8 @@ import { isDnsLabel } from '../api/names.js';
 import type { Queryable } from '../store/db.js';
 import type { Role } from '../api/objects.js';
 import { getProject, projectRole, userByToken, type ProjectRecord, type UserRecord } from '../store/projects.js';
+import { userBySession } from '../store/sessions.js';
+import { CSRF_HEADER, passesCsrfCheck, sessionCookie } from './console-session.js';
 import { HttpError, notFound } from './http-errors.js';
 
 export interface AuthState {
@@ -22,17 +24,31 @@ export function authenticateEveryRoute(router: Router, db: Queryable): void {
   }
 }
 
-/** A route needs `Authorization: Bearer <token>`; the token is looked up by its hash. */
+/**
+ * A route needs `Authorization: Bearer <token>`, the token looked up by its hash; or, from the console, its session
+ * cookie, with the session's CSRF token on every request that changes something.
+ */
 export function authMiddleware(db: Queryable) {
   return async (ctx: Context, next: Next) => {
-    const header = ctx.get('authorization');
-    const match = /^Bearer\s+(\S+)$/i.exec(header);
-    if (!match) throw new HttpError(401, 'unauthorized', 'missing or malformed Authorization header; expected "Bearer <token>"');
-    const user = await userByToken(db, match[1]);
-    if (!user) throw new HttpError(401, 'unauthorized', 'invalid token');
-    (ctx.state as AuthState).user = user;
+    (ctx.state as AuthState).user = await authenticatedUser(db, ctx);
     await next();
   };
+}
+
+async function authenticatedUser(db: Queryable, ctx: Context): Promise<UserRecord> {
+  const header = ctx.get('authorization');
+  const session = header ? null : sessionCookie(ctx);
+  if (session) {
+    const user = await userBySession(db, session);
+    if (!user) throw new HttpError(401, 'unauthorized', 'the console session has expired or was signed out; sign in again');
+    if (!passesCsrfCheck(ctx, session)) throw new HttpError(403, 'csrf', `a change made with the session cookie needs the session's ${CSRF_HEADER} header`);
+    return user;
+  }
+  const match = /^Bearer\s+(\S+)$/i.exec(header);
+  if (!match) throw new HttpError(401, 'unauthorized', 'missing or malformed Authorization header; expected "Bearer <token>"');
+  const user = await userByToken(db, match[1]);
+  if (!user) throw new HttpError(401, 'unauthorized', 'invalid token');
+  return user;
 }
 
 export function currentUser(ctx: Context): UserRecord {

@@ -15,4 +15,6 @@ export interface ServerContext {
   metricsPublic: boolean;
   /** Encrypts and decrypts the projects' secrets with the server's key. */
   secrets: SecretBox;
+  /** Where the built console is served from; the checkout's dist/console when left out. */
+  consoleDir?: string;
 }

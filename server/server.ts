@@ -46,6 +46,8 @@ export interface ServerOptions {
   logLevel?: string;
   controllerIntervalMs?: number;
   instanceTimings?: Partial<InstanceTimings>;
+  /** The built web console to serve at / (default: dist/console of the checkout). */
+  consoleDir?: string;
 }
 
 export interface RunningServer {
@@ -88,7 +90,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
 
   const pool = new BackendPool(db, join(dir, 'backends'));
   const logLimit = maxLogBytesPerRun(config);
-  const context = { db, pool, logger, version: VERSION, maxLogBytesPerRun: logLimit, metricsPublic: config.metrics?.public === true, secrets };
+  const context = { db, pool, logger, version: VERSION, maxLogBytesPerRun: logLimit, metricsPublic: config.metrics?.public === true, secrets, consoleDir: options.consoleDir };
   const app = createApp(context);
   const ssh = new SshRelay(context, app);
   const owner = `server-${randomUUID().slice(0, 8)}`;
@@ -131,7 +133,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   await eventLog.start();
   const address = http.address() as AddressInfo;
   const url = `http://${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`;
-  logger.info(`serving on ${url} (${db.driver} database, controllers as ${owner})`);
+  logger.info(`serving the API on ${url}/api and the web console on ${url}/ (${db.driver} database, controllers as ${owner})`);
   return {
     url,
     adminToken,

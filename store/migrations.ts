@@ -305,6 +305,19 @@ UPDATE runs s SET stable_generation = coalesce(
   WHERE s.kind = 'service' AND s.service_id IS NULL;
 `,
   },
+  {
+    version: 13,
+    name: 'console sessions: a browser\'s sign-in, kept as the hash of its cookie, with an expiry',
+    sql: `
+CREATE TABLE console_sessions (
+  token_hash text PRIMARY KEY,
+  user_id text NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  expires_at timestamptz NOT NULL
+);
+CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;

@@ -62,7 +62,7 @@ export async function listProjectsOf(db: Queryable, user: UserRecord): Promise<P
   return rows.map(toProject);
 }
 
-const toUser = (r: any): UserRecord => ({ id: r.id, name: r.name, globalRole: r.global_role, createdAt: r.created_at });
+export const toUser = (r: any): UserRecord => ({ id: r.id, name: r.name, globalRole: r.global_role, createdAt: r.created_at });
 
 export function userView(u: UserRecord): User {
   return { name: u.name, admin: u.globalRole === 'admin', createdAt: u.createdAt.toISOString() };
@@ -88,10 +88,11 @@ export async function createUser(db: Queryable, name: string, globalRole: Role):
   return rows[0] ? { user: toUser(rows[0]), token } : null;
 }
 
-/** Replaces the user's token; the old one stops working with this statement. */
+/** Replaces the user's token; the old one, and every console session signed in with it, stop working here. */
 export async function rotateToken(db: Queryable, user: UserRecord): Promise<string> {
   const token = newToken();
   await db.query('UPDATE users SET token_hash = $2 WHERE id = $1 AND deleted_at IS NULL', [user.id, hashToken(token)]);
+  await db.query('DELETE FROM console_sessions WHERE user_id = $1', [user.id]);
   return token;
 }
 

@@ -4,11 +4,11 @@ import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { crc32, deflateSync } from 'node:zlib';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
+import { CHROMIUM_PATH, launchChromium } from './helpers/chromium.js';
 
 const launcher = fileURLToPath(new URL('../examples/image-server/tests/launch_ui.py', import.meta.url));
 const python = '/usr/bin/python3';
-const chromiumPath = '/usr/bin/chromium';
 const screenshotPath = '/tmp/image-server-ui.png';
 
 interface RunningUi {
@@ -93,15 +93,11 @@ describe('image server web page (headless Chromium)', function () {
   let page: Page;
 
   before(async () => {
-    for (const needed of [chromiumPath, python]) {
+    for (const needed of [CHROMIUM_PATH, python]) {
       if (!existsSync(needed)) throw new Error(`${needed} is missing: run scripts/install-image-server-deps.sh`);
     }
     ui = await startUi();
-    browser = await chromium.launch({
-      executablePath: chromiumPath,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-        '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    });
+    browser = await launchChromium();
   });
 
   after(async () => {

@@ -25,6 +25,7 @@ export function registerServer(cli: CAC): void {
         `Applied config: ${server.configPath}`,
         `Admin token:    ${shown ? server.adminToken : '(from ORCHESTRATOR_SERVER_ADMIN_TOKEN, not shown)'}`,
         `Server URL:     ${server.url}`,
+        `Web console:    ${server.url}/ (sign in with a user token)`,
         '',
         `In another terminal: orchestrator project add --name main --url ${server.url} --token ${token}`,
         '',

@@ -1,0 +1,60 @@
+import { build } from 'esbuild';
+import { mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { consoleBuildDir } from '../server/console-assets.js';
+
+const entry = fileURLToPath(new URL('./src/main.tsx', import.meta.url));
+
+/**
+ * Bundles the console into `outDir`: its script and stylesheet under assets/ with a hash of their content in their
+ * names, and index.html, written last and at once, naming them; the files of earlier builds are removed. Nothing is
+ * loaded from anywhere else.
+ */
+export async function buildConsole(outDir = consoleBuildDir()): Promise<void> {
+  const assets = join(outDir, 'assets');
+  mkdirSync(assets, { recursive: true });
+  const result = await build({
+    entryPoints: { console: entry },
+    bundle: true,
+    minify: true,
+    sourcemap: 'linked',
+    format: 'esm',
+    target: ['es2020'],
+    jsx: 'automatic',
+    jsxImportSource: 'preact',
+    outdir: assets,
+    entryNames: '[name]-[hash]',
+    metafile: true,
+    legalComments: 'linked',
+    logLevel: 'warning',
+  });
+  const outputs = Object.keys(result.metafile.outputs).map((path) => basename(path));
+  const script = outputs.find((name) => name.endsWith('.js'));
+  const style = outputs.find((name) => name.endsWith('.css'));
+  if (!script || !style) throw new Error(`the console build made no script or no stylesheet: ${outputs.join(', ')}`);
+  const index = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="color-scheme" content="light dark">
+<title>orchestrator</title>
+<link rel="stylesheet" href="/assets/${style}">
+<script type="module" src="/assets/${script}"></script>
+</head>
+<body><div id="app"></div></body>
+</html>
+`;
+  const staging = join(outDir, `index.html.${process.pid}`);
+  writeFileSync(staging, index);
+  renameSync(staging, join(outDir, 'index.html'));
+  for (const stale of readdirSync(assets).filter((name) => !outputs.includes(name))) rmSync(join(assets, stale), { force: true });
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const at = process.argv.indexOf('--out');
+  const outDir = at === -1 ? consoleBuildDir() : process.argv[at + 1];
+  await buildConsole(outDir);
+  process.stdout.write(`console built into ${outDir}\n`);
+}

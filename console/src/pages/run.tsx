@@ -1,0 +1,95 @@
+import type { Event, Run } from '../../../api/objects.js';
+import { FINISHED_RUN_STATUSES } from '../../../api/status.js';
+import { useEffect, useState } from 'preact/hooks';
+import { ApiFailure, call, projectPath } from '../api.js';
+import { Age, gpuText, priceText, useNow } from '../format.js';
+import type { LiveRuns } from '../live-runs.js';
+import { LogView } from '../log-view.js';
+import { Link } from '../navigation.js';
+import { StopButtons } from '../stop-buttons.js';
+import { StatusText } from './runs.js';
+
+/** One run: its status (live), its history of events, its logs as they come, and how to reach it. */
+export function RunPage({ project, name, live }: { project: string; name: string; live: LiveRuns }) {
+  const now = useNow();
+  const [fetched, setFetched] = useState<Run | null>(null);
+  const [missing, setMissing] = useState<string | null>(null);
+  const [events, setEvents] = useState<Event[]>([]);
+  const run = live.runs?.find((candidate) => candidate.name === name) ?? fetched;
+  const runPath = `${projectPath(project)}/runs/${encodeURIComponent(name)}`;
+
+  useEffect(() => {
+    setFetched(null);
+    setMissing(null);
+    call<Run>('GET', runPath).then(setFetched, (failure) => setMissing(failure instanceof ApiFailure ? failure.message : String(failure)));
+  }, [runPath]);
+  useEffect(() => {
+    call<Event[]>('GET', `${projectPath(project)}/events?object=${encodeURIComponent(name)}`).then(setEvents, () => undefined);
+  }, [project, name, run?.status, run?.statusMessage]);
+
+  if (!run) {
+    return missing ? <p class="empty">{missing}. <Link to={`/projects/${encodeURIComponent(project)}/runs`}>Back to the runs</Link></p> : <p class="muted">Loading…</p>;
+  }
+  return (
+    <section class="run">
+      <div class="toolbar">
+        <h2>{run.name}</h2>
+        <StopButtons run={run} />
+      </div>
+      <dl class="facts">
+        <dt>Status</dt><dd><StatusText run={run} /></dd>
+        <dt>Kind</dt><dd>{run.kind}</dd>
+        <dt>User</dt><dd>{run.user}</dd>
+        <dt>Fleet</dt><dd>{run.fleet ?? '—'}</dd>
+        <dt>Instance</dt><dd>{run.instance ?? '—'}</dd>
+        <dt>GPU</dt><dd>{gpuText(run.gpu)}</dd>
+        <dt>Price</dt><dd>{priceText(run.pricePerHour)}</dd>
+        <dt>Submitted</dt><dd><Age at={run.submittedAt} now={now} /></dd>
+        {run.exitCode !== null && <><dt>Exit code</dt><dd>{run.exitCode}</dd></>}
+        {run.attempt > 1 && <><dt>Attempt</dt><dd>{run.attempt}</dd></>}
+      </dl>
+      <Connect run={run} />
+      {run.service && <ServicePanel run={run} service={run.service} />}
+      <LogView project={project} run={name} />
+      <h3>History</h3>
+      {events.length === 0 ? <p class="muted">No events yet.</p> : (
+        <table class="events">
+          <thead><tr><th>When</th><th>Reason</th><th>Message</th></tr></thead>
+          <tbody>{events.map((event) => (
+            <tr key={event.id}><td><Age at={event.createdAt} now={now} /></td><td>{event.reason}</td><td>{event.message}</td></tr>
+          ))}</tbody>
+        </table>
+      )}
+    </section>
+  );
+}
+
+function Connect({ run }: { run: Run }) {
+  if (FINISHED_RUN_STATUSES.includes(run.status)) return null;
+  return (
+    <div class="connect">
+      <h3>Connect</h3>
+      {run.ssh ? <pre>orchestrator ssh {run.name}</pre>
+        : <p class="muted">SSH opens once the run is running: <code>orchestrator ssh {run.name}</code></p>}
+    </div>
+  );
+}
+
+function ServicePanel({ run, service }: { run: Run; service: NonNullable<Run['service']> }) {
+  const urls = [`${location.origin}${service.path}`, service.modelPath && `${location.origin}${service.modelPath}`, service.gatewayUrl, service.gatewayModelUrl]
+    .filter((url): url is string => !!url);
+  return (
+    <div class="service">
+      <h3>Service</h3>
+      <ul class="urls">{urls.map((url) => <li key={url}><code>{url}</code></li>)}</ul>
+      {service.model && <p>Model <code>{service.model}</code></p>}
+      <table>
+        <thead><tr><th>Replica</th><th>State</th><th>Generation</th><th>Instance</th><th>Message</th></tr></thead>
+        <tbody>{service.replicas.map((replica) => (
+          <tr key={replica.replica}><td>{run.name}-{replica.replica}</td><td class="replica-state">{replica.state}</td><td>{replica.generation}</td><td>{replica.instance ?? '—'}</td><td>{replica.statusMessage}</td></tr>
+        ))}</tbody>
+      </table>
+      <p class="muted">{service.replicas.length} of {service.desiredReplicas} desired replicas</p>
+    </div>
+  );
+}

@@ -1,0 +1,159 @@
+import { expect } from 'chai';
+import { hashToken } from '../store/projects.js';
+import { builtConsole, signInToConsole } from './helpers/console.js';
+import { DATABASE_KINDS } from './helpers/databases.js';
+import { LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
+
+const sleeper = (name: string) => ({ spec: { type: 'task', name, commands: ['sleep 600'] } });
+
+for (const kind of DATABASE_KINDS) {
+  describe(`the console's session and files on ${kind}`, function () {
+    this.timeout(60_000);
+    let server: TestServer;
+    before(async () => {
+      server = await startTestServer(kind, LOCAL_CONFIG, { consoleDir: await builtConsole() });
+    });
+    after(async () => { await server.stop(); });
+
+    const withCookie = (cookie: string, method: string, path: string, options: { csrf?: string; body?: unknown } = {}) => fetch(`${server.url}${path}`, {
+      method,
+      headers: { cookie, 'content-type': 'application/json', ...(options.csrf === undefined ? {} : { 'x-csrf-token': options.csrf }) },
+      body: options.body === undefined ? undefined : JSON.stringify(options.body),
+    });
+
+    it('refuses a wrong token with a message and no cookie', async () => {
+      const answer = await signInToConsole(server.url, 'not-a-token');
+      expect(answer.status).to.equal(401);
+      expect(answer.setCookie).to.equal('');
+      expect(answer.body.error.message).to.match(/not valid/);
+    });
+
+    it('refuses a sign-in that another site could have made: not JSON, or from another origin', async () => {
+      const signIn = (headers: Record<string, string>) => fetch(`${server.url}/api/session`, { method: 'POST', headers, body: JSON.stringify({ token: server.adminToken }) });
+      const form = await signIn({ 'content-type': 'text/plain' });
+      expect(form.status).to.equal(415);
+      const elsewhere = await signIn({ 'content-type': 'application/json', origin: 'http://evil.example' });
+      expect(elsewhere.status).to.equal(403);
+      for (const refused of [form, elsewhere]) expect(refused.headers.get('set-cookie')).to.equal(null);
+      expect((await signIn({ 'content-type': 'application/json', origin: server.url })).status).to.equal(201);
+    });
+
+    it('exchanges a token for an httpOnly SameSite=Strict cookie, kept hashed, that reads the API as that user', async () => {
+      const session = await signInToConsole(server.url, server.adminToken);
+      expect(session.status).to.equal(201);
+      expect(session.setCookie).to.match(/^orchestrator_session=[0-9a-f]{64}; Path=\/; HttpOnly; SameSite=Strict; Max-Age=\d+$/);
+      expect(JSON.stringify(session.body)).not.to.include(server.adminToken);
+      expect(session.body.user).to.include({ name: 'admin', admin: true });
+      const cookieToken = session.cookie.split('=')[1];
+      const stored = await server.db.query<{ token_hash: string }>('SELECT token_hash FROM console_sessions');
+      expect(stored.map((row) => row.token_hash)).to.include(hashToken(cookieToken)).and.not.to.include(cookieToken);
+
+      const runs = await withCookie(session.cookie, 'GET', '/api/projects/main/runs');
+      expect(runs.status).to.equal(200);
+      const again = await (await withCookie(session.cookie, 'GET', '/api/session')).json();
+      expect(again.csrfToken).to.equal(session.csrfToken);
+    });
+
+    it('refuses a change made with the cookie without the CSRF token, and stores nothing', async () => {
+      const session = await signInToConsole(server.url, server.adminToken);
+      for (const csrf of [undefined, '', 'f'.repeat(64)]) {
+        const refused = await withCookie(session.cookie, 'POST', '/api/projects/main/runs/apply', { csrf, body: sleeper('forged') });
+        expect(refused.status, `csrf ${csrf}`).to.equal(403);
+        expect((await refused.json()).error.code).to.equal('csrf');
+      }
+      expect((await server.api('GET', '/api/projects/main/runs?all=true')).body).to.deep.equal([]);
+      const applied = await withCookie(session.cookie, 'POST', '/api/projects/main/runs/apply', { csrf: session.csrfToken, body: sleeper('from-console') });
+      expect(applied.status).to.equal(201);
+      expect((await applied.json()).user).to.equal('admin');
+      const stopped = await withCookie(session.cookie, 'POST', '/api/projects/main/runs/from-console/stop', { csrf: session.csrfToken, body: { abort: true } });
+      expect(stopped.status).to.equal(202);
+    });
+
+    it('refuses an expired session, and one whose token was rotated', async () => {
+      const { body: bob } = await server.api('POST', '/api/users', { name: 'bob' });
+      const expiring = await signInToConsole(server.url, bob.token);
+      const rotated = await signInToConsole(server.url, bob.token);
+      await server.db.query(`UPDATE console_sessions SET expires_at = now() - interval '1 second' WHERE token_hash = $1`, [hashToken(expiring.cookie.split('=')[1])]);
+      const expired = await withCookie(expiring.cookie, 'GET', '/api/projects');
+      expect(expired.status).to.equal(401);
+      expect((await expired.json()).error.message).to.match(/expired or was signed out; sign in again/);
+      expect((await withCookie(rotated.cookie, 'GET', '/api/projects')).status).to.equal(200);
+      await server.api('POST', '/api/users/bob/rotate-token');
+      expect((await withCookie(rotated.cookie, 'GET', '/api/projects')).status).to.equal(401);
+    });
+
+    it('signs out only with the CSRF token, and the cookie then opens nothing', async () => {
+      const session = await signInToConsole(server.url, server.adminToken);
+      expect((await withCookie(session.cookie, 'DELETE', '/api/session')).status).to.equal(403);
+      const out = await withCookie(session.cookie, 'DELETE', '/api/session', { csrf: session.csrfToken });
+      expect(out.status).to.equal(204);
+      expect(out.headers.get('set-cookie')).to.match(/^orchestrator_session=; .*Max-Age=0/);
+      expect((await withCookie(session.cookie, 'GET', '/api/projects/main/runs')).status).to.equal(401);
+    });
+
+    it('keeps Bearer tokens working beside the cookie', async () => {
+      expect((await server.api('GET', '/api/projects/main/runs')).status).to.equal(200);
+      expect((await server.api('GET', '/api/projects/main/runs', undefined, 'wrong')).status).to.equal(401);
+    });
+
+    it('streams the runs list live: the list at once, and a run applied elsewhere without asking again', async () => {
+      const session = await signInToConsole(server.url, server.adminToken);
+      const abort = new AbortController();
+      const response = await fetch(`${server.url}/api/projects/main/live`, { headers: { cookie: session.cookie }, signal: abort.signal });
+      expect(response.headers.get('content-type')).to.match(/^text\/event-stream/);
+      const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+      let received = '';
+      const nextRuns = async (): Promise<Array<{ name: string }>> => {
+        for (;;) {
+          const end = received.indexOf('\n\n');
+          if (end !== -1) {
+            const message = received.slice(0, end);
+            received = received.slice(end + 2);
+            const data = /^event: runs\ndata: (.*)$/m.exec(message);
+            if (data) return JSON.parse(data[1]);
+            continue;
+          }
+          const { value, done } = await reader.read();
+          if (done) throw new Error('the live stream ended');
+          received += value;
+        }
+      };
+      try {
+        const before = (await nextRuns()).map((run) => run.name);
+        expect(before).not.to.include('streamed');
+        await server.api('POST', '/api/projects/main/runs/apply', sleeper('streamed'));
+        let names: string[] = [];
+        while (!names.includes('streamed')) names = (await nextRuns()).map((run) => run.name);
+        await server.api('POST', '/api/projects/main/runs/streamed/stop', { abort: true });
+      } finally {
+        abort.abort();
+      }
+    });
+
+    it('serves the console at / and at every page, index.html uncached, hashed files for a year, under a CSP without inline scripts', async () => {
+      for (const path of ['/', '/projects/main/runs', '/projects/main/runs/some-run']) {
+        const page = await fetch(`${server.url}${path}`);
+        expect(page.status, path).to.equal(200);
+        expect(page.headers.get('content-type')).to.match(/^text\/html/);
+        expect(page.headers.get('cache-control')).to.equal('no-cache');
+        const csp = page.headers.get('content-security-policy')!;
+        expect(csp).to.include("script-src 'self'").and.not.to.include('unsafe-inline').and.not.to.include('unsafe-eval');
+        const html = await page.text();
+        expect(html).not.to.match(/<script>|<script [^>]*>[^<]/);
+        const assets = [...html.matchAll(/(?:src|href)="(\/assets\/[^"]+)"/g)].map((match) => match[1]);
+        expect(assets).to.have.length(2);
+        for (const asset of assets) {
+          expect(asset).to.match(/-[A-Z0-9]{8}\.(js|css)$/);
+          const file = await fetch(`${server.url}${asset}`);
+          expect(file.status, asset).to.equal(200);
+          expect(file.headers.get('cache-control')).to.equal('public, max-age=31536000, immutable');
+        }
+      }
+      const missing = await fetch(`${server.url}/assets/console-NOSUCH00.js`);
+      expect(missing.status).to.equal(404);
+      const api = await fetch(`${server.url}/api/no-such-route`);
+      expect(api.status).to.equal(404);
+      expect((await api.json()).error.code).to.equal('not_found');
+    });
+  });
+}

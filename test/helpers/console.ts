@@ -1,0 +1,37 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+const BUILD_SCRIPT = fileURLToPath(new URL('../../console/build.ts', import.meta.url));
+
+let built: Promise<string> | null = null;
+
+/** The console built by its own build script into a folder of this test process, so that parallel suites never share one. */
+export function builtConsole(): Promise<string> {
+  built ??= (async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'orch-console-'));
+    await promisify(execFile)(process.execPath, ['--import', 'tsx', BUILD_SCRIPT, '--out', dir]);
+    return dir;
+  })();
+  return built;
+}
+
+export interface ConsoleSignIn {
+  status: number;
+  /** `name=value` of the session cookie, as a browser sends it back. */
+  cookie: string;
+  setCookie: string;
+  csrfToken: string;
+  body: any;
+}
+
+/** Signs in as the console does: the token in the body, the session in the answer's cookie. */
+export async function signInToConsole(url: string, token: string): Promise<ConsoleSignIn> {
+  const response = await fetch(`${url}/api/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token }) });
+  const setCookie = response.headers.get('set-cookie') ?? '';
+  const body = await response.json();
+  return { status: response.status, setCookie, cookie: setCookie.split(';')[0], csrfToken: body.csrfToken ?? '', body };
+}
