@@ -252,11 +252,12 @@ export const RunPlan = Type.Object({
   offerErrors: Type.Array(Type.String()),
   problem: Type.Union([Type.String(), Type.Null()]),
   /**
-   * What the problem does to the run if it is submitted anyway: `fails` at once (no fleet matches it, no offers, its
-   * name is taken by a live run), or waits until a fleet is applied for it (`no_fleet`). Null when there is no problem,
-   * or the run only waits its turn for capacity. `apply` submits a run with one only when asked (`--queue`).
+   * What the problem does to the run if it is submitted anyway: `fails` at once (no fleet matches it, no offers), or
+   * waits until a fleet is applied for it (`no_fleet`); `name_in_use`: a live run has its name, and the server refuses
+   * it. Null when there is no problem, or the run only waits its turn for capacity. `apply` submits a run that fails or
+   * waits only when asked (`--queue`), and one whose name is in use never.
    */
-  blocking: Type.Union([Type.Literal('fails'), Type.Literal('no_fleet'), Type.Null()]),
+  blocking: Type.Union([Type.Literal('fails'), Type.Literal('no_fleet'), Type.Literal('name_in_use'), Type.Null()]),
   /** For a scheduled task: when its first run (or, for an update, its next) will be submitted. */
   schedule: Type.Optional(Type.Object({ cron: Type.Array(Type.String()), nextRunAt: Timestamp })),
 });

@@ -63,7 +63,7 @@ async function apply(flags: ApplyFlags): Promise<number> {
     const fleets = confirmed.map((c) => c.spec).filter((spec): spec is FleetSpec => spec.type === 'fleet');
     const { spec } = loaded;
     const wanted = spec.type === 'gateway' ? await planGateway(client, spec, yes)
-      : spec.type === 'fleet' ? await planFleet(client, spec, yes) : await planRun(client, spec, fleets, yes, flags.queue === true);
+      : spec.type === 'fleet' ? await planFleet(client, spec, yes) : await planRun(client, { ...loaded, spec }, fleets, yes, flags.queue === true);
     if (wanted) confirmed.push(loaded);
   }
   if (confirmed.length === 0) return 0;
@@ -142,10 +142,11 @@ async function planGateway(client: ApiClient, spec: GatewaySpec, yes: boolean): 
  * Shows the run's plan, counting the fleets of this apply as already there; whether the user wants it submitted.
  * A problem that holds the run ends the apply, with nothing applied, unless `queue` asks to submit it anyway.
  */
-async function planRun(client: ApiClient, spec: RunSpec, fleets: FleetSpec[], yes: boolean, queue: boolean): Promise<boolean> {
+async function planRun(client: ApiClient, { spec, file }: LoadedSpec & { spec: RunSpec }, fleets: FleetSpec[], yes: boolean, queue: boolean): Promise<boolean> {
   const plan = await client.post<RunPlan>(client.projectPath('/runs/plan'), { spec, ...(fleets.length > 0 ? { fleets } : {}) });
   process.stderr.write(renderRunPlan(spec, plan));
   const label = plan.name ? `${spec.type} ${plan.name}` : spec.type;
+  if (plan.blocking === 'name_in_use') throw new CliError(`nothing was applied: ${file}: ${plan.problem}`);
   if (plan.blocking && plan.problem && !queue) {
     const problem = plan.problem.replace(/^waiting: /, '');
     throw new CliError(plan.blocking === 'no_fleet'

@@ -194,7 +194,7 @@ async function landingRuntime(project: ProjectRecord, placement: Placement, cand
  * name. A scheduled task, and a service that may run no replica, place nothing now: their problem holds nothing yet.
  */
 function planProblem(spec: RunSpec, placement: ReturnType<typeof placeNodes>, live: RunRecord | null): Pick<RunPlan, 'problem' | 'blocking'> {
-  if (live) return { problem: stillActive(live), blocking: 'fails' };
+  if (live) return { problem: stillActive(live), blocking: 'name_in_use' };
   if ((spec.type === 'task' && spec.schedule) || (spec.type === 'service' && serviceSettings(spec).replicas.min === 0)) {
     return { problem: placement.kind === 'fail' || placement.kind === 'wait' ? placement.message : null, blocking: null };
   }
