@@ -191,11 +191,12 @@ async function landingRuntime(project: ProjectRecord, placement: Placement, cand
 
 /**
  * The plan's problem, and what it does to the run if the run is submitted anyway; `live` is an active run that holds its
- * name. A scheduled task, and a service that may run no replica, place nothing now: their problem holds nothing yet.
+ * name. A scheduled task, and a service that may run no replica, place nothing now, and an update of a live service
+ * rolls out while its replicas serve (a generation that cannot be placed waits): their problem holds nothing yet.
  */
-function planProblem(spec: RunSpec, placement: ReturnType<typeof placeNodes>, live: RunRecord | null): Pick<RunPlan, 'problem' | 'blocking'> {
+function planProblem(spec: RunSpec, placement: ReturnType<typeof placeNodes>, live: RunRecord | null, updatesLiveService: boolean): Pick<RunPlan, 'problem' | 'blocking'> {
   if (live) return { problem: stillActive(live), blocking: 'name_in_use' };
-  if ((spec.type === 'task' && spec.schedule) || (spec.type === 'service' && serviceSettings(spec).replicas.min === 0)) {
+  if ((spec.type === 'task' && spec.schedule) || (spec.type === 'service' && (updatesLiveService || serviceSettings(spec).replicas.min === 0))) {
     return { problem: placement.kind === 'fail' || placement.kind === 'wait' ? placement.message : null, blocking: null };
   }
   if (placement.kind === 'fail') {
@@ -258,7 +259,7 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
     offers,
     offersTotal: matching.length,
     offerErrors: [...new Set([...listings.values()].flatMap((listing) => listing.errors))],
-    ...planProblem(spec, placement, existing && !existingService && !existingSchedule && !FINISHED_RUN_STATUSES.includes(existing.status) ? existing : null),
+    ...planProblem(spec, placement, existing && !existingService && !existingSchedule && !FINISHED_RUN_STATUSES.includes(existing.status) ? existing : null, existingService),
     ...(nextTickAt && spec.type === 'task' && spec.schedule ? { schedule: { cron: cronExpressions(spec.schedule), nextRunAt: nextTickAt.toISOString() } } : {}),
   };
 }
