@@ -1,4 +1,4 @@
-import type { GpuInfo } from '../../api/offer.js';
+import { formatDollars, type GpuInfo } from '../../api/offer.js';
 import { useEffect, useState } from 'preact/hooks';
 
 /** Re-renders its caller every `ms`, so that relative times stay true. */
@@ -32,5 +32,5 @@ export function gpuText(gpu: GpuInfo | null): string {
 
 export function priceText(pricePerHour: number | null): string {
   if (pricePerHour === null) return '—';
-  return pricePerHour === 0 ? '$0/h' : `$${pricePerHour.toFixed(pricePerHour < 1 ? 3 : 2)}/h`;
+  return `${formatDollars(pricePerHour)}/h`;
 }
