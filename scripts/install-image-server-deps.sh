@@ -23,12 +23,7 @@ fi
 uv_version=0.9.30
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/orchestrator/image-server"
 venv="${IMAGE_SERVER_VENV:-$cache/venv}"
-requirements=$(/usr/bin/python3 - "$repo/examples/image-server/server.py" <<'EOF'
-import re, sys, tomllib
-block = re.search(r"^# /// script\n((?:#.*\n)*?)# ///$", open(sys.argv[1]).read(), re.MULTILINE).group(1)
-print("\n".join(tomllib.loads("".join(line[2:] + "\n" for line in block.splitlines()))["dependencies"]))
-EOF
-)
+requirements=$(/usr/bin/python3 "$repo/examples/image-server/pinned_requirements.py")
 [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.requirements" 2>/dev/null)" = "$requirements" ] && exit 0
 
 tool="$cache/uv-$uv_version"

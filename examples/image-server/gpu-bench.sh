@@ -29,7 +29,7 @@ else
   python="$venv/bin/python"
   if [ ! -x "$python" ]; then
     python3 -m venv "$venv"
-    requirements=$(sed -n '/^# dependencies = \[/,/^# \]/p' "$here/server.py" | sed -n 's/^#     "\(.*\)",$/\1/p')
+    requirements=$(python3 "$here/pinned_requirements.py")
     # shellcheck disable=SC2086
     "$venv/bin/pip" install --quiet $requirements
   fi
