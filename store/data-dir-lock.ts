@@ -1,19 +1,11 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { isProcessAlive } from '../backends/processes.js';
 
 /** Another live process holds the embedded data directory: opening it too would corrupt it. */
 export class DataDirInUseError extends Error {
   constructor(readonly dataDir: string, readonly pid: number) {
     super(`the embedded database in ${dataDir} is in use by the process with pid ${pid}`);
     this.name = 'DataDirInUseError';
-  }
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 
@@ -33,7 +25,7 @@ export function lockDataDir(dataDir: string): () => void {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
     }
     const holder = holderOf(path);
-    if (holder !== null && isAlive(holder)) throw new DataDirInUseError(dataDir, holder);
+    if (holder !== null && isProcessAlive(holder)) throw new DataDirInUseError(dataDir, holder);
     rmSync(path, { force: true });
   }
 }
