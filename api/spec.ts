@@ -42,6 +42,9 @@ function duration(check: keyof typeof DURATION_EXPECTED, description: string, fa
 }
 
 export const Duration = duration('duration', 'A duration such as 30s, 5m, 2h, 3d, 1w or 1h30m; a bare number is seconds');
+/** How long an instance above its fleet's minimum may stay idle when the fleet's idle_duration does not say. */
+export const DEFAULT_IDLE_DURATION = '5m';
+
 const durationOrOff = (description: string, fallback?: string) =>
   duration('duration-or-off', `${description}: a duration such as 30m or 1h30m, a number of seconds, or off`, fallback);
 
@@ -208,7 +211,7 @@ export const FleetSpec = Type.Object({
   type: Type.Literal('fleet'),
   name: Name,
   nodes: Type.Union([Type.String(), Type.Integer()], checked('nodes', 'a number of nodes such as 2 or a range such as 0..2', 'Instances the fleet keeps: n (exactly) or min..max')),
-  idle_duration: Type.Optional(durationOrOff('How long an instance may stay idle above the minimum before it is released', '5m')),
+  idle_duration: Type.Optional(durationOrOff('How long an instance may stay idle above the minimum before it is released', DEFAULT_IDLE_DURATION)),
   backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends to provision from; all configured ones when left out' })),
   resources: Type.Optional(Resources),
 }, { additionalProperties: false, description: 'A pool of instances that runs are placed on' });

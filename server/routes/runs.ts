@@ -1,7 +1,8 @@
 import Router from '@koa/router';
 import type { JobFile, JobRepo } from '../../api/agent.js';
 import { cronExpressions, formatUtc, nextTick } from '../../api/cron.js';
-import { isDnsLabel, randomRunName } from '../../api/names.js';
+import { isDnsLabel } from '../../api/names.js';
+import { randomRunName } from '../run-names.js';
 import { fieldsNotActedOn, type JobRuntime } from '../../api/not-acted-on.js';
 import type { RunPlan } from '../../api/objects.js';
 import { describeRequirement, describeRequirementInWords, intersectRequirements, normalizeResources, offerSatisfies } from '../../api/resources.js';
