@@ -286,6 +286,11 @@ for (const kind of DATABASE_KINDS) {
       expect(await page.locator('pre[data-token]').count()).to.equal(0);
 
       const row = page.locator('tr[data-user="temp-user"]');
+      // Escape answers no, and gives the keyboard back to the button.
+      await row.getByRole('button', { name: 'Rotate token' }).click();
+      await page.keyboard.press('Escape');
+      await eventually(async () => (await row.getByRole('button', { name: 'Rotate token' }).evaluate((button) => button === document.activeElement)), WAIT_MS, 'the focus back on Rotate token');
+      expect((await server.api('GET', '/api/projects', undefined, token)).status, 'nothing was rotated').to.equal(200);
       await row.getByRole('button', { name: 'Rotate token' }).click();
       await row.getByRole('button', { name: 'Yes, rotate' }).click();
       const rotated = (await page.locator('pre[data-token]').textContent({ timeout: WAIT_MS }))!;

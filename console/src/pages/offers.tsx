@@ -56,7 +56,7 @@ export function OffersPage({ project, query }: { project: string; query: URLSear
   const select = (name: string, label: string, options: string[], any = 'any') => (
     <label>{label} <select aria-label={label} value={filter(name)} onChange={(event) => setQueryFilter(query, name, (event.target as HTMLSelectElement).value)}>
       <option value="">{any}</option>
-      {options.map((value) => <option value={value}>{value}</option>)}
+      {(filter(name) && !options.includes(filter(name)) ? [...options, filter(name)] : options).map((value) => <option value={value}>{value}</option>)}
     </select></label>
   );
   const number = (name: string, label: string, step: string) => (

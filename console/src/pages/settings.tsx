@@ -4,7 +4,7 @@ import type { SecretInfo, SecretRequest } from '../../../api/secrets.js';
 import { call, projectPath } from '../api.js';
 import { ConfirmButton } from '../confirm-button.js';
 import { Age, useNow } from '../format.js';
-import { useApi } from '../use-api.js';
+import { useApi, type ApiRead } from '../use-api.js';
 
 const ROLES: Role[] = ['user', 'admin'];
 
@@ -48,7 +48,7 @@ export function SettingsPage({ project, session }: { project: string; session: C
   );
 }
 
-function Members({ project, members, admin, self }: { project: string; members: ReturnType<typeof useApi<Member[]>>; admin: boolean; self: string }) {
+function Members({ project, members, admin, self }: { project: string; members: ApiRead<Member[]>; admin: boolean; self: string }) {
   const [user, setUser] = useState('');
   const [role, setRole] = useState<Role>('user');
   const form = useSubmit();
