@@ -1,17 +1,19 @@
 import { expect } from 'chai';
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import type { Run } from '../api/objects.js';
 import type { WebhookDelivery, WebhookPayload } from '../api/webhooks.js';
+import { startServer, type RunningServer, type ServerOptions } from '../server/server.js';
 import { recordEvent } from '../store/events.js';
 import { getProject } from '../store/projects.js';
 import { endCliSuite, runCli, show, startLocalCliSuite, type CliResult, type LocalCliSuite } from './helpers/cli.js';
-import { DATABASE_KINDS } from './helpers/databases.js';
+import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
 import { freePort } from './helpers/ports.js';
-import { eventually } from './helpers/server.js';
+import { eventually, LOCAL_CONFIG, pgliteTemplate } from './helpers/server.js';
 
 const REPO = resolve(import.meta.dirname, '..');
 
@@ -141,6 +143,8 @@ for (const kind of DATABASE_KINDS) {
       const hooks = JSON.parse(listed.stdout) as Record<string, unknown>[];
       expect(hooks.find((h) => h.id === hook.id)).to.deep.include({ url: `${receiver.url}/signed`, events: ['run.*'] });
       expect(listed.stdout).to.not.include(hook.secret);
+      const [stored] = await suite.server.db.query<{ sealed_secret: string }>('SELECT sealed_secret FROM webhooks WHERE id = $1', [hook.id]);
+      expect(stored!.sealed_secret).to.match(/^v1:/).and.not.include(hook.secret.slice('whsec_'.length));
       const table = await cli(['webhook', 'list']);
       expect(table.stdout).to.match(new RegExp(`${hook.id}\\s+${receiver.url}/signed\\s+run\\.\\*`));
     });
@@ -211,6 +215,75 @@ for (const kind of DATABASE_KINDS) {
       expect(gone.stderr).to.include(`webhook ${hook.id} not found in project main`);
       await new Promise((done) => setTimeout(done, 1500));
       expect(receiver.at('/budget')).to.have.length(2);
+    });
+  });
+}
+
+for (const kind of DATABASE_KINDS) {
+  describe(`webhook deliveries across a server restart (${kind})`, function () {
+    this.timeout(90_000);
+
+    it('keeps a pending delivery through a restart and delivers it once; gives one up after its retry window', async () => {
+      const receiver = await startReceiver();
+      let up = false;
+      receiver.handlers.set('/later', (_, res) => {
+        res.statusCode = up ? 200 : 500;
+        res.end();
+      });
+      receiver.handlers.set('/never', (_, res) => {
+        res.statusCode = 503;
+        res.end();
+      });
+      const dir = mkdtempSync(join(tmpdir(), 'orch-webhooks-'));
+      writeFileSync(join(dir, 'config.yml'), LOCAL_CONFIG);
+      if (kind === 'pglite') cpSync(await pgliteTemplate(), join(dir, 'data'), { recursive: true });
+      const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
+      const options = (retryForMs: number): ServerOptions => ({
+        port: 0, dir, databaseUrl: scratch?.url, adminToken: 'test-admin-token', logLevel: 'error', controllerIntervalMs: 200,
+        webhookTimings: { firstRetryMs: 300, maxRetryMs: 300, timeoutMs: 5000, settleMs: 1000, retryForMs },
+      });
+      const call = async (server: RunningServer, method: string, path: string, body?: unknown) => {
+        const response = await fetch(`${server.url}${path}`, { method, headers: { authorization: 'Bearer test-admin-token', 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+        return { status: response.status, body: await response.json().catch(() => null) };
+      };
+      const budgetEvent = async (server: RunningServer, message: string) => {
+        const project = (await getProject(server.db, 'main'))!;
+        await recordEvent(server.db, { projectId: project.id, objectKind: 'project', objectId: project.id, objectName: 'main', reason: 'BudgetAlert', message });
+      };
+      let server = await startServer(options(60_000));
+      try {
+        const later = await call(server, 'POST', '/api/projects/main/webhooks', { url: `${receiver.url}/later`, events: ['budget.alert'] });
+        expect(later.status, JSON.stringify(later.body)).to.equal(201);
+        await budgetEvent(server, 'before the restart');
+        await eventually(async () => receiver.at('/later').length >= 2, 20_000, 'two failed tries');
+        await server.close();
+        const triesBefore = receiver.at('/later').length;
+        up = true;
+        server = await startServer(options(1500));
+        const delivered = await eventually(async () => {
+          const [delivery] = (await call(server, 'GET', `/api/projects/main/webhooks/${later.body.id}/deliveries`)).body as WebhookDelivery[];
+          return delivery?.status === 'delivered' ? delivery : null;
+        }, 20_000, 'the delivery after the restart');
+        expect(delivered.tries.map((t) => t.statusCode)).to.deep.equal([...Array(triesBefore).fill(500), 200]);
+        expect(receiver.at('/later').map((r) => r.payload.message)).to.deep.equal(Array(triesBefore + 1).fill('before the restart'));
+
+        const never = await call(server, 'POST', '/api/projects/main/webhooks', { url: `${receiver.url}/never`, events: ['budget.*'] });
+        await budgetEvent(server, 'nobody hears this');
+        const failed = await eventually(async () => {
+          const [delivery] = (await call(server, 'GET', `/api/projects/main/webhooks/${never.body.id}/deliveries`)).body as WebhookDelivery[];
+          return delivery?.status === 'failed' ? delivery : null;
+        }, 20_000, 'the delivery to be given up');
+        expect(failed.nextAttemptAt).to.equal(null);
+        expect(failed.tries.length).to.be.at.least(2);
+        expect(failed.tries.every((t) => t.statusCode === 503)).to.equal(true);
+        await new Promise((done) => setTimeout(done, 1000));
+        expect(receiver.at('/never')).to.have.length(failed.tries.length);
+      } finally {
+        await server.close().catch(() => undefined);
+        await receiver.close();
+        await scratch?.drop();
+        rmSync(dir, { recursive: true, force: true });
+      }
     });
   });
 }
