@@ -58,6 +58,16 @@ for (const kind of ONE_DATABASE) {
       await stop('thrifty');
     });
 
+    it('holds a fleet\'s max_price for every run on it, and its plan says so', async () => {
+      const capped = { type: 'fleet', name: 'capped', backends: ['gpucloud'], nodes: '0..2', resources: { gpu: 'H100' }, max_price: 1 };
+      const fleetPlan = await suite.server.api('POST', '/api/projects/main/fleets/plan', { spec: capped });
+      expect(fleetPlan.body.problem).to.equal('no offer at or under $1.00/h: the cheapest matching is H100 at $2.50/h');
+      const runPlan = await suite.server.api('POST', '/api/projects/main/runs/plan', {
+        spec: { type: 'task', fleets: ['capped'], resources: { gpu: 'H100' }, commands: ['sleep 300'], max_price: 5 }, fleets: [capped],
+      });
+      expect(runPlan.body.problem).to.equal('waiting: no offer at or under $1.00/h: the cheapest matching is H100 at $2.50/h in fleet capped; fleet l4 is not among fleets: [capped]; fleet any is not among fleets: [capped]');
+    });
+
     it('counts a service\'s max_price per replica', async () => {
       await suite.apply('svc', 'type: service\nname: svc\nfleets: [any]\nport: 8000\nreplicas: 2\nmax_price: 1\nauth: false\nresources:\n  gpu: 24GB..\ncommands:\n  - sleep 300\n');
       const replicas = await eventually(async () => {
