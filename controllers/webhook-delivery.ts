@@ -5,7 +5,7 @@ import { CHANNELS } from '../store/channels.js';
 import type { Db } from '../store/db.js';
 import type { SecretBox } from '../store/secrets.js';
 import {
-  claimDueDeliveries, eventsForWebhook, lockWebhooksBehind, queueDeliveries, recordTry, settledEventHorizon, webhookSecret,
+  claimDueDeliveries, eventsForWebhook, lockWebhooksBehind, pruneDeliveries, queueDeliveries, recordTry, settledEventHorizon, webhookSecret,
   type DueDelivery, type ProjectEvent,
 } from '../store/webhooks.js';
 import type { Controller } from './manager.js';
@@ -29,6 +29,9 @@ export const DEFAULT_WEBHOOK_TIMINGS: WebhookTimings = {
 /** Deliveries in flight at once per server: a receiver that hangs holds one of them for `timeoutMs` at most. */
 const CONCURRENCY = 16;
 const EVENTS_PER_WEBHOOK_PASS = 500;
+/** How long the delivery log keeps a delivery that has ended, and how often it is trimmed. */
+const DELIVERIES_KEPT_MS = 7 * 24 * 60 * 60_000;
+const PRUNE_EVERY_MS = 60 * 60_000;
 
 /** `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`, as docs/costs.md shows receivers how to check. */
 export function signDelivery(secret: string, unixSeconds: number, body: string): string {
@@ -60,6 +63,7 @@ export class WebhookDeliveryController implements Controller {
   readonly channel = CHANNELS.webhooks;
   private readonly inFlight = new Set<Promise<void>>();
   private wake: () => void = () => {};
+  private prunedAt = 0;
 
   constructor(
     private readonly db: Db,
@@ -75,6 +79,10 @@ export class WebhookDeliveryController implements Controller {
   }
 
   async pass(): Promise<void> {
+    if (Date.now() - this.prunedAt > PRUNE_EVERY_MS) {
+      await pruneDeliveries(this.db, DELIVERIES_KEPT_MS);
+      this.prunedAt = Date.now();
+    }
     await this.queueNewEvents();
     const room = CONCURRENCY - this.inFlight.size;
     if (room <= 0) return;

@@ -184,3 +184,8 @@ export async function listDeliveries(db: Queryable, webhookId: string, limit: nu
     tries: tries.filter((t) => t.delivery_id === d.id).map(toTry),
   }));
 }
+
+/** Deletes delivered and failed deliveries (with their tries) older than `keepMs`; pending ones stay until they end. */
+export async function pruneDeliveries(db: Queryable, keepMs: number): Promise<void> {
+  await db.query(`DELETE FROM webhook_deliveries WHERE status <> 'pending' AND created_at < now() - $1 * interval '1 millisecond'`, [keepMs]);
+}

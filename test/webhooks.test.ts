@@ -103,6 +103,7 @@ for (const kind of DATABASE_KINDS) {
       const cases: [unknown, number, RegExp][] = [
         [{ url: 'ftp://example.com/hook', events: ['run.*'] }, 400, /^url: expected http:\/\/ or https:\/\/, got ftp:\/\/$/],
         [{ url: 'not a url', events: ['run.*'] }, 400, /^url: "not a url" is not a URL/],
+        [{ url: `http://user:pw@${receiver.url.slice('http://'.length)}/hook`, events: ['run.*'] }, 400, /^url: a user or password in the URL is not sent/],
         [{ url: receiver.url, events: ['run.exploded'] }, 400, /^events: unknown event pattern "run.exploded"; use an event type \(run.submitted, .*budget.exceeded\), a group \(run.\*, instance.\*, budget.\*\) or \*$/],
         [{ url: receiver.url, events: [] }, 400, /^events: expected a list of event patterns/],
         [{ url: `http://127.0.0.1:${closed}/hook`, events: ['run.*'] }, 422, new RegExp(`^url: cannot connect to 127.0.0.1:${closed} \\(ECONNREFUSED\\); nothing was stored$`)],

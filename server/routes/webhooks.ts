@@ -22,6 +22,7 @@ function checkedUrl(value: unknown): URL {
     throw badRequest(`url: "${value}" is not a URL; expected one such as https://example.com/hooks/orchestrator`);
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw badRequest(`url: expected http:// or https://, got ${url.protocol}//`);
+  if (url.username || url.password) throw badRequest('url: a user or password in the URL is not sent; the signature (X-Orchestrator-Signature) is how a receiver knows the sender');
   return url;
 }
 
