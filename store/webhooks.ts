@@ -131,6 +131,8 @@ export async function claimDueDeliveries(db: Queryable, owner: string, leaseMs: 
              AND NOT EXISTS (SELECT 1 FROM webhook_deliveries sending WHERE sending.webhook_id = d.webhook_id
                                AND sending.status = 'pending' AND sending.lease_expires_at >= now())
            ORDER BY webhook_id, event_id)
+         -- Checked again on the row as locked: another server may have claimed it since the choice above was read.
+         AND status = 'pending' AND (lease_owner IS NULL OR lease_expires_at < now())
          ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED)
        RETURNING *)
      SELECT c.id, c.webhook_id, c.type, c.body, c.attempts, w.url, w.project_id, w.sealed_secret

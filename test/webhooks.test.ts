@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
@@ -288,3 +288,40 @@ for (const kind of DATABASE_KINDS) {
     });
   });
 }
+
+describe('webhooks with two servers on one Postgres database', function () {
+  this.timeout(90_000);
+
+  it('sends each event once, in order, whichever server queues and sends it', async () => {
+    const receiver = await startReceiver();
+    const database = await createScratchDatabase();
+    const config = `${LOCAL_CONFIG}secrets:\n  key: ${randomBytes(32).toString('base64')}\n`;
+    const dirs = [0, 1].map(() => mkdtempSync(join(tmpdir(), 'orch-webhooks-')));
+    const servers: RunningServer[] = [];
+    try {
+      for (const dir of dirs) {
+        writeFileSync(join(dir, 'config.yml'), config);
+        servers.push(await startServer({ port: 0, dir, databaseUrl: database.url, adminToken: 'test-admin-token', logLevel: 'error', controllerIntervalMs: 50 }));
+      }
+      const added = await fetch(`${servers[1]!.url}/api/projects/main/webhooks`, {
+        method: 'POST', headers: { authorization: 'Bearer test-admin-token', 'content-type': 'application/json' },
+        body: JSON.stringify({ url: `${receiver.url}/both`, events: ['budget.*'] }),
+      });
+      const hook = await added.json() as { secret: string };
+      expect(added.status, JSON.stringify(hook)).to.equal(201);
+      const project = (await getProject(servers[0]!.db, 'main'))!;
+      for (let n = 0; n < 20; n++) {
+        await recordEvent(servers[n % 2]!.db, { projectId: project.id, objectKind: 'project', objectId: project.id, objectName: 'main', reason: 'BudgetAlert', message: `alert ${n}` });
+      }
+      await eventually(async () => receiver.at('/both').length >= 20, 30_000, 'twenty deliveries');
+      await new Promise((done) => setTimeout(done, 1000));
+      expect(receiver.at('/both').map((r) => r.payload.message)).to.deep.equal([...Array(20).keys()].map((n) => `alert ${n}`));
+      expect(receiver.at('/both').every((r) => signatureHolds(r.headers['x-orchestrator-signature'], r.body, hook.secret))).to.equal(true);
+    } finally {
+      for (const server of servers) await server.close();
+      await receiver.close();
+      await database.drop();
+      for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
