@@ -34,7 +34,8 @@ for (const kind of ONE_DATABASE) {
       expect((plan.body as RunPlan).problem).to.equal(`waiting: ${TOO_DEAR}`);
       expect((plan.body as RunPlan).offers).to.deep.equal([]);
 
-      await suite.apply('dear', task('dear', 'H100', 'max_price: 2\n'));
+      const applied = await suite.apply('dear', task('dear', 'H100', 'max_price: 2\n'));
+      expect(`${applied.stdout}${applied.stderr}`).to.include(TOO_DEAR);
       const waiting = await suite.waitFor('dear', (run) => run.statusMessage !== '' && run.statusMessage !== 'submitted', 'dear to get a queue reason');
       expect(waiting.status).to.equal('submitted');
       expect(waiting.statusMessage).to.equal(`waiting: ${TOO_DEAR}`);
