@@ -49,6 +49,7 @@ function payloadOf(event: ProjectEvent, type: string): WebhookPayload {
 function failureOf(error: unknown, timeoutMs: number): string {
   const e = error as Error & { cause?: { code?: string; message?: string } };
   if (e.name === 'TimeoutError') return `no answer within ${timeoutMs / 1000}s`;
+  if (e.name === 'AbortError') return 'the server stopped before an answer';
   return e.cause?.code ?? e.cause?.message ?? e.message;
 }
 
@@ -64,6 +65,8 @@ export class WebhookDeliveryController implements Controller {
   private readonly inFlight = new Set<Promise<void>>();
   private wake: () => void = () => {};
   private prunedAt = 0;
+  /** Aborted when the server stops, so that a receiver that hangs does not hold the shutdown for its timeout. */
+  private readonly stopping = new AbortController();
 
   constructor(
     private readonly db: Db,
@@ -99,6 +102,7 @@ export class WebhookDeliveryController implements Controller {
   }
 
   async settle(): Promise<void> {
+    this.stopping.abort();
     await Promise.all([...this.inFlight]);
   }
 
@@ -125,7 +129,8 @@ export class WebhookDeliveryController implements Controller {
     try {
       const signature = signDelivery(webhookSecret(this.secrets, delivery), Math.floor(at.getTime() / 1000), delivery.body);
       const response = await fetch(delivery.url, {
-        method: 'POST', body: delivery.body, redirect: 'manual', signal: AbortSignal.timeout(this.timings.timeoutMs),
+        method: 'POST', body: delivery.body, redirect: 'manual',
+        signal: AbortSignal.any([AbortSignal.timeout(this.timings.timeoutMs), this.stopping.signal]),
         headers: {
           'content-type': 'application/json', 'user-agent': `orchestrator/${this.version}`, [SIGNATURE_HEADER]: signature,
           'x-orchestrator-event': delivery.type, 'x-orchestrator-delivery': delivery.id,

@@ -231,6 +231,7 @@ for (const kind of DATABASE_KINDS) {
         res.statusCode = up ? 200 : 500;
         res.end();
       });
+      receiver.handlers.set('/stall', () => { /* never answers */ });
       receiver.handlers.set('/never', (_, res) => {
         res.statusCode = 503;
         res.end();
@@ -241,7 +242,7 @@ for (const kind of DATABASE_KINDS) {
       const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
       const options = (retryForMs: number): ServerOptions => ({
         port: 0, dir, databaseUrl: scratch?.url, adminToken: 'test-admin-token', logLevel: 'error', controllerIntervalMs: 200,
-        webhookTimings: { firstRetryMs: 300, maxRetryMs: 300, timeoutMs: 5000, settleMs: 1000, retryForMs },
+        webhookTimings: { firstRetryMs: 300, maxRetryMs: 300, timeoutMs: 60_000, settleMs: 1000, retryForMs },
       });
       const call = async (server: RunningServer, method: string, path: string, body?: unknown) => {
         const response = await fetch(`${server.url}${path}`, { method, headers: { authorization: 'Bearer test-admin-token', 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
@@ -255,8 +256,9 @@ for (const kind of DATABASE_KINDS) {
       try {
         const later = await call(server, 'POST', '/api/projects/main/webhooks', { url: `${receiver.url}/later`, events: ['budget.alert'] });
         expect(later.status, JSON.stringify(later.body)).to.equal(201);
+        const stall = await call(server, 'POST', '/api/projects/main/webhooks', { url: `${receiver.url}/stall`, events: ['budget.alert'] });
         await budgetEvent(server, 'before the restart');
-        await eventually(async () => receiver.at('/later').length >= 2, 20_000, 'two failed tries');
+        await eventually(async () => receiver.at('/later').length >= 2 && receiver.at('/stall').length === 1, 20_000, 'two failed tries, and one that hangs');
         await server.close();
         const triesBefore = receiver.at('/later').length;
         up = true;
@@ -267,6 +269,9 @@ for (const kind of DATABASE_KINDS) {
         }, 20_000, 'the delivery after the restart');
         expect(delivered.tries.map((t) => t.statusCode)).to.deep.equal([...Array(triesBefore).fill(500), 200]);
         expect(receiver.at('/later').map((r) => r.payload.message)).to.deep.equal(Array(triesBefore + 1).fill('before the restart'));
+        // Stopping did not wait for the receiver that hangs (timeout 60s): its try ended with the server.
+        const [stalled] = (await call(server, 'GET', `/api/projects/main/webhooks/${stall.body.id}/deliveries`)).body as WebhookDelivery[];
+        expect(stalled!.tries[0]).to.deep.include({ attempt: 1, statusCode: null, error: 'the server stopped before an answer' });
 
         const never = await call(server, 'POST', '/api/projects/main/webhooks', { url: `${receiver.url}/never`, events: ['budget.*'] });
         await budgetEvent(server, 'nobody hears this');
