@@ -187,7 +187,7 @@ export const Run = Type.Object({
 export type Run = Static<typeof Run>;
 
 /** What an event is about; `GET …/events?kind=` filters by it. */
-export const EventObjectKind = Type.Union([Type.Literal('fleet'), Type.Literal('instance'), Type.Literal('run'), Type.Literal('gateway')]);
+export const EventObjectKind = Type.Union([Type.Literal('fleet'), Type.Literal('instance'), Type.Literal('run'), Type.Literal('gateway'), Type.Literal('project')]);
 export type EventObjectKind = Static<typeof EventObjectKind>;
 
 /** The most events one `GET …/events` answers (`limit`, 200 when left out): the newest of those that match, oldest first. */

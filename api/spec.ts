@@ -182,6 +182,11 @@ export const SpotPolicy = Type.Union([Type.Literal('spot'), Type.Literal('on-dem
   default: 'on-demand', description: 'spot: only interruptible capacity at its lower price; on-demand: never it; auto: spot where offered, else on-demand',
 });
 
+export const MaxPrice = Type.Number({
+  exclusiveMinimum: 0, 'x-expected': 'a price in dollars per hour such as 2.5',
+  description: 'The most an instance may cost, in dollars per hour (per replica of a service, per node of a task); dearer offers are not taken',
+});
+
 /** What every run kind (task, service, dev environment) takes: where and how its one container runs. */
 const runCommon = {
   name: Type.Optional(Name),
@@ -203,6 +208,7 @@ const runCommon = {
   retry: Type.Optional(Retry),
   utilization_policy: Type.Optional(UtilizationPolicy),
   spot_policy: Type.Optional(SpotPolicy),
+  max_price: Type.Optional(MaxPrice),
   backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends the run may be placed on; all when left out' })),
   fleets: Type.Optional(Type.Array(Name, { minItems: 1, uniqueItems: true, description: 'Fleets the run may be placed on; all that fit when left out' })),
 };
@@ -214,6 +220,7 @@ export const FleetSpec = Type.Object({
   idle_duration: Type.Optional(durationOrOff('How long an instance may stay idle above the minimum before it is released', DEFAULT_IDLE_DURATION)),
   backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends to provision from; all configured ones when left out' })),
   resources: Type.Optional(Resources),
+  max_price: Type.Optional(MaxPrice),
 }, { additionalProperties: false, description: 'A pool of instances that runs are placed on' });
 export type FleetSpec = Static<typeof FleetSpec>;
 

@@ -110,7 +110,7 @@ export function fleetDesired(spec: FleetSpec, project: ProjectRecord): FleetDesi
   return {
     name: spec.name,
     spec: spec as unknown as Record<string, unknown>,
-    requirement: normalizeResources(spec.resources, 'fleet'),
+    requirement: normalizeResources(spec.resources, 'fleet', spec.max_price),
     nodesMin: nodes.min ?? 0,
     nodesMax: nodes.max,
     idleSeconds: parseDurationOrOff(spec.idle_duration ?? DEFAULT_IDLE_DURATION),
