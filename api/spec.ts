@@ -211,6 +211,9 @@ export const FleetSpec = Type.Object({
   idle_duration: Type.Optional(durationOrOff('How long an instance may stay idle above the minimum before it is released', '5m')),
   backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends to provision from; all configured ones when left out' })),
   resources: Type.Optional(Resources),
+  placement: Type.Optional(Type.Union([Type.Literal('any'), Type.Literal('cluster')], {
+    default: 'any', description: 'cluster: every instance in one region, on one network with a fast interconnect, for multi-node tasks; any: wherever the cheapest offer is',
+  })),
 }, { additionalProperties: false, description: 'A pool of instances that runs are placed on' });
 export type FleetSpec = Static<typeof FleetSpec>;
 

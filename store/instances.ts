@@ -16,6 +16,8 @@ export interface InstanceRecord {
   offer: Offer | null;
   backendInstanceId: string | null;
   agentUrl: string | null;
+  /** Its address in its fleet's cluster network; null outside clusters. */
+  internalIp: string | null;
   agentToken: string;
   status: InstanceStatus;
   statusMessage: string;
@@ -32,7 +34,7 @@ export interface InstanceRecord {
 
 export const toInstance = (r: Row): InstanceRecord => ({
   id: r.id, projectId: r.project_id, fleetId: r.fleet_id, name: r.name, backend: r.backend, requirement: r.requirement,
-  offer: r.offer, backendInstanceId: r.backend_instance_id, agentUrl: r.agent_url, agentToken: r.agent_token,
+  offer: r.offer, backendInstanceId: r.backend_instance_id, agentUrl: r.agent_url, internalIp: r.internal_ip, agentToken: r.agent_token,
   status: r.status, statusMessage: r.status_message, terminationReason: r.termination_reason, runId: r.run_id,
   idleSince: r.idle_since, provisioningStartedAt: r.provisioning_started_at, unreachableSince: r.unreachable_since,
   sshHostKey: r.ssh_host_key, createdAt: r.created_at, terminatedAt: r.terminated_at,
@@ -87,7 +89,7 @@ export async function listInstanceViews(db: Queryable, projectId: string, option
 }
 
 type InstanceColumn = 'status' | 'status_message' | 'termination_reason' | 'offer' | 'backend_instance_id' | 'agent_url'
-  | 'run_id' | 'idle_since' | 'provisioning_started_at' | 'unreachable_since' | 'terminated_at' | 'ssh_host_key';
+  | 'run_id' | 'idle_since' | 'provisioning_started_at' | 'unreachable_since' | 'terminated_at' | 'ssh_host_key' | 'internal_ip';
 
 /** Writes the changes only while `owner` still holds the instance's lease; false when it lost it. */
 export function updateInstance(db: Queryable, id: string, owner: string, patch: Partial<Record<InstanceColumn, unknown>>): Promise<boolean> {

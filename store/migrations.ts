@@ -318,6 +318,14 @@ CREATE TABLE console_sessions (
 CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
 `,
   },
+  {
+    version: 19,
+    name: 'cluster placement: the backend cluster a fleet\'s instances are created in, and each instance\'s address in it',
+    sql: `
+ALTER TABLE fleets ADD COLUMN cluster jsonb;
+ALTER TABLE instances ADD COLUMN internal_ip text;
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;
