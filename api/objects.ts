@@ -64,6 +64,8 @@ export const Instance = Type.Object({
   idleSince: NullableTimestamp,
   createdAt: Timestamp,
   terminatedAt: NullableTimestamp,
+  /** For an instance of a fleet split into blocks: the blocks runs hold and the blocks there are; null otherwise. */
+  blocks: Type.Union([Type.Object({ busy: Type.Integer({ minimum: 0 }), total: Type.Integer({ minimum: 1 }) }), Type.Null()]),
 });
 export type Instance = Static<typeof Instance>;
 

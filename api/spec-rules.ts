@@ -111,7 +111,6 @@ const NO_CLOUD_CHOICE = 'the scheduler takes the cheapest offer of the fleet\'s 
 export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: ['fleet'], path: ['ssh_config'], message: 'SSH fleets are not supported: a fleet here gets its instances from a backend (gpucloud, or local for this machine)' },
   { kinds: ['fleet'], path: ['env'], message: 'env on a fleet belongs to dstack\'s SSH fleets, which are not supported; set env on each run' },
-  { kinds: ['fleet'], path: ['blocks'], message: 'blocks are not supported: a run takes a whole instance, never a share of its GPUs', sameMeaning: (v) => v === 1 },
   { kinds: ['fleet'], path: ['termination_policy'], message: 'termination_policy is deprecated in dstack; use idle_duration' },
   { kinds: ['fleet'], path: ['termination_idle_time'], message: 'termination_idle_time is deprecated in dstack; use idle_duration' },
   { kinds: ['fleet'], path: ['retry'], message: 'retry on a fleet is not supported: a fleet keeps trying to reach its minimum; set retry on runs' },

@@ -8,7 +8,7 @@ import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
 import { getFleetById, isClusterFleet, recordFleetCluster, type FleetCluster, type FleetRecord } from '../store/fleets.js';
-import { getInstance, toInstance, updateInstance, type InstanceRecord } from '../store/instances.js';
+import { getInstance, idleSharedInstance, toInstance, updateInstance, type InstanceRecord } from '../store/instances.js';
 import { getRun } from '../store/runs.js';
 import type { BackendPool } from './backend-pool.js';
 import { LeasedController } from './leased.js';
@@ -197,6 +197,11 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     if (instance.unreachableSince) await updateInstance(this.db, instance.id, this.owner, { unreachable_since: null, status_message: '' });
     // An agent restarted with a new work dir makes a new host key; the run views must show the one it has now.
     if ((health.sshHostKey ?? null) !== instance.sshHostKey) await updateInstance(this.db, instance.id, this.owner, { ssh_host_key: health.sshHostKey ?? null });
+    if (instance.status === 'busy' && instance.runId === null) {
+      if (!(await idleSharedInstance(this.db, instance.id, this.owner))) return this.timings.healthIntervalMs;
+      await this.db.notify(CHANNELS.runs);
+      return 0;
+    }
     if (instance.status === 'busy') {
       const run = instance.runId ? await getRun(this.db, instance.runId) : null;
       if (!run || FINISHED_RUN.includes(run.status)) {

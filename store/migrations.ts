@@ -320,10 +320,11 @@ CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
   },
   {
     version: 19,
-    name: 'cluster placement: the backend cluster a fleet\'s instances are created in, and each instance\'s address in it',
+    name: 'cluster placement and blocks: the backend cluster a fleet\'s instances are created in, each instance\'s address in it, and the blocks of its instance a run holds',
     sql: `
 ALTER TABLE fleets ADD COLUMN cluster jsonb;
 ALTER TABLE instances ADD COLUMN internal_ip text;
+ALTER TABLE runs ADD COLUMN blocks integer[];
 `,
   },
 ];

@@ -22,7 +22,7 @@ import { listActiveFleets, type FleetDesired, type FleetRecord } from '../../sto
 import { toInstance } from '../../store/instances.js';
 import type { ProjectRecord } from '../../store/projects.js';
 import { getRunView, listRunViews } from '../../store/run-views.js';
-import { deleteRun, getRunByName, insertRun, requestRunStop, type RunRecord } from '../../store/runs.js';
+import { blocksHeld, deleteRun, getRunByName, insertRun, requestRunStop, type RunRecord } from '../../store/runs.js';
 import { isLiveSchedule, isSchedule, updateSchedule } from '../../store/schedules.js';
 import { updateService } from '../../store/services.js';
 import { projectFor, type AuthState } from '../auth.js';
@@ -227,7 +227,7 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
   const listings = new Map<string, OfferListing>();
   for (const fleet of fleets) listings.set(fleet.id, await pool.offers(project.id, fleet.backends, { fresh: true }));
   const nodes = spec.type === 'task' ? spec.nodes ?? 1 : 1;
-  const placement = nodes > 1 ? placeNodes({ requirement, nodes, spec }, fleets, instances, listings) : place({ requirement, spec }, fleets, instances, listings);
+  const placement = nodes > 1 ? placeNodes({ requirement, nodes, spec }, fleets, instances, listings) : place({ requirement, spec }, fleets, instances, listings, await blocksHeld(db, project.id));
   const choice = chooseFleets(spec, fleets);
   const candidates = choice.fleets.filter((f) => intersectRequirements(f.requirement, requirement) !== null);
   const matching = candidates.flatMap((fleet) => {
