@@ -23,7 +23,7 @@ describe('dstack configurations: refused by name', () => {
       'replica-list.dstack.yml', 'network-volumes.dstack.yml', 'repo-if-exists.dstack.yml', 'imported.dstack.yml', 'backends.dstack.yml',
       'run-access.dstack.yml', 'several.dstack.yml', 'model-format.dstack.yml',
     ]);
-    expect(accepted).to.include.members(['accelerators.dstack.yml', 'cluster-fleet.dstack.yml']);
+    expect(accepted).to.include.members(['accelerators.dstack.yml', 'cluster-fleet.dstack.yml', 'blocks-fleet.dstack.yml']);
   });
 
   for (const name of refused) {
@@ -66,10 +66,11 @@ for (const kind of DATABASE_KINDS) {
       expect((await api<Run>('/runs/tt-galaxy')).spec.resources).to.deep.equal({ gpu: 'tt-galaxy-wh:32' });
     });
 
-    it('keeps what dstack means: a fleet\'s nodes map is its range, a task\'s nodes its instances, placement any is the default, gateway false keeps a service off gateways, a rate limit\'s key map is its key', async () => {
+    it('keeps what dstack means: a fleet\'s nodes map is its range, a task\'s nodes its instances, placement any is the default and cluster and blocks are kept, gateway false keeps a service off gateways, a rate limit\'s key map is its key', async () => {
       const fleet = await api<Fleet>('/fleets/h100s');
       expect(fleet.spec).to.include({ nodes: '0..2', idle_duration: '1h', placement: 'any' });
       expect((await api<Fleet>('/fleets/my-cluster-fleet')).spec).to.include({ placement: 'cluster' });
+      expect((await api<Fleet>('/fleets/my-fleet')).spec).to.include({ blocks: 4 });
       const service = await api<Run>('/runs/llama');
       expect(service.spec).to.include({ replicas: '1..2', port: 8000, gateway: false, https: false });
       expect(service.spec.rate_limits).to.deep.equal([{ prefix: '/v1', rps: 4, burst: 9, key: 'header', header: 'X-API-Key' }]);
