@@ -1,9 +1,8 @@
 import type { Logger } from 'winston';
 import type { InstanceStatus, InstanceTerminationReason } from '../api/status.js';
-import { formatDollars } from '../api/offer.js';
+import { formatDollars, type Offer } from '../api/offer.js';
 import { offerSatisfies } from '../api/resources.js';
 import { BackendAuthError, BackendError, NoCapacityError, type Backend, type BackendInstance } from '../backends/backend.js';
-import type { Offer } from '../api/offer.js';
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
@@ -144,8 +143,9 @@ export class InstanceController extends LeasedController<InstanceRecord> {
           refusals.push(error.message);
           continue;
         }
-        if (error instanceof BackendError && !(error instanceof BackendAuthError)) return `placement: cluster: ${error.message}`;
-        throw error;
+        if (!(error instanceof BackendError) || error instanceof BackendAuthError) throw error;
+        // Another instance of the fleet may have made the cluster meanwhile, from another offer.
+        return (await getFleetById(this.db, fleet.id)).cluster ?? `placement: cluster: ${error.message}`;
       }
     }
     return `placement: cluster: no region can take the fleet's instances together now${refusals.length ? ` (${refusals.join('; ')})` : ''}`;
