@@ -240,6 +240,8 @@ export const RunPlan = Type.Object({
     fleet: Type.String(),
     gpu: Type.Union([GpuInfo, Type.Null()]),
     pricePerHour: Type.Union([Type.Number(), Type.Null()]),
+    /** On an instance shared in blocks: the blocks the run would take, such as `block 1 of 2`; `gpu` is then theirs. */
+    blocks: Type.Optional(Type.String()),
   }), Type.Null()]),
   /** Runs of the project queued before this one (as high a priority, submitted earlier). */
   queuedBefore: Type.Integer({ minimum: 0 }),

@@ -108,6 +108,7 @@ function scheduleText(schedule: NonNullable<RunPlan['schedule']>): string {
 /** `local-0 (idle, ...)` when the scheduler will take that one; `an idle instance of fleet x` when queued runs go first. */
 function instanceText(instance: NonNullable<RunPlan['instance']>, queuedBefore: number): string {
   const details = [
+    ...(instance.blocks ? [instance.blocks] : []),
     ...(instance.gpu ? [instance.gpu.count === 0 ? 'no GPU' : `GPU ${formatGpuInfo(instance.gpu)}`] : []),
     ...(instance.pricePerHour === null ? [] : [`${formatPrice(instance.pricePerHour)}/h`]),
   ];

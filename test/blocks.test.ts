@@ -50,7 +50,8 @@ for (const kind of DATABASE_KINDS) {
         return instance?.status === 'idle' && instance.blocks?.busy === 0;
       }, 30_000, 'the shared instance to be idle with no block in use');
       const before = (await fleet()).instances[0]!.name;
-      await suite.apply('third', oneGpuTask('third'));
+      const applied = await suite.apply('third', oneGpuTask('third'));
+      expect(applied.stderr).to.contain(`  instance     ${before} (idle, fleet l4-blocks, block 0 of 2, GPU L4:24GB:1, $1.60/h)\n`);
       const third = await suite.waitFor('third', (r) => r.status === 'running' || r.status === 'done', 'the third task to start');
       expect(third.instance).to.equal(before);
     });

@@ -4,6 +4,7 @@ import { cronExpressions, formatUtc, nextTick } from '../../api/cron.js';
 import { isDnsLabel, randomRunName } from '../../api/names.js';
 import { fieldsNotActedOn, type JobRuntime } from '../../api/not-acted-on.js';
 import type { RunPlan } from '../../api/objects.js';
+import { blockCount, blockShare } from '../../api/blocks.js';
 import { describeRequirement, describeRequirementInWords, intersectRequirements, normalizeResources, offerSatisfies } from '../../api/resources.js';
 import { serviceSettings } from '../../api/service-settings.js';
 import type { RunSpec } from '../../api/spec.js';
@@ -173,7 +174,7 @@ function fleetsOnceApplied(active: FleetRecord[], applying: FleetDesired[], proj
  * project's config does, when every backend it could come from fixes its runtime.
  */
 async function landingRuntime(project: ProjectRecord, placement: Placement, candidates: FleetRecord[]): Promise<JobRuntime | null> {
-  if (placement.kind === 'instance' && placement.instance.agentUrl) {
+  if ((placement.kind === 'instance' || placement.kind === 'blocks') && placement.instance.agentUrl) {
     const { agentUrl, agentToken } = placement.instance;
     const health = await new AgentClient(agentUrl, agentToken, { timeoutMs: AGENT_QUESTION_TIMEOUT_MS }).health().catch(() => null);
     return health?.runtime ?? null;
@@ -205,6 +206,18 @@ function planProblem(spec: RunSpec, placement: ReturnType<typeof placeNodes>, li
   }
   if (placement.kind === 'wait') return { problem: placement.message, blocking: placement.noFleet ? 'no_fleet' : null };
   return { problem: null, blocking: null };
+}
+
+/** The free blocks of a shared instance that the run would take, and their GPUs. */
+function blocksPlan(placement: Extract<ReturnType<typeof place>, { kind: 'blocks' }>, queuedBefore: number): RunPlan['instance'] {
+  const { instance, fleet, blocks } = placement;
+  const offer = instance.offer!;
+  const total = blockCount(fleet.spec, offer.gpu.count);
+  return {
+    state: 'idle', name: queuedBefore === 0 ? instance.name : null, fleet: fleet.name,
+    gpu: blockShare(offer, total, blocks.length).gpu, pricePerHour: offer.pricePerHour,
+    blocks: `block${blocks.length === 1 ? '' : 's'} ${blocks.join(', ')} of ${total}`,
+  };
 }
 
 async function queuedBefore(db: Queryable, projectId: string, priority: number): Promise<number> {
@@ -246,7 +259,7 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
     name: spec.name ?? null,
     requirement: describeRequirementInWords(requirement),
     fleets: candidates.map((f) => f.name),
-    instance: placement.kind !== 'instance' ? null : {
+    instance: placement.kind === 'blocks' ? blocksPlan(placement, before) : placement.kind !== 'instance' ? null : {
       state: placement.ready ? 'idle' : 'starting',
       name: before === 0 ? placement.instance.name : null,
       fleet: placement.fleet.name,
