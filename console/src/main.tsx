@@ -5,13 +5,14 @@ import { call, currentSession, signOut, whenSignedOut } from './api.js';
 import { useLiveRuns } from './live-runs.js';
 import { Link, navigate, useLocation } from './navigation.js';
 import { FleetsPage } from './pages/fleets.js';
+import { ModelsPage } from './pages/models.js';
 import { RunPage } from './pages/run.js';
 import { RunsPage } from './pages/runs.js';
 import { SignInPage } from './pages/sign-in.js';
 import { UsersPage } from './pages/users.js';
 import './style.css';
 
-const PROJECT_PAGE = /^\/projects\/([^/]+)\/(runs|fleets)(?:\/([^/]+))?\/?$/;
+const PROJECT_PAGE = /^\/projects\/([^/]+)\/(runs|fleets|models)(?:\/([^/]+))?\/?$/;
 
 function App() {
   const [session, setSession] = useState<ConsoleSession | null | undefined>(undefined);
@@ -54,6 +55,7 @@ function SignedIn({ session, onSignOut }: { session: ConsoleSession; onSignOut: 
         <nav>
           {project && <Link to={`/projects/${encodeURIComponent(project)}/runs`} class={match?.[2] === 'runs' ? 'current' : ''}>Runs</Link>}
           {project && <Link to={`/projects/${encodeURIComponent(project)}/fleets`} class={match?.[2] === 'fleets' ? 'current' : ''}>Fleets</Link>}
+          {project && <Link to={`/projects/${encodeURIComponent(project)}/models`} class={match?.[2] === 'models' ? 'current' : ''}>Models</Link>}
           {session.user.admin && <Link to="/users" class={path === '/users' ? 'current' : ''}>Users</Link>}
         </nav>
         <span class="who">{session.user.name}{session.user.admin ? ' (admin)' : ''}</span>
@@ -78,6 +80,7 @@ function ProjectPages({ project, page, run, query }: { project: string; page: st
   const live = useLiveRuns(project);
   if (live.refused) return <p class="empty" role="alert">{live.refused}.</p>;
   if (page === 'fleets') return <FleetsPage project={project} />;
+  if (page === 'models') return <ModelsPage project={project} />;
   if (run) return <RunPage project={project} name={run} live={live} />;
   return <RunsPage project={project} live={live} query={query} />;
 }
