@@ -106,6 +106,27 @@ for (const kind of DATABASE_KINDS) {
       await page.context().close();
     });
 
+    it('shows each attempt of a run that its retry submitted again, the earlier ones read whole and the latest followed', async () => {
+      const spec = { type: 'task', name: 'flaky', commands: ['echo "output of an attempt"', 'exit 1'], retry: { on_events: ['error'], duration: '2m' } };
+      expect((await server.api('POST', '/api/projects/main/runs/apply', { spec })).status).to.equal(201);
+      const page = await signedIn();
+      await page.goto(`${server.url}/projects/main/runs/flaky`);
+      const logs = page.locator('.logs');
+      await logs.locator('.attempt-mark', { hasText: 'attempt 2' }).waitFor({ timeout: 60_000 });
+      await eventually(async () => (await logs.locator('.line').allTextContents()).filter((line) => line === 'output of an attempt').length >= 2, WAIT_MS, 'the second attempt\'s line');
+      // A mark for attempt 1 only when the page opened after attempt 2 began.
+      const shown = (await logs.locator('.line').allTextContents()).filter((line) => line !== '── attempt 1 ──');
+      expect(shown.slice(0, 3)).to.deep.equal(['output of an attempt', '── attempt 2 ──', 'output of an attempt']);
+
+      // Opened later, the page reads the earlier attempts whole, each after its mark.
+      await eventually(async () => (await server.api('GET', '/api/projects/main/runs/flaky')).body.attempt >= 3, 60_000, 'a third attempt');
+      await page.reload();
+      await logs.locator('.attempt-mark', { hasText: 'attempt 3' }).waitFor({ timeout: WAIT_MS });
+      expect((await logs.locator('.line').allTextContents()).slice(0, 5)).to.deep.equal(['── attempt 1 ──', 'output of an attempt', '── attempt 2 ──', 'output of an attempt', '── attempt 3 ──']);
+      await server.api('POST', '/api/projects/main/runs/flaky/stop', { abort: true });
+      await page.context().close();
+    });
+
     it('lists the models and streams a chat answer from echo-llm through the model endpoint, with the session cookie and its CSRF header', async () => {
       expect((await server.api('POST', '/api/projects/main/runs/apply', echoLlm({ replicas: 1, scaling: undefined }))).status).to.equal(201);
       await eventually(async () => readyReplicas(await runView(server.url, server.adminToken)).length === 1, 90_000, 'a ready replica');
