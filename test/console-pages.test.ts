@@ -34,8 +34,8 @@ for (const kind of DATABASE_KINDS) {
       expect(dialogs, 'no script from run or user data may run').to.deep.equal([]);
     });
 
-    async function signedIn(): Promise<Page> {
-      const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, colorScheme: 'light', acceptDownloads: true });
+    async function signedIn(colorScheme: 'light' | 'dark' = 'light'): Promise<Page> {
+      const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, colorScheme, acceptDownloads: true });
       const page = await context.newPage();
       page.on('dialog', (dialog) => {
         dialogs.push(dialog.message());
@@ -106,6 +106,20 @@ for (const kind of DATABASE_KINDS) {
       await page.context().close();
     });
 
+    it("links a dev environment's IDE as attach prints it, once it can be reached over SSH", async () => {
+      expect((await server.api('POST', '/api/projects/main/runs/apply', { spec: { type: 'dev-environment', name: 'box', ide: 'vscode' } })).status).to.equal(201);
+      const page = await signedIn('dark');
+      await page.goto(`${server.url}/projects/main/runs/box`);
+      const link = page.locator('.connect a.ide-link');
+      await link.waitFor({ timeout: 60_000 });
+      expect(await link.getAttribute('href')).to.equal('vscode://vscode-remote/ssh-remote+box');
+      await page.getByText('orchestrator ssh box').waitFor({ timeout: WAIT_MS });
+      await page.locator('figure.chart[aria-label="CPU"][data-points="3"]').waitFor({ timeout: WAIT_MS });
+      await screenshot(page, 'dev-environment-dark');
+      await server.api('POST', '/api/projects/main/runs/box/stop', { abort: true });
+      await page.context().close();
+    });
+
     it('shows each attempt of a run that its retry submitted again, the earlier ones read whole and the latest followed', async () => {
       const spec = { type: 'task', name: 'flaky', commands: ['echo "output of an attempt"', 'exit 1'], retry: { on_events: ['error'], duration: '2m' } };
       expect((await server.api('POST', '/api/projects/main/runs/apply', { spec })).status).to.equal(201);
@@ -123,6 +137,7 @@ for (const kind of DATABASE_KINDS) {
       await page.reload();
       await logs.locator('.attempt-mark', { hasText: 'attempt 3' }).waitFor({ timeout: WAIT_MS });
       expect((await logs.locator('.line').allTextContents()).slice(0, 5)).to.deep.equal(['── attempt 1 ──', 'output of an attempt', '── attempt 2 ──', 'output of an attempt', '── attempt 3 ──']);
+      await screenshot(page, 'logs-attempts');
       await server.api('POST', '/api/projects/main/runs/flaky/stop', { abort: true });
       await page.context().close();
     });

@@ -81,7 +81,7 @@ export function RunMetricsCharts({ project, run }: { project: string; run: Run }
             <TimeChart title="GPU memory" unit=" GiB" max={Math.max(...gpus.map((gpu) => gpu.memoryTotalMib)) / 1024 || undefined}
               series={gpus.map((gpu) => ({ label: `GPU ${gpu.index}` }))} times={times} values={gpuValues((gpu) => gpu.memoryUsedMib / 1024)} />
           </>
-        ) : <div class="chart chart-empty muted">{samples.length ? 'No GPUs on this instance.' : ''}</div>}
+        ) : <div class="chart chart-empty muted">{samples.length ? 'No GPUs on this instance.' : 'GPUs are charted from the first sample.'}</div>}
       </div>
     </div>
   );

@@ -31,6 +31,8 @@ export function TimeChart({ title, series, times, values, unit, max }: {
 
   useLayoutEffect(() => {
     const element = box.current!;
+    // A canvas does not follow the page's colour: the axes take the theme's text colour when the chart is made.
+    const ink = getComputedStyle(element).color;
     plot.current = new uPlot({
       width: Math.max(element.clientWidth, 200),
       height: CHART_HEIGHT_PX - 30,
@@ -39,8 +41,8 @@ export function TimeChart({ title, series, times, values, unit, max }: {
       // One point alone would get uPlot's span of a day counted in milliseconds, read here as seconds: show a minute.
       scales: { x: { time: true, range: (self, min, maxTime) => (self.data[0].length === 1 ? [self.data[0][0]! - 60, self.data[0][0]! + 5] : [min, maxTime]) }, y: { range: (_self, min, dataMax) => [Math.min(0, min ?? 0), max ?? Math.max(dataMax ?? 0, 1) * 1.1] } },
       axes: [
-        { stroke: 'currentColor', grid: { stroke: 'rgba(128,128,128,0.15)' }, ticks: { stroke: 'rgba(128,128,128,0.3)' } },
-        { stroke: 'currentColor', grid: { stroke: 'rgba(128,128,128,0.15)' }, ticks: { stroke: 'rgba(128,128,128,0.3)' }, size: 56, values: (_self, ticks) => ticks.map((tick) => `${formatValue(tick)}${unit}`) },
+        { stroke: ink, grid: { stroke: 'rgba(128,128,128,0.15)' }, ticks: { stroke: 'rgba(128,128,128,0.3)' }, space: 80, values: (_self, ticks) => ticks.map(clockTime) },
+        { stroke: ink, grid: { stroke: 'rgba(128,128,128,0.15)' }, ticks: { stroke: 'rgba(128,128,128,0.3)' }, size: 56, values: (_self, ticks) => ticks.map((tick) => `${formatValue(tick)}${unit}`) },
       ],
       series: [{}, ...series.map((one, index) => ({
         label: one.label, stroke: COLOURS[index % COLOURS.length], width: 1.5, points: { show: (self: uPlot) => self.data[0].length < 30, size: 4 },
@@ -65,6 +67,11 @@ export function TimeChart({ title, series, times, values, unit, max }: {
       <div class="chart-plot" ref={box} />
     </figure>
   );
+}
+
+/** A tick of the time axis, on one line (uPlot would put the date under the first, over its neighbour): the charts show recent minutes. */
+function clockTime(seconds: number): string {
+  return new Date(seconds * 1000).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false });
 }
 
 function formatValue(value: number): string {
