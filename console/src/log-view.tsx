@@ -1,4 +1,5 @@
 import type { LogLine, LogStreamItem, Run } from '../../api/objects.js';
+import type { ComponentChildren } from 'preact';
 import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
 import { call, projectPath } from './api.js';
 import { LogBuffer, type LogRow } from './log-buffer.js';
@@ -105,7 +106,7 @@ function LogRowView({ row, top, query }: { row: LogRow; top: number; query: stri
 /** The text with each match of the query marked; every part a text node. */
 function Highlighted({ text, query }: { text: string; query: string }) {
   if (!query) return <>{text}</>;
-  const parts: preact.ComponentChildren[] = [];
+  const parts: ComponentChildren[] = [];
   const lower = text.toLowerCase();
   const needle = query.toLowerCase();
   let from = 0;

@@ -1,3 +1,4 @@
+import { ideLink, ideOf } from '../../../api/ide.js';
 import type { Event, Run } from '../../../api/objects.js';
 import { FINISHED_RUN_STATUSES } from '../../../api/status.js';
 import { useEffect, useState } from 'preact/hooks';
@@ -67,17 +68,10 @@ export function RunPage({ project, name, live }: { project: string; name: string
   );
 }
 
-/** The links of `ide` in a dev environment's spec, as `orchestrator attach` prints them. */
-const IDE_SCHEMES: Record<string, { name: string; scheme: string }> = {
-  vscode: { name: 'VS Code', scheme: 'vscode' },
-  cursor: { name: 'Cursor', scheme: 'cursor' },
-  windsurf: { name: 'Windsurf', scheme: 'windsurf' },
-};
-
 /** How to reach the run from one's own machine: the ssh command, a dev environment's IDE link, the ports `attach` forwards. */
 function Connect({ run }: { run: Run }) {
   if (FINISHED_RUN_STATUSES.includes(run.status)) return null;
-  const ide = run.kind === 'dev-environment' && typeof run.spec.ide === 'string' ? IDE_SCHEMES[run.spec.ide] : undefined;
+  const ide = ideOf(run);
   const folder = typeof run.spec.working_dir === 'string' && run.spec.working_dir.startsWith('/') ? run.spec.working_dir : '';
   const ports = Array.isArray(run.spec.ports) ? (run.spec.ports as (number | string)[]) : [];
   return (
@@ -86,7 +80,7 @@ function Connect({ run }: { run: Run }) {
       {run.ssh ? <pre>orchestrator ssh {run.name}</pre>
         : <p class="muted">SSH opens once the run is running: <code>orchestrator ssh {run.name}</code></p>}
       {ide && run.ssh && (
-        <p>Open in {ide.name}: <a class="ide-link" href={`${ide.scheme}://vscode-remote/ssh-remote+${encodeURIComponent(run.name)}${folder}`}>{`${ide.scheme}://vscode-remote/ssh-remote+${run.name}${folder}`}</a>
+        <p>Open in {ide.name}: <a class="ide-link" href={ideLink(ide, run.name, folder)}>{ideLink(ide, run.name, folder)}</a>
           <span class="muted"> (needs the run's SSH entry on this machine: <code>orchestrator attach {run.name}</code> writes it{folder ? '' : ', and prints the link with the working folder'})</span></p>
       )}
       {ports.length > 0 && (
