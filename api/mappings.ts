@@ -1,5 +1,5 @@
 /** The `a:b` forms of ports, files and volumes, shared by validation, the CLI and the server. */
-import { posix } from 'node:path';
+import { leavesFolder, resolveInside } from './container-paths.js';
 
 export interface PortMapping {
   /** Null for `*`: any free local port. */
@@ -42,9 +42,7 @@ export interface FileMapping {
  * which has none, refuses it when the job starts).
  */
 export function remotePathProblem(path: string): string | null {
-  if (posix.isAbsolute(path)) return null;
-  const normalized = posix.normalize(path);
-  if (normalized !== '..' && !normalized.startsWith('../')) return null;
+  if (!leavesFolder(path)) return null;
   return `${JSON.stringify(path)} leaves the working directory; give a path inside it, or an absolute path in the container`;
 }
 
@@ -121,7 +119,7 @@ export function parseRepoEntry(input: RepoInput): RepoEntry {
   if (entry.localPath !== null && (entry.branch !== undefined || entry.hash !== undefined)) {
     throw new Error(`branch and hash go with url; the local repo ${entry.localPath} is taken at its checked-out commit with your uncommitted changes`);
   }
-  const path = posix.resolve(DEFAULT_REPO_PATH, entry.path ?? DEFAULT_REPO_PATH);
+  const path = resolveInside(DEFAULT_REPO_PATH, entry.path ?? DEFAULT_REPO_PATH);
   return { ...entry, hash: entry.hash?.toLowerCase(), path };
 }
 

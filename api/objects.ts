@@ -28,6 +28,14 @@ export const Project = Type.Object({
 });
 export type Project = Static<typeof Project>;
 
+/** A backend of a project as the server's config.yml sets it up: its settings, and of its credentials only their kind. */
+export const ProjectBackend = Type.Object({
+  type: Type.String(),
+  settings: Type.Record(Type.String(), Type.Union([Type.String(), Type.Number(), Type.Boolean()])),
+  credentials: Type.Union([Type.String({ description: 'The kind of credentials configured, such as api_key; never their value' }), Type.Null()]),
+});
+export type ProjectBackend = Static<typeof ProjectBackend>;
+
 /** A user's role: globally, `admin` may do everything; in a project, `admin` also manages its members. */
 export const Role = Type.Union([Type.Literal('admin'), Type.Literal('user')]);
 export type Role = Static<typeof Role>;
@@ -177,6 +185,13 @@ export const Run = Type.Object({
   inactivityStopAt: NullableTimestamp,
 });
 export type Run = Static<typeof Run>;
+
+/** What an event is about; `GET …/events?kind=` filters by it. */
+export const EventObjectKind = Type.Union([Type.Literal('fleet'), Type.Literal('instance'), Type.Literal('run'), Type.Literal('gateway'), Type.Literal('project')]);
+export type EventObjectKind = Static<typeof EventObjectKind>;
+
+/** The most events one `GET …/events` answers (`limit`, 200 when left out): the newest of those that match, oldest first. */
+export const MAX_EVENTS_LIMIT = 1000;
 
 export const Event = Type.Object({
   id: Type.Integer(),

@@ -1,6 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { formatGpuParts, modelsMatch, parseGpu } from './gpu.js';
-import type { Offer } from './offer.js';
+import { formatDollars, type Offer } from './offer.js';
 import type { Resources } from './spec.js';
 import {
   formatRange, formatSize, inRange, intersectRanges, OPEN_RANGE, parseCountRange, parseSize, parseSizeRange, Range,
@@ -23,6 +23,7 @@ export const ResourceRequirement = Type.Object({
   spot: Type.Optional(Type.Union([Type.Literal('spot'), Type.Literal('on-demand'), Type.Literal('auto')], {
     description: 'A run\'s spot_policy: spot offers only, on-demand ones only (also when left out), or either',
   })),
+  maxPrice: Type.Optional(Type.Number({ exclusiveMinimum: 0, description: 'max_price: the most an offer may cost, in dollars per hour per instance' })),
 });
 export type ResourceRequirement = Static<typeof ResourceRequirement>;
 
@@ -49,7 +50,7 @@ export function parseCpu(input: string | number): Range {
  * A `gpu` without a count means exactly one card for a run, and one card or more for a fleet,
  * so that a fleet that names a model can host runs that need several of them.
  */
-export function normalizeResources(resources: Resources | undefined, kind: 'fleet' | 'run'): ResourceRequirement {
+export function normalizeResources(resources: Resources | undefined, kind: 'fleet' | 'run', maxPrice?: number): ResourceRequirement {
   const gpu = resources?.gpu === undefined ? null : parseGpu(resources.gpu);
   const defaultCount: Range = gpu === null ? { min: 0, max: null } : kind === 'run' ? { min: 1, max: 1 } : { min: 1, max: null };
   return {
@@ -62,13 +63,21 @@ export function normalizeResources(resources: Resources | undefined, kind: 'flee
     memoryMib: resources?.memory === undefined ? OPEN_RANGE : parseSizeRange(resources.memory),
     diskMib: resources?.disk === undefined ? OPEN_RANGE : parseSizeRange(resources.disk),
     shmSizeMib: resources?.shm_size === undefined ? null : parseSize(resources.shm_size),
+    ...(maxPrice === undefined ? {} : { maxPrice }),
   };
+}
+
+/** The requirement without its price limit: what an offer must have, whatever it costs. */
+export function withoutPriceLimit(req: ResourceRequirement): ResourceRequirement {
+  const { maxPrice: _, ...rest } = req;
+  return rest;
 }
 
 /** Whether a machine offered by a backend meets the requirement. Model and card memory only matter when the offer has GPUs. */
 export function offerSatisfies(offer: Offer, req: ResourceRequirement): boolean {
   if (!inRange(offer.gpu.count, req.gpu.count)) return false;
   if (req.spot !== 'auto' && (offer.spot === true) !== (req.spot === 'spot')) return false;
+  if (req.maxPrice !== undefined && offer.pricePerHour > req.maxPrice) return false;
   if (offer.gpu.count > 0) {
     if (req.gpu.models !== null && !req.gpu.models.some((model) => modelsMatch(model, offer.gpu.name))) return false;
     if (!inRange(offer.gpu.memoryMib, req.gpu.memoryMib)) return false;
@@ -100,7 +109,11 @@ export function intersectRequirements(a: ResourceRequirement, b: ResourceRequire
   if (gpu === null || cpus === null || memoryMib === null || diskMib === null) return null;
   const shm = [a.shmSizeMib, b.shmSizeMib].filter((v): v is number => v !== null);
   const spot = b.spot ?? a.spot;
-  return { gpu, cpus, memoryMib, diskMib, shmSizeMib: shm.length === 0 ? null : Math.max(...shm), ...(spot ? { spot } : {}) };
+  const prices = [a.maxPrice, b.maxPrice].filter((v): v is number => v !== undefined);
+  return {
+    gpu, cpus, memoryMib, diskMib, shmSizeMib: shm.length === 0 ? null : Math.max(...shm),
+    ...(spot ? { spot } : {}), ...(prices.length === 0 ? {} : { maxPrice: Math.min(...prices) }),
+  };
 }
 
 function describeGpu(gpu: ResourceRequirement['gpu']): string {
@@ -167,6 +180,19 @@ export function describeRequirementInWords(req: ResourceRequirement): string {
     req.shmSizeMib === null ? '' : `${sizeInWords(req.shmSizeMib)} shared memory`,
   ].filter((part) => part !== '');
   return parts.length === 0 ? 'any machine' : parts.join(', ');
+}
+
+/**
+ * When only the price limit keeps every matching offer out, a sentence that says so with the cheapest of them
+ * (`no offer at or under $2.00/h: the cheapest matching is H100 at $2.50/h`); null otherwise.
+ */
+export function priceRefusal(req: ResourceRequirement, offers: readonly Offer[]): string | null {
+  if (req.maxPrice === undefined || offers.some((o) => offerSatisfies(o, req))) return null;
+  const unlimited = withoutPriceLimit(req);
+  const [cheapest] = offers.filter((o) => offerSatisfies(o, unlimited)).sort((a, b) => a.pricePerHour - b.pricePerHour);
+  if (!cheapest) return null;
+  const machine = cheapest.gpu.count === 0 ? 'a machine without GPUs' : `${cheapest.gpu.name}${cheapest.gpu.count > 1 ? `:${cheapest.gpu.count}` : ''}`;
+  return `no offer at or under ${formatDollars(req.maxPrice)}/h: the cheapest matching is ${machine} at ${formatDollars(cheapest.pricePerHour)}/h`;
 }
 
 /**

@@ -121,7 +121,6 @@ export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: ALL_KINDS, path: ['availability_zones'], message: `choosing availability zones is not supported: ${NO_CLOUD_CHOICE}` },
   { kinds: ALL_KINDS, path: ['instance_types'], message: `choosing instance types is not supported: machines are chosen by resources; ${NO_CLOUD_CHOICE}` },
   { kinds: ALL_KINDS, path: ['reservation'], message: 'reservations are not supported: the backends here sell no reserved capacity' },
-  { kinds: ALL_KINDS, path: ['max_price'], message: 'max_price is not supported: the plan of apply shows the price of each offer, and the cheapest that fits is taken' },
   { kinds: ALL_KINDS, path: ['tags'], message: 'tags are not supported: the backends here take no resource tags' },
   { kinds: ALL_KINDS, path: ['backend_options'], message: 'backend_options are not supported: the backends here take no per-configuration options' },
   { kinds: RUN_KINDS, path: ['creation_policy'], message: 'creation_policy reuse-or-create is not supported: a run only takes instances of fleets; apply a fleet to create them', sameMeaning: (v) => v === 'reuse' },

@@ -42,6 +42,9 @@ function duration(check: keyof typeof DURATION_EXPECTED, description: string, fa
 }
 
 export const Duration = duration('duration', 'A duration such as 30s, 5m, 2h, 3d, 1w or 1h30m; a bare number is seconds');
+/** How long an instance above its fleet's minimum may stay idle when the fleet's idle_duration does not say. */
+export const DEFAULT_IDLE_DURATION = '5m';
+
 const durationOrOff = (description: string, fallback?: string) =>
   duration('duration-or-off', `${description}: a duration such as 30m or 1h30m, a number of seconds, or off`, fallback);
 
@@ -179,6 +182,11 @@ export const SpotPolicy = Type.Union([Type.Literal('spot'), Type.Literal('on-dem
   default: 'on-demand', description: 'spot: only interruptible capacity at its lower price; on-demand: never it; auto: spot where offered, else on-demand',
 });
 
+export const MaxPrice = Type.Number({
+  exclusiveMinimum: 0, 'x-expected': 'a price in dollars per hour such as 2.5',
+  description: 'The most an instance may cost, in dollars per hour (per replica of a service, per node of a task); dearer offers are not taken',
+});
+
 /** What every run kind (task, service, dev environment) takes: where and how its one container runs. */
 const runCommon = {
   name: Type.Optional(Name),
@@ -200,6 +208,7 @@ const runCommon = {
   retry: Type.Optional(Retry),
   utilization_policy: Type.Optional(UtilizationPolicy),
   spot_policy: Type.Optional(SpotPolicy),
+  max_price: Type.Optional(MaxPrice),
   backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends the run may be placed on; all when left out' })),
   fleets: Type.Optional(Type.Array(Name, { minItems: 1, uniqueItems: true, description: 'Fleets the run may be placed on; all that fit when left out' })),
 };
@@ -208,9 +217,10 @@ export const FleetSpec = Type.Object({
   type: Type.Literal('fleet'),
   name: Name,
   nodes: Type.Union([Type.String(), Type.Integer()], checked('nodes', 'a number of nodes such as 2 or a range such as 0..2', 'Instances the fleet keeps: n (exactly) or min..max')),
-  idle_duration: Type.Optional(durationOrOff('How long an instance may stay idle above the minimum before it is released', '5m')),
+  idle_duration: Type.Optional(durationOrOff('How long an instance may stay idle above the minimum before it is released', DEFAULT_IDLE_DURATION)),
   backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends to provision from; all configured ones when left out' })),
   resources: Type.Optional(Resources),
+  max_price: Type.Optional(MaxPrice),
 }, { additionalProperties: false, description: 'A pool of instances that runs are placed on' });
 export type FleetSpec = Static<typeof FleetSpec>;
 

@@ -1,4 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
+import type { ProjectBackend } from '../api/objects.js';
 
 /** One entry of a project's `backends:` list in the server's config.yml. */
 export const GpucloudBackendConfig = Type.Object({
@@ -41,3 +42,16 @@ export type KubernetesBackendConfig = Static<typeof KubernetesBackendConfig>;
 
 export const BackendConfig = Type.Union([GpucloudBackendConfig, LocalBackendConfig, KubernetesBackendConfig]);
 export type BackendConfig = Static<typeof BackendConfig>;
+
+/** Fields that hold or may one day hold a credential: never shown, whatever the backend. */
+const CREDENTIAL_FIELD = /cred|key|token|secret|password/i;
+
+/** A backend's configuration as members may see it: its plain settings, and of its credentials only their kind. */
+export function backendView(config: BackendConfig): ProjectBackend {
+  const settings: ProjectBackend['settings'] = {};
+  for (const [field, value] of Object.entries(config)) {
+    if (field === 'type' || CREDENTIAL_FIELD.test(field)) continue;
+    if (typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean') settings[field] = value;
+  }
+  return { type: config.type, settings, credentials: 'creds' in config ? config.creds.type : null };
+}

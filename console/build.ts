@@ -21,6 +21,9 @@ export async function buildConsole(outDir = consoleBuildDir()): Promise<void> {
     minify: true,
     sourcemap: 'linked',
     format: 'esm',
+    // Pages that need much code of their own (the apply page's YAML parser) load it when first opened.
+    splitting: true,
+    chunkNames: 'chunk-[hash]',
     target: ['es2020'],
     jsx: 'automatic',
     jsxImportSource: 'preact',
@@ -31,9 +34,14 @@ export async function buildConsole(outDir = consoleBuildDir()): Promise<void> {
     logLevel: 'warning',
   });
   const outputs = Object.keys(result.metafile.outputs).map((path) => basename(path));
-  const script = outputs.find((name) => name.endsWith('.js'));
+  const entryOutputs = Object.entries(result.metafile.outputs).filter(([, output]) => output.entryPoint).map(([path]) => basename(path));
+  const script = entryOutputs.find((name) => name.endsWith('.js'));
   const style = outputs.find((name) => name.endsWith('.css'));
   if (!script || !style) throw new Error(`the console build made no script or no stylesheet: ${outputs.join(', ')}`);
+  // The chunks the entry imports at once are fetched beside it, not after it has been read.
+  const entryOutput = Object.entries(result.metafile.outputs).find(([path]) => basename(path) === script)![1];
+  const preloads = entryOutput.imports.filter((imported) => imported.kind === 'import-statement')
+    .map((imported) => `<link rel="modulepreload" href="/assets/${basename(imported.path)}">\n`).join('');
   const index = `<!doctype html>
 <html lang="en">
 <head>
@@ -42,7 +50,7 @@ export async function buildConsole(outDir = consoleBuildDir()): Promise<void> {
 <meta name="color-scheme" content="light dark">
 <title>orchestrator</title>
 <link rel="stylesheet" href="/assets/${style}">
-<script type="module" src="/assets/${script}"></script>
+${preloads}<script type="module" src="/assets/${script}"></script>
 </head>
 <body><div id="app"></div></body>
 </html>

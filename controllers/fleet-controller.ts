@@ -1,5 +1,5 @@
 import type { Logger } from 'winston';
-import { offerSatisfies } from '../api/resources.js';
+import { offerSatisfies, priceRefusal } from '../api/resources.js';
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
@@ -45,7 +45,8 @@ export class FleetController extends LeasedController<FleetRecord> {
     const listing = await this.pool.offers(fleet.projectId, fleet.backends);
     const offer = listing.offers.find((o) => o.availability === 'available' && offerSatisfies(o, fleet.requirement));
     if (!offer) {
-      const why = listing.errors.length ? listing.errors.join('; ') : `no available offer matches the fleet's resources`;
+      const why = listing.errors.length ? listing.errors.join('; ')
+        : priceRefusal(fleet.requirement, listing.offers) ?? `no available offer matches the fleet's resources`;
       await setFleetStatus(this.db, fleet.id, this.owner, 'active', `cannot reach nodes.min=${fleet.nodesMin}: ${why}`);
       return FLEET_RECHECK_MS;
     }

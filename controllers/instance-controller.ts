@@ -1,7 +1,7 @@
 import type { Logger } from 'winston';
 import type { InstanceStatus, InstanceTerminationReason } from '../api/status.js';
 import { formatDollars } from '../api/offer.js';
-import { offerSatisfies } from '../api/resources.js';
+import { offerSatisfies, priceRefusal } from '../api/resources.js';
 import { BackendAuthError, NoCapacityError, type Backend, type BackendInstance } from '../backends/backend.js';
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
@@ -90,7 +90,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     }
     const matching = listing.offers.filter((o) => offerSatisfies(o, instance.requirement));
     const available = matching.filter((o) => o.availability === 'available');
-    if (matching.length === 0) return this.end(instance, 'no_offers', `no ${instance.backend} offer matches`);
+    if (matching.length === 0) return this.end(instance, 'no_offers', priceRefusal(instance.requirement, listing.offers) ?? `no ${instance.backend} offer matches`);
     for (const offer of available) {
       try {
         const created = await backend.create({

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Offer } from '../api/offer.js';
 import type { InstanceStatus } from '../api/status.js';
-import { describeRequirement, intersectRequirements, offerSatisfies, unofferedModels, type ResourceRequirement } from '../api/resources.js';
+import { describeRequirement, intersectRequirements, offerSatisfies, priceRefusal, unofferedModels, type ResourceRequirement } from '../api/resources.js';
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Queryable } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
@@ -234,7 +234,7 @@ export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }
     return { kind: 'fail', reason: 'no_fleet_matches', message: `no fleet matches: the run needs ${describeRequirement(run.requirement)}; the fleets offer ${offered}${elsewhere}` };
   }
   const fits = (i: InstanceRecord, fleet: FleetRecord) => i.fleetId === fleet.id && i.runId === null && choice.allows(i.backend)
-    && (i.offer ? offerSatisfies(i.offer, run.requirement) : intersectRequirements(i.requirement, run.requirement) !== null);
+    && (i.offer ? offerSatisfies(i.offer, run.requirement) : intersectRequirements(i.requirement, run.requirement) !== null && withinPriceLimit(i.requirement, run.requirement));
   const idle = candidates.flatMap(({ fleet }) => instances.filter((i) => i.status === 'idle' && fits(i, fleet)).map((instance) => ({ fleet, instance })))
     .sort((a, b) => (a.instance.offer?.pricePerHour ?? 0) - (b.instance.offer?.pricePerHour ?? 0))[0];
   if (idle) return { kind: 'instance', ...idle, ready: true };
@@ -250,6 +250,13 @@ export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }
     const matching = allowed.filter((o) => offerSatisfies(o, requirement));
     const fleetInstances = instances.filter((i) => i.fleetId === fleet.id);
     if (matching.length === 0 && listing.errors.length === 0 && !fleetInstances.some((i) => i.offer && offerSatisfies(i.offer, run.requirement))) {
+      const tooDear = priceRefusal(requirement, allowed);
+      if (tooDear) {
+        // Prices move (spot, other backends' offers): the run waits under its limit rather than failing.
+        onlyNoOffers = false;
+        reasons.push(`${tooDear} in fleet ${fleet.name}`);
+        continue;
+      }
       const unoffered = unofferedModels(requirement, allowed);
       reasons.push(`no offers: no ${fleet.backends.join('/')} offer matches ${describeRequirement(requirement)} in fleet ${fleet.name}${unoffered ? ` (${unoffered})` : ''}`);
       continue;
@@ -299,6 +306,11 @@ export function placeNodes(run: Pick<QueuedRun, 'requirement' | 'nodes'> & { spe
     if (nodes.length === run.nodes) return { kind: 'nodes', fleet, nodes };
   }
   return reasons.length === 0 ? single : { kind: 'wait', message: `waiting for ${run.nodes} instances at once: ${reasons.join('; ')}` };
+}
+
+/** Whether an instance still without an offer can only be bought within the run's max_price. */
+function withinPriceLimit(instance: ResourceRequirement, run: ResourceRequirement): boolean {
+  return run.maxPrice === undefined || (instance.maxPrice !== undefined && instance.maxPrice <= run.maxPrice);
 }
 
 const STATUS_ORDER: readonly InstanceStatus[] = ['pending', 'provisioning', 'idle', 'busy', 'terminating'];

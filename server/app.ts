@@ -17,6 +17,7 @@ import { secretRoutes } from './routes/secrets.js';
 import { sessionRoutes } from './routes/session.js';
 import { serviceRoutes } from './routes/services.js';
 import { sshKeyRoutes } from './routes/ssh-keys.js';
+import { webhookRoutes } from './routes/webhooks.js';
 
 /** The management API: JSON under /api, one error shape, a bearer token (or the console's session) on every route; the console on the rest. */
 export function createApp(server: ServerContext): Koa {
@@ -27,7 +28,7 @@ export function createApp(server: ServerContext): Koa {
   });
   app.use(errorMiddleware(server.logger));
   app.use(consoleMiddleware(server.consoleDir));
-  for (const router of [projectRoutes(server), applyRoutes(server), fleetRoutes(server), gatewayRoutes(server), runRoutes(server), runMetricsRoutes(server), logRoutes(server), serviceRoutes(server), sshKeyRoutes(server), secretRoutes(server), liveRoutes(server)]) {
+  for (const router of [projectRoutes(server), applyRoutes(server), fleetRoutes(server), gatewayRoutes(server), runRoutes(server), runMetricsRoutes(server), logRoutes(server), serviceRoutes(server), sshKeyRoutes(server), secretRoutes(server), liveRoutes(server), webhookRoutes(server)]) {
     authenticateEveryRoute(router, server.db);
     app.use(router.routes());
     app.use(router.allowedMethods());

@@ -29,3 +29,20 @@ export function nodeCursorsQuery(ctx: Context, name: string): (rank: number) => 
   const after = cursorQuery(ctx, name);
   return () => after;
 }
+
+/** A time from the query string (`since=2026-01-01T10:00:00Z`): an ISO 8601 date and time; undefined when absent. */
+export function timeQuery(ctx: Context, name: string): Date | undefined {
+  const raw = ctx.query[name];
+  if (raw === undefined) return undefined;
+  const time = typeof raw === 'string' && /^\d{4}-\d{2}-\d{2}T/.test(raw) ? new Date(raw) : null;
+  if (!time || Number.isNaN(time.getTime())) throw badRequest(`${name}: expected a date and time such as 2026-01-31T09:30:00Z`);
+  return time;
+}
+
+/** How many items to answer (`limit=N`): 1 to `max`; undefined when absent. */
+export function limitQuery(ctx: Context, max: number): number | undefined {
+  const raw = ctx.query.limit;
+  if (raw === undefined) return undefined;
+  if (typeof raw !== 'string' || !/^\d{1,7}$/.test(raw) || Number(raw) < 1 || Number(raw) > max) throw badRequest(`limit: expected a whole number from 1 to ${max}`);
+  return Number(raw);
+}

@@ -15,6 +15,7 @@ import { RunController } from '../controllers/run-controller.js';
 import { ScheduleController } from '../controllers/schedule-controller.js';
 import { Scheduler } from '../controllers/scheduler.js';
 import { ServiceController } from '../controllers/service-controller.js';
+import { DEFAULT_WEBHOOK_TIMINGS, WebhookDeliveryController, type WebhookTimings } from '../controllers/webhook-delivery.js';
 import { Gateway } from '../gateway/gateway.js';
 import { DataDirInUseError } from '../store/data-dir-lock.js';
 import type { Db } from '../store/db.js';
@@ -46,6 +47,8 @@ export interface ServerOptions {
   logLevel?: string;
   controllerIntervalMs?: number;
   instanceTimings?: Partial<InstanceTimings>;
+  /** Webhook timeouts and retry backoff; tests shorten them. */
+  webhookTimings?: Partial<WebhookTimings>;
   /** The built web console to serve at / (default: dist/console of the checkout). */
   consoleDir?: string;
 }
@@ -124,6 +127,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     new GatewayController(db, owner, logger, {
       serverUrl: `http://${reachable}:${listening.port}`, instanceServerUrl: advertisedServerUrl(config) ?? `http://${reachable}:${listening.port}`, stateDir: join(dir, 'gateways'),
     }, pool),
+    new WebhookDeliveryController(db, owner, logger, secrets, VERSION, { ...DEFAULT_WEBHOOK_TIMINGS, ...options.webhookTimings }),
   ], logger, options.controllerIntervalMs);
   await manager.start();
   // Custom resources mirror the database; a look every five controller loops is the safety net under watches and NOTIFYs.

@@ -7,13 +7,11 @@ import type { GatewaySpec } from '../api/gateways.js';
 import { formatPath, validateSpec, type ConfigSpec, type SpecError } from '../api/parse.js';
 import { parseCountRange } from '../api/quantity.js';
 import { normalizeResources } from '../api/resources.js';
-import type { FleetSpec, RunSpec } from '../api/spec.js';
+import { DEFAULT_IDLE_DURATION, type FleetSpec, type RunSpec } from '../api/spec.js';
 import { describeValue, report, validateValue, type ValidationContext } from '../api/validate.js';
 import type { FleetDesired } from '../store/fleets.js';
 import type { ProjectRecord } from '../store/projects.js';
 import { HttpError, invalidSpec } from './http-errors.js';
-
-const DEFAULT_IDLE_DURATION = '5m';
 
 const JobFiles = Type.Array(JobFile);
 const JobRepos = Type.Array(JobRepo);
@@ -112,7 +110,7 @@ export function fleetDesired(spec: FleetSpec, project: ProjectRecord): FleetDesi
   return {
     name: spec.name,
     spec: spec as unknown as Record<string, unknown>,
-    requirement: normalizeResources(spec.resources, 'fleet'),
+    requirement: normalizeResources(spec.resources, 'fleet', spec.max_price),
     nodesMin: nodes.min ?? 0,
     nodesMax: nodes.max,
     idleSeconds: parseDurationOrOff(spec.idle_duration ?? DEFAULT_IDLE_DURATION),

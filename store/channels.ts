@@ -6,4 +6,6 @@ export const CHANNELS = {
   /** Routing changed: a replica became ready or left rotation, or a service came or went. */
   serviceRoutes: 'orchestrator_service_routes',
   gateways: 'orchestrator_gateways',
+  /** A webhook was added: its deliveries may start. */
+  webhooks: 'orchestrator_webhooks',
 } as const;

@@ -1,9 +1,9 @@
-import type { Event } from '../api/objects.js';
+import type { Event, EventObjectKind } from '../api/objects.js';
 import type { Queryable } from './db.js';
 
 export interface EventInput {
   projectId: string;
-  objectKind: 'fleet' | 'instance' | 'run' | 'gateway';
+  objectKind: EventObjectKind;
   objectId: string;
   objectName: string;
   reason: string;
@@ -54,12 +54,24 @@ export async function eventsAfter(db: Queryable, after: number, limit: number): 
   }));
 }
 
-export async function listEvents(db: Queryable, projectId: string, options: { after?: number; objectName?: string; limit?: number }): Promise<Event[]> {
+/** Which events `listEvents` returns: after a cursor, of one object or kind of object, in a time window; the newest `limit`. */
+export interface EventFilter {
+  after?: number;
+  objectName?: string;
+  objectKind?: EventObjectKind;
+  since?: Date;
+  until?: Date;
+  limit?: number;
+}
+
+export async function listEvents(db: Queryable, projectId: string, filter: EventFilter): Promise<Event[]> {
   const rows = await db.query(
     `SELECT * FROM (
        SELECT * FROM events WHERE project_id = $1 AND id > $2 AND ($3::text IS NULL OR object_name = $3)
-       ORDER BY id DESC LIMIT $4) recent ORDER BY id`,
-    [projectId, options.after ?? 0, options.objectName ?? null, options.limit ?? 200]);
+         AND ($4::text IS NULL OR object_kind = $4) AND ($5::timestamptz IS NULL OR created_at >= $5)
+         AND ($6::timestamptz IS NULL OR created_at <= $6)
+       ORDER BY id DESC LIMIT $7) recent ORDER BY id`,
+    [projectId, filter.after ?? 0, filter.objectName ?? null, filter.objectKind ?? null, filter.since ?? null, filter.until ?? null, filter.limit ?? 200]);
   return rows.map((r) => ({
     id: r.id, objectKind: r.object_kind, objectName: r.object_name, reason: r.reason, message: r.message,
     createdAt: r.created_at.toISOString(),

@@ -318,6 +318,47 @@ CREATE TABLE console_sessions (
 CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
 `,
   },
+  {
+    version: 16,
+    name: 'webhooks: per project, with a sealed signing secret and a cursor over events; deliveries as a leased queue, and their tries',
+    sql: `
+CREATE TABLE webhooks (
+  id text PRIMARY KEY,
+  project_id text NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+  url text NOT NULL,
+  events jsonb NOT NULL,
+  sealed_secret text NOT NULL,
+  last_event_id integer NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX webhooks_project ON webhooks (project_id);
+CREATE TABLE webhook_deliveries (
+  id text PRIMARY KEY,
+  webhook_id text NOT NULL REFERENCES webhooks(id) ON DELETE CASCADE,
+  event_id integer NOT NULL,
+  type text NOT NULL,
+  body text NOT NULL,
+  status text NOT NULL DEFAULT 'pending',
+  attempts integer NOT NULL DEFAULT 0,
+  next_attempt_at timestamptz NOT NULL DEFAULT now(),
+  give_up_at timestamptz NOT NULL,
+  lease_owner text,
+  lease_expires_at timestamptz,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  UNIQUE (webhook_id, event_id)
+);
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';
+CREATE TABLE webhook_tries (
+  delivery_id text NOT NULL REFERENCES webhook_deliveries(id) ON DELETE CASCADE,
+  attempt integer NOT NULL,
+  at timestamptz NOT NULL,
+  status_code integer,
+  latency_ms integer NOT NULL,
+  error text,
+  PRIMARY KEY (delivery_id, attempt)
+);
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { isDnsLabel, randomRunName } from '../api/names.js';
+import { isDnsLabel } from '../api/names.js';
+import { randomRunName } from '../server/run-names.js';
 import { closestMatch } from '../api/suggest.js';
 
 describe('api: names', () => {

@@ -247,7 +247,7 @@ describe('api: validating JSON specs', () => {
       'port: expected an integer from 1 to 65535, got "http"',
       'commands[1]: expected a string, got 1',
       'resources.gpu: unknown GPU model "H10"; did you mean "H100"?',
-      'extra: unknown field; expected one of type, name, priority, resources, env, image, registry_auth, python, files, repos, working_dir, volumes, privileged, entrypoint, shell, max_duration, stop_duration, retry, utilization_policy, spot_policy, backends, fleets, commands, port, model, replicas, scaling, auth, strip_prefix, probes, max_body_size, first_byte_timeout, idle_timeout, cold_start_timeout, startup_timeout, drain_timeout, gateway, https, rate_limits',
+      'extra: unknown field; expected one of type, name, priority, resources, env, image, registry_auth, python, files, repos, working_dir, volumes, privileged, entrypoint, shell, max_duration, stop_duration, retry, utilization_policy, spot_policy, max_price, backends, fleets, commands, port, model, replicas, scaling, auth, strip_prefix, probes, max_body_size, first_byte_timeout, idle_timeout, cold_start_timeout, startup_timeout, drain_timeout, gateway, https, rate_limits',
     ]);
   });
 
@@ -289,6 +289,16 @@ describe('api: error formatting', () => {
 
   it('points at the key of a field left empty', () => {
     expect(errorsOf('type: task\ncommands:\n')).to.deep.equal(['x.yml:2:1: commands: expected a list of strings, got nothing']);
+  });
+
+  it('points at a max_price that is not a number of dollars per hour, in a run and in a fleet', () => {
+    expect(errorsOf('type: task\ncommands: [echo]\nmax_price: $2/h\n')).to.deep.equal([
+      'x.yml:3:12: max_price: expected a price in dollars per hour such as 2.5, got "$2/h"',
+    ]);
+    expect(errorsOf('type: fleet\nname: f\nnodes: 1\nmax_price: 0\n')).to.deep.equal([
+      'x.yml:4:12: max_price: expected a price in dollars per hour such as 2.5, got 0',
+    ]);
+    expect(parseOk('type: service\nport: 80\ncommands: [serve]\nmax_price: 1.25\n')[0]).to.include({ max_price: 1.25 });
   });
 
   it('follows YAML anchors and aliases to find the value', () => {

@@ -155,7 +155,7 @@ for (const kind of DATABASE_KINDS) {
       const member = await openPage();
       await signIn(member, memberToken);
       await member.locator('header.top nav').getByRole('link', { name: 'Runs' }).waitFor({ timeout: WAIT_MS });
-      expect(await member.locator('header.top nav a').allTextContents()).to.deep.equal(['Runs', 'Fleets', 'Models']);
+      expect(await member.locator('header.top nav a').allTextContents()).to.deep.equal(['Runs', 'Fleets', 'Models', 'Offers', 'Events', 'Gateways', 'Apply', 'Settings']);
       await member.goto(`${server.url}/users`);
       await member.waitForURL(`${server.url}/projects/main/runs`);
       expect(await member.getByRole('heading', { name: 'Users' }).count()).to.equal(0);

@@ -173,7 +173,7 @@ for (const kind of DATABASE_KINDS) {
       const request = await sent;
       expect(JSON.parse(request.postData()!)).to.deep.include({ model: 'echo', stream: true });
       expect((await (await request.response())!.allHeaders())['content-type']).to.match(/^text\/event-stream/);
-      await page.locator('.message-assistant p', { hasText: `echo: tell me ${HOSTILE_LINE} now` }).waitFor({ timeout: WAIT_MS });
+      await page.locator('.chat-message-assistant p', { hasText: `echo: tell me ${HOSTILE_LINE} now` }).waitFor({ timeout: WAIT_MS });
       expect(await page.locator('.chat img').count(), 'an answer is never HTML').to.equal(0);
       await screenshot(page, 'models-chat');
 

@@ -58,6 +58,10 @@ const ALLOWED: Record<string, Caller[]> = {
   'GET /api/projects/:project/secrets/:name': PROJECT_ADMINS,
   'PUT /api/projects/:project/secrets/:name': PROJECT_ADMINS,
   'DELETE /api/projects/:project/secrets/:name': PROJECT_ADMINS,
+  'GET /api/projects/:project/webhooks': PROJECT_ADMINS,
+  'POST /api/projects/:project/webhooks': PROJECT_ADMINS,
+  'DELETE /api/projects/:project/webhooks/:id': PROJECT_ADMINS,
+  'GET /api/projects/:project/webhooks/:id/deliveries': PROJECT_ADMINS,
 };
 
 /** Routes that gateway processes call with their own token: no user's token opens them, whatever the user's role. */

@@ -4,15 +4,22 @@ import { useEffect, useState } from 'preact/hooks';
 import { call, currentSession, signOut, whenSignedOut } from './api.js';
 import { useLiveRuns } from './live-runs.js';
 import { Link, navigate, useLocation } from './navigation.js';
+import { ApplyPage } from './pages/apply.js';
+import { EventsPage } from './pages/events.js';
 import { FleetsPage } from './pages/fleets.js';
+import { GatewaysPage } from './pages/gateways.js';
 import { ModelsPage } from './pages/models.js';
+import { OffersPage } from './pages/offers.js';
+import { SettingsPage } from './pages/settings.js';
 import { RunPage } from './pages/run.js';
 import { RunsPage } from './pages/runs.js';
 import { SignInPage } from './pages/sign-in.js';
 import { UsersPage } from './pages/users.js';
 import './style.css';
 
-const PROJECT_PAGE = /^\/projects\/([^/]+)\/(runs|fleets|models)(?:\/([^/]+))?\/?$/;
+const PROJECT_PAGE = /^\/projects\/([^/]+)\/(runs|fleets|models|offers|events|gateways|apply|settings)(?:\/([^/]+))?\/?$/;
+/** Pages of a project after Runs and Fleets, in the navigation's order. */
+const MORE_PROJECT_PAGES = [['models', 'Models'], ['offers', 'Offers'], ['events', 'Events'], ['gateways', 'Gateways'], ['apply', 'Apply'], ['settings', 'Settings']] as const;
 
 function App() {
   const [session, setSession] = useState<ConsoleSession | null | undefined>(undefined);
@@ -55,32 +62,37 @@ function SignedIn({ session, onSignOut }: { session: ConsoleSession; onSignOut: 
         <nav>
           {project && <Link to={`/projects/${encodeURIComponent(project)}/runs`} class={match?.[2] === 'runs' ? 'current' : ''}>Runs</Link>}
           {project && <Link to={`/projects/${encodeURIComponent(project)}/fleets`} class={match?.[2] === 'fleets' ? 'current' : ''}>Fleets</Link>}
-          {project && <Link to={`/projects/${encodeURIComponent(project)}/models`} class={match?.[2] === 'models' ? 'current' : ''}>Models</Link>}
+          {project && MORE_PROJECT_PAGES.map(([page, label]) => <Link to={`/projects/${encodeURIComponent(project)}/${page}`} class={match?.[2] === page ? 'current' : ''}>{label}</Link>)}
           {session.user.admin && <Link to="/users" class={path === '/users' ? 'current' : ''}>Users</Link>}
         </nav>
         <span class="who">{session.user.name}{session.user.admin ? ' (admin)' : ''}</span>
         <button onClick={onSignOut}>Sign out</button>
       </header>
       <main>
-        {path === '/users' && session.user.admin ? <UsersPage />
+        {path === '/users' && session.user.admin ? <UsersPage self={session.user.name} />
           : projects === null ? <p class="muted">Loading…</p>
             : !project ? (
               <div class="empty">
                 <p>You are not a member of any project yet.</p>
                 <p>Ask an admin to add you: <code>orchestrator member add {session.user.name} --project main</code></p>
               </div>
-            ) : <ProjectPages project={project} page={match?.[2] ?? 'runs'} run={match?.[3] ? decodeURIComponent(match[3]) : null} query={query} />}
+            ) : <ProjectPages project={project} page={match?.[2] ?? 'runs'} run={match?.[3] ? decodeURIComponent(match[3]) : null} query={query} session={session} />}
       </main>
     </>
   );
 }
 
 /** A project's pages share one live stream, so that going from the list to a run and back keeps it open. */
-function ProjectPages({ project, page, run, query }: { project: string; page: string; run: string | null; query: URLSearchParams }) {
+function ProjectPages({ project, page, run, query, session }: { project: string; page: string; run: string | null; query: URLSearchParams; session: ConsoleSession }) {
   const live = useLiveRuns(project);
   if (live.refused) return <p class="empty" role="alert">{live.refused}.</p>;
-  if (page === 'fleets') return <FleetsPage project={project} />;
+  if (page === 'fleets') return <FleetsPage project={project} live={live} />;
   if (page === 'models') return <ModelsPage project={project} />;
+  if (page === 'offers') return <OffersPage project={project} query={query} />;
+  if (page === 'events') return <EventsPage project={project} query={query} />;
+  if (page === 'gateways') return <GatewaysPage project={project} />;
+  if (page === 'apply') return <ApplyPage project={project} />;
+  if (page === 'settings') return <SettingsPage project={project} session={session} />;
   if (run) return <RunPage project={project} name={run} live={live} />;
   return <RunsPage project={project} live={live} query={query} />;
 }

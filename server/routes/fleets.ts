@@ -2,7 +2,7 @@ import { isDeepStrictEqual } from 'node:util';
 import Router from '@koa/router';
 import { isDnsLabel } from '../../api/names.js';
 import type { FleetPlan } from '../../api/objects.js';
-import { describeRequirement, describeRequirementInWords, offerSatisfies, unofferedModels } from '../../api/resources.js';
+import { describeRequirement, describeRequirementInWords, offerSatisfies, priceRefusal, unofferedModels } from '../../api/resources.js';
 import { CHANNELS } from '../../store/channels.js';
 import { recordEvent } from '../../store/events.js';
 import { applyFleet, fleetView, getLiveFleet, listFleets, requestFleetDeletion, type FleetRecord } from '../../store/fleets.js';
@@ -45,7 +45,8 @@ export function fleetRoutes(server: ServerContext): Router {
       offersTotal: matching.length,
       offerErrors: listing.errors,
       problem: offers.length > 0 || listing.errors.length > 0 ? null
-        : [`no offer matches ${describeRequirement(desired.requirement)}`, unofferedModels(desired.requirement, listing.offers)].filter(Boolean).join(': '),
+        : priceRefusal(desired.requirement, listing.offers)
+          ?? [`no offer matches ${describeRequirement(desired.requirement)}`, unofferedModels(desired.requirement, listing.offers)].filter(Boolean).join(': '),
     };
     ctx.body = plan;
   });

@@ -1,10 +1,11 @@
 import Router from '@koa/router';
 import { Value } from '@sinclair/typebox/value';
 import { isDnsLabel } from '../../api/names.js';
-import { Role, type Member, type ServerInfo, type User, type UserWithToken } from '../../api/objects.js';
+import { EventObjectKind, MAX_EVENTS_LIMIT, Role, type Member, type ProjectBackend, type ServerInfo, type User, type UserWithToken } from '../../api/objects.js';
 import type { OfferListing } from '../../api/offer.js';
 import { normalizeResources } from '../../api/resources.js';
 import { offerSatisfies } from '../../api/resources.js';
+import { backendView } from '../../backends/config.js';
 import { accessChanged } from '../../gateway/access-cache.js';
 import { listEvents } from '../../store/events.js';
 import { listInstanceViews } from '../../store/instances.js';
@@ -15,7 +16,7 @@ import {
 import { currentUser, projectAdminFor, projectFor, requireAdmin, requireAdminOrSelf, type AuthState } from '../auth.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, conflict, notFound, readJsonObject } from '../http-errors.js';
-import { cursorQuery } from '../query.js';
+import { cursorQuery, limitQuery, timeQuery } from '../query.js';
 
 const USER_NAME_RULE = 'expected a lowercase letter, then at most 62 lowercase letters, digits, "-", "_" or "."';
 const isUserName = (value: unknown): value is string => typeof value === 'string' && /^[a-z][-a-z0-9_.]{0,62}$/.test(value);
@@ -107,6 +108,12 @@ export function projectRoutes(server: ServerContext): Router {
     ctx.status = 204;
   });
 
+  router.get('/projects/:project/backends', async (ctx) => {
+    const project = await projectFor(db, ctx, ctx.params.project);
+    const backends: ProjectBackend[] = project.backends.map(backendView);
+    ctx.body = backends;
+  });
+
   router.get('/projects/:project/offers', async (ctx) => {
     const project = await projectFor(db, ctx, ctx.params.project);
     const backend = typeof ctx.query.backend === 'string' ? ctx.query.backend : undefined;
@@ -135,7 +142,11 @@ export function projectRoutes(server: ServerContext): Router {
     const after = cursorQuery(ctx, 'after');
     const objectName = typeof ctx.query.object === 'string' ? ctx.query.object : undefined;
     if (objectName !== undefined && !isDnsLabel(objectName)) throw badRequest('object: expected the name of a run, fleet or instance');
-    ctx.body = await listEvents(db, project.id, { after, objectName });
+    const objectKind = ctx.query.kind;
+    if (objectKind !== undefined && !Value.Check(EventObjectKind, objectKind)) throw badRequest('kind: expected "fleet", "instance", "run" or "gateway"');
+    ctx.body = await listEvents(db, project.id, {
+      after, objectName, objectKind, since: timeQuery(ctx, 'since'), until: timeQuery(ctx, 'until'), limit: limitQuery(ctx, MAX_EVENTS_LIMIT),
+    });
   });
   return router;
 

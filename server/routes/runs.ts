@@ -1,7 +1,8 @@
 import Router from '@koa/router';
 import type { JobFile, JobRepo } from '../../api/agent.js';
 import { cronExpressions, formatUtc, nextTick } from '../../api/cron.js';
-import { isDnsLabel, randomRunName } from '../../api/names.js';
+import { isDnsLabel } from '../../api/names.js';
+import { randomRunName } from '../run-names.js';
 import { fieldsNotActedOn, type JobRuntime } from '../../api/not-acted-on.js';
 import type { RunPlan } from '../../api/objects.js';
 import { describeRequirement, describeRequirementInWords, intersectRequirements, normalizeResources, offerSatisfies } from '../../api/resources.js';
@@ -113,7 +114,7 @@ function firstTick(spec: RunSpec): Date | undefined {
  * the new spec and schedule from its next run on. The caller sends the NOTIFY.
  */
 export async function submitRun(q: Queryable, project: ProjectRecord, userId: string, spec: RunSpec, files: JobFile[], repos: JobRepo[]): Promise<RunRecord> {
-  const requirement = normalizeResources(spec.resources, 'run');
+  const requirement = normalizeResources(spec.resources, 'run', spec.max_price);
   const priority = spec.priority ?? 0;
   const nextTickAt = firstTick(spec);
   if (nextTickAt && spec.name) {
@@ -221,7 +222,7 @@ async function queuedBefore(db: Queryable, projectId: string, priority: number):
  */
 async function planRun(server: ServerContext, project: ProjectRecord, spec: RunSpec, applying: FleetDesired[]): Promise<RunPlan> {
   const { db, pool } = server;
-  const requirement = normalizeResources(spec.resources, 'run');
+  const requirement = normalizeResources(spec.resources, 'run', spec.max_price);
   const fleets = fleetsOnceApplied(await listActiveFleets(db, project.id), applying, project.id);
   const instances = (await db.query(`SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [project.id])).map(toInstance);
   const listings = new Map<string, OfferListing>();

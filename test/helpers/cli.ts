@@ -5,6 +5,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { DatabaseKind } from './databases.js';
 import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './server.js';
+import type { ServerOptions } from '../../server/server.js';
 
 /** The built command; run `npx tsc -p .` before the suites that use it. */
 export const CLI_MAIN = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'cli', 'main.js');
@@ -143,8 +144,8 @@ export interface LocalCliSuite {
  * Starts a LocalCliSuite with the local fleet (examples/fleets/local.yml) applied through the CLI; end it with endCliSuite.
  * The server's config is LOCAL_CONFIG (the process runtime) unless given, e.g. LOCAL_DOCKER_CONFIG.
  */
-export async function startLocalCliSuite(kind: DatabaseKind, config = LOCAL_CONFIG): Promise<LocalCliSuite> {
-  const server = await startTestServer(kind, config);
+export async function startLocalCliSuite(kind: DatabaseKind, config = LOCAL_CONFIG, options: ServerOptions = {}): Promise<LocalCliSuite> {
+  const server = await startTestServer(kind, config, options);
   const home = makeHome();
   const work = mkdtempSync(join(tmpdir(), 'orch-cli-work-'));
   await addProject(home.home, server.url);

@@ -22,7 +22,7 @@ export const FAST_TIMINGS = { provisioningTimeoutMs: 30_000, unreachableGraceMs:
  * A migrated PGlite data folder, made once per version of the migrations and copied for each server:
  * a new PGlite folder costs seconds of CPU (initdb in WebAssembly), a copy a few milliseconds.
  */
-async function pgliteTemplate(): Promise<string> {
+export async function pgliteTemplate(): Promise<string> {
   const migrations = readFileSync(fileURLToPath(new URL('../../store/migrations.ts', import.meta.url)));
   const template = join(tmpdir(), `orch-pglite-template-${createHash('sha256').update(migrations).digest('hex').slice(0, 16)}`);
   if (existsSync(template)) return template;

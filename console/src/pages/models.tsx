@@ -85,7 +85,7 @@ export function ModelsPage({ project }: { project: string }) {
           <div class="chat" role="log" aria-live="polite">
             {messages.length === 0 && <p class="muted">Ask the model something; its answer streams in as it is written.</p>}
             {messages.map((message, index) => (
-              <div key={index} class={`message message-${message.role}`}><span class="speaker">{message.role === 'user' ? 'You' : model}</span><p>{message.content}</p></div>
+              <div key={index} class={`chat-message chat-message-${message.role}`}><span class="speaker">{message.role === 'user' ? 'You' : model}</span><p>{message.content}</p></div>
             ))}
           </div>
           {problem && <p class="error" role="alert">{problem}</p>}

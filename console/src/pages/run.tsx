@@ -1,4 +1,5 @@
 import { ideLink, ideOf } from '../../../api/ide.js';
+import { parsePortMapping } from '../../../api/mappings.js';
 import type { Event, Run } from '../../../api/objects.js';
 import { FINISHED_RUN_STATUSES } from '../../../api/status.js';
 import { useEffect, useState } from 'preact/hooks';
@@ -89,8 +90,8 @@ function Connect({ run }: { run: Run }) {
           <table>
             <thead><tr><th>Local port</th><th>Run's port</th></tr></thead>
             <tbody>{ports.map((entry) => {
-              const [local, remote] = String(entry).includes(':') ? String(entry).split(':') : [String(entry), String(entry)];
-              return <tr key={String(entry)}><td>{local === '*' ? 'any free port' : <code>localhost:{local}</code>}</td><td>{remote}</td></tr>;
+              const { local, container } = parsePortMapping(entry);
+              return <tr key={String(entry)}><td>{local === null ? 'any free port' : <code>localhost:{local}</code>}</td><td>{container}</td></tr>;
             })}</tbody>
           </table>
         </div>

@@ -3,6 +3,7 @@ import { RunStatus } from '../../../api/status.js';
 import { Age, gpuText, priceText, useNow } from '../format.js';
 import type { LiveRuns } from '../live-runs.js';
 import { Link, navigate } from '../navigation.js';
+import { setQueryFilter } from '../query-filters.js';
 import { StopButtons } from '../stop-buttons.js';
 
 const KINDS = ['task', 'service', 'dev-environment'];
@@ -28,13 +29,7 @@ export function RunsPage({ project, live, query }: { project: string; live: Live
   const now = useNow();
   const status = query.get('status') ?? '';
   const kind = query.get('kind') ?? '';
-  const setFilter = (name: string, value: string) => {
-    const next = new URLSearchParams(query);
-    if (value) next.set(name, value);
-    else next.delete(name);
-    const search = next.toString();
-    navigate(`${location.pathname}${search ? `?${search}` : ''}`, true);
-  };
+  const setFilter = (name: string, value: string) => setQueryFilter(query, name, value);
   const user = query.get('user') ?? '';
   const users = [...new Set((live.runs ?? []).map((run) => run.user))].sort();
   const shown = (live.runs ?? []).filter((run) => (!status || run.status === status) && (!kind || run.kind === kind) && (!user || run.user === user));
