@@ -8,9 +8,9 @@ import { consoleBuildDir } from '../server/console-assets.js';
 const entry = fileURLToPath(new URL('./src/main.tsx', import.meta.url));
 
 /**
- * Bundles the console into `outDir`: its script and stylesheet under assets/ with a hash of their content in their
- * names (and each gzip-compressed beside it, `.gz`, for the server to send as it is), and index.html, written last and at
- * once, naming them; the files of earlier builds are removed. Nothing is loaded from anywhere else.
+ * Bundles the console into `outDir`: its script, its chunks and its stylesheet under assets/ with a hash of their
+ * content in their names (and each gzip-compressed beside it, `.gz`, for the server to send as it is), and index.html,
+ * written last and at once, naming them; the files of earlier builds are removed. Nothing is loaded from anywhere else.
  */
 export async function buildConsole(outDir = consoleBuildDir()): Promise<void> {
   const assets = join(outDir, 'assets');
@@ -55,7 +55,7 @@ ${preloads}<script type="module" src="/assets/${script}"></script>
 <body><div id="app"></div></body>
 </html>
 `;
-  const compressed = [script, style].map((name) => {
+  const compressed = outputs.filter((name) => /\.(js|css)$/.test(name)).map((name) => {
     writeFileSync(join(assets, `${name}.gz`), gzipSync(readFileSync(join(assets, name)), { level: 9 }));
     return `${name}.gz`;
   });
