@@ -138,7 +138,7 @@ export class DockerRuntime implements JobRuntime {
       Image: image,
       // The whole command line as the entrypoint, with no command after it: the image's own entrypoint would otherwise wrap it.
       ...(commandLine === null ? {} : { Entrypoint: commandLine, Cmd: [] }),
-      Env: Object.entries(jobEnvironment(submission)).map(([name, value]) => `${name}=${value}`),
+      Env: Object.entries(containerEnvironment(submission, gpus)).map(([name, value]) => `${name}=${value}`),
       WorkingDir: workingDir,
       Labels: {
         [LABELS.jobId]: submission.jobId,
@@ -152,7 +152,7 @@ export class DockerRuntime implements JobRuntime {
         ShmSize: submission.shmSizeMib === undefined ? undefined : Math.round(submission.shmSizeMib * 1024 * 1024),
         PortBindings: Object.fromEntries(ports.map((port) => [port, [{ HostIp: portHost, HostPort: port.split('/')[0] }]])),
         DeviceRequests: gpus && submission.gpus > 0
-          ? [{ Driver: 'nvidia', Count: submission.gpus, Capabilities: [['gpu']] }]
+          ? [{ Driver: 'nvidia', ...(submission.gpuIndices ? { DeviceIDs: submission.gpuIndices.map(String) } : { Count: submission.gpus }), Capabilities: [['gpu']] }]
           : undefined,
       },
     };
@@ -264,6 +264,13 @@ async function volumeBinds(volumes: readonly JobVolume[]): Promise<string[]> {
     else if (!volume.optional) throw new JobStartError(missingVolumeMessage(volume));
   }
   return binds;
+}
+
+/** A container given some of the GPUs sees those alone, numbered from 0, so its CUDA_VISIBLE_DEVICES counts from 0 too. */
+function containerEnvironment(submission: JobSubmission, gpus: boolean): Record<string, string> {
+  const environment = jobEnvironment(submission);
+  if (gpus && submission.gpuIndices) environment.CUDA_VISIBLE_DEVICES = submission.gpuIndices.map((_, index) => index).join(',');
+  return environment;
 }
 
 /**

@@ -66,6 +66,7 @@ export function jobEnvironment(submission: JobSubmission): Record<string, string
     ...submission.env,
     ORCHESTRATOR_GPUS_NUM: String(submission.gpus * (nodes?.ips.length ?? 1)),
     ORCHESTRATOR_RUN_NAME: submission.runName,
+    ...(submission.gpuIndices && { CUDA_VISIBLE_DEVICES: submission.gpuIndices.join(',') }),
     ...(nodes && {
       ORCHESTRATOR_NODE_RANK: String(nodes.rank),
       ORCHESTRATOR_NODES_NUM: String(nodes.ips.length),

@@ -75,6 +75,8 @@ export const JobSubmission = Type.Object({
   /** The port the job's service answers on: the job finds where to listen in `PORT`, and the port is forwarded. */
   servicePort: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535 })),
   gpus: Type.Integer({ minimum: 0 }),
+  /** The GPUs (by index on the instance) of the job's blocks, when it shares the instance with others; all of them when absent. */
+  gpuIndices: Type.Optional(Type.Array(Type.Integer({ minimum: 0 }))),
   /** The job's place among the nodes of its run, one job per instance; for a single job, node 0 of 1. */
   nodes: Type.Optional(JobNodes),
   /** Credentials for pulling `image` from its registry. */

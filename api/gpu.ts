@@ -10,7 +10,7 @@ export const VENDOR_NAMES: Record<GpuVendor, string> = { nvidia: 'NVIDIA', amd: 
 const CATALOGUE: Record<GpuVendor, Record<string, readonly number[]>> = {
   nvidia: {
     // Datacenter
-    L4: [24], H100: [80], H200: [141], RTXPRO6000: [96], B300: [288], B200: [180], GH200: [96, 144], H100NVL: [94], H800: [80],
+    L4: [24], H100: [80], H200: [141], RTXPRO6000: [96], B300: [288], B200: [180], GB300: [288], GB200: [186], GH200: [96, 144], GB10: [128], H100NVL: [94], H800: [80],
     A100: [40, 80], A800: [40, 80], A40: [48], A30: [24], A16: [16], A10: [24], A10G: [24], A2: [16], L40: [48], L40S: [48], L20: [48],
     T4: [16], V100: [16, 32], P100: [16], P40: [24], P4: [8], K80: [12],
     // Workstation and desktop
@@ -22,7 +22,8 @@ const CATALOGUE: Record<GpuVendor, Record<string, readonly number[]>> = {
   },
   amd: { MI355X: [288], MI350X: [288], MI325X: [256], MI300X: [192], MI300A: [128], MI250X: [128], MI250: [128], MI210: [64], MI100: [32] },
   intel: { Gaudi: [32], Gaudi2: [96], Gaudi3: [128] },
-  tenstorrent: { n150: [12], n300: [24], p100a: [28], p150a: [32] },
+  // A Galaxy is 32 chips, each counted as one GPU: Wormhole (wh) or Blackhole (bh).
+  tenstorrent: { 'n150': [12], 'n300': [24], 'p100a': [28], 'p150a': [32], 'p150': [32], 'p300': [64], 'tt-galaxy-wh': [12], 'tt-galaxy-bh': [32] },
 };
 
 /** How a model is written where it differs from its key: `RTX6000Ada`, not `RTX6000ADA`. */

@@ -72,6 +72,8 @@ export const Instance = Type.Object({
   idleSince: NullableTimestamp,
   createdAt: Timestamp,
   terminatedAt: NullableTimestamp,
+  /** For an instance of a fleet split into blocks: the blocks runs hold and the blocks there are; null otherwise. */
+  blocks: Type.Union([Type.Object({ busy: Type.Integer({ minimum: 0 }), total: Type.Integer({ minimum: 1 }) }), Type.Null()]),
 });
 export type Instance = Static<typeof Instance>;
 
@@ -253,6 +255,8 @@ export const RunPlan = Type.Object({
     fleet: Type.String(),
     gpu: Type.Union([GpuInfo, Type.Null()]),
     pricePerHour: Type.Union([Type.Number(), Type.Null()]),
+    /** On an instance shared in blocks: the blocks the run would take, such as `block 1 of 2`; `gpu` is then theirs. */
+    blocks: Type.Optional(Type.String()),
   }), Type.Null()]),
   /** Runs of the project queued before this one (as high a priority, submitted earlier). */
   queuedBefore: Type.Integer({ minimum: 0 }),

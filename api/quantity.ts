@@ -111,7 +111,7 @@ export function parseCountRange(input: string | number, rules: CountRangeRules):
     : { min: parseEnd(ends[0]), max: parseEnd(ends[1]) };
   if (rules.bounded && range.max === null) {
     const lower = range.min ?? rules.least;
-    throw new Error(`invalid ${rules.what} "${text}": the range needs an upper bound, e.g. ${lower}..${lower + 4}`);
+    throw new Error(`invalid ${rules.what} "${text}": an open range is not supported, as it could spend without limit; the range needs an upper bound, e.g. ${lower}..${lower + 4}`);
   }
   return checkOrder(text, rules.what, range, String);
 }

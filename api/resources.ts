@@ -209,3 +209,18 @@ export function unofferedModels(req: ResourceRequirement, offers: readonly Offer
     ? `no backend offers ${wanted}: they offer no GPUs at all`
     : `no backend offers ${wanted}; they offer ${offered.sort().join(', ')}`;
 }
+
+/** What dstack asks for when a configuration leaves cpu, memory or disk out; here such a part takes any amount. */
+export const DSTACK_DEFAULT_RESOURCES = { cpu: '2..', memory: '8GB..', disk: '100GB..' } as const;
+
+/**
+ * The parts of `resources` left out that dstack would fill with its defaults, as the plan says it:
+ * `cpu, memory and disk not given: any amount here (dstack's defaults: cpu 2.., memory 8GB.., disk 100GB..)`; null when all are given.
+ */
+export function dstackDefaultsNote(resources: Resources | undefined): string | null {
+  const missing = (Object.keys(DSTACK_DEFAULT_RESOURCES) as (keyof typeof DSTACK_DEFAULT_RESOURCES)[]).filter((part) => resources?.[part] === undefined);
+  if (missing.length === 0) return null;
+  const names = missing.length === 1 ? missing[0] : `${missing.slice(0, -1).join(', ')} and ${missing.at(-1)}`;
+  const defaults = missing.map((part) => `${part} ${DSTACK_DEFAULT_RESOURCES[part]}`).join(', ');
+  return `${names} not given: any amount here (dstack's default${missing.length === 1 ? '' : 's'}: ${defaults})`;
+}

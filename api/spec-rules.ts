@@ -111,8 +111,6 @@ const NO_CLOUD_CHOICE = 'the scheduler takes the cheapest offer of the fleet\'s 
 export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: ['fleet'], path: ['ssh_config'], message: 'SSH fleets are not supported: a fleet here gets its instances from a backend (gpucloud, or local for this machine)' },
   { kinds: ['fleet'], path: ['env'], message: 'env on a fleet belongs to dstack\'s SSH fleets, which are not supported; set env on each run' },
-  { kinds: ['fleet'], path: ['placement'], message: 'cluster placement is not supported: instances of a fleet share no guaranteed interconnect', sameMeaning: (v) => v === 'any' },
-  { kinds: ['fleet'], path: ['blocks'], message: 'blocks are not supported: a run takes a whole instance, never a share of its GPUs', sameMeaning: (v) => v === 1 },
   { kinds: ['fleet'], path: ['termination_policy'], message: 'termination_policy is deprecated in dstack; use idle_duration' },
   { kinds: ['fleet'], path: ['termination_idle_time'], message: 'termination_idle_time is deprecated in dstack; use idle_duration' },
   { kinds: ['fleet'], path: ['retry'], message: 'retry on a fleet is not supported: a fleet keeps trying to reach its minimum; set retry on runs' },
@@ -127,16 +125,17 @@ export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: RUN_KINDS, path: ['idle_duration'], message: 'idle_duration on a run is not supported: instances belong to fleets; set idle_duration on the fleet' },
   { kinds: RUN_KINDS, path: ['instances'], message: 'choosing instances is not supported: the scheduler places a run on an instance of a fleet that fits; use fleets to narrow it' },
   { kinds: RUN_KINDS, path: ['user'], message: 'user is not supported: the commands run as the image\'s default user' },
-  { kinds: RUN_KINDS, path: ['nvcc'], message: 'nvcc is not supported: the default image has no CUDA compiler; set image to one that has it, such as nvidia/cuda:12.4.1-devel-ubuntu22.04', sameMeaning: (v) => v === false },
-  { kinds: RUN_KINDS, path: ['docker'], message: 'docker (Docker inside the run) is not supported', sameMeaning: (v) => v === false },
-  { kinds: RUN_KINDS, path: ['dstack'], message: 'dstack (the server reachable from inside the run) is not supported', sameMeaning: (v) => v === false },
+  { kinds: RUN_KINDS, path: ['nvcc'], message: 'the CUDA compiler (nvcc) is not supported in the default image: neither it nor python\'s image has one; set image to one that has it, such as nvidia/cuda:12.8.1-devel-ubuntu24.04', sameMeaning: (v) => v === false },
+  { kinds: RUN_KINDS, path: ['docker'], message: 'Docker inside the run is not supported: a run gets no Docker daemon of its own; build and push the image elsewhere and give it as image', sameMeaning: (v) => v === false },
+  { kinds: RUN_KINDS, path: ['dstack'], message: 'access to the server from inside the run is not supported: a run gets no server address or token; drive the orchestrator from outside the run, with the CLI or the HTTP API', sameMeaning: (v) => v === false },
   { kinds: RUN_KINDS, path: ['single_branch'], message: 'single_branch: false is not supported: a repo is cloned at one commit', sameMeaning: (v) => v === true },
   { kinds: RUN_KINDS, path: ['home_dir'], message: 'home_dir is deprecated in dstack and has no effect there; remove it' },
   { kinds: RUN_KINDS, path: ['setup'], message: 'setup is deprecated in dstack; put its commands first in commands (init for a dev environment)' },
-  { kinds: ['service', 'dev-environment'], path: ['schedule'], message: 'schedule is taken by tasks only: services and dev environments are not started on a schedule here' },
+  { kinds: ['service', 'dev-environment'], path: ['schedule'], message: 'schedule is not supported on a service or dev environment: only tasks are started on a schedule here; run a scheduled task that calls the service, or start it with apply' },
   { kinds: ['task'], path: ['groups'], message: 'node groups are not supported: the nodes of a multi-node task are alike; give nodes, commands and resources at the top level' },
   { kinds: ['service'], path: ['groups'], message: 'replica groups are not supported: a service has one kind of replica; give replicas, commands and resources at the top level' },
-  { kinds: ['service'], path: ['replicas'], message: 'replica groups are not supported: replicas is a number or a range such as 1..4 here', sameMeaning: (v) => !Array.isArray(v) },
+  { kinds: ['service'], path: ['replicas'], message: 'replica groups (replicas as a list) are not supported: a service has one kind of replica; give replicas as a number or a range such as 1..4, with commands and resources at the top level', sameMeaning: (v) => !Array.isArray(v) },
+  { kinds: ['service'], path: ['model', 'format'], message: 'model formats other than openai are not supported: the model endpoint speaks the OpenAI API; serve the model with an OpenAI-compatible server (vLLM, SGLang, TGI\'s /v1) and set format: openai', sameMeaning: (v) => v === 'openai' },
   { kinds: ['service'], path: ['router'], message: 'routers are not supported: the proxy balances requests over the ready replicas itself' },
   { kinds: ['dev-environment'], path: ['version'], message: 'version (of the IDE) is not supported: the desktop IDE brings its own server when it connects over ssh' },
   { kinds: RUN_KINDS, path: ['resources', 'gpu', 'total_memory'], message: 'total_memory is not supported: give the memory of one card (memory) and count' },
@@ -148,13 +147,42 @@ export const UNSUPPORTED: readonly Unsupported[] = [
 /** dstack's other backends: each is refused by name in `backends`. */
 const DSTACK_ONLY_BACKENDS = [
   'aws', 'azure', 'gcp', 'lambda', 'runpod', 'vastai', 'nebius', 'oci', 'cudo', 'datacrunch', 'verda', 'vultr',
-  'hotaisle', 'cloudrift', 'digitalocean', 'amddevcloud', 'tensordock', 'dstack', 'remote',
+  'hotaisle', 'cloudrift', 'digitalocean', 'amddevcloud', 'tensordock', 'crusoe', 'jarvislabs', 'slurm', 'dstack', 'remote',
 ];
 
 /** dstack's configuration kinds that are not taken here, and why they are refused. */
 export const UNSUPPORTED_TYPES: Record<string, string> = {
   volume: 'there are no network volumes here; a run mounts a directory of its instance with volumes (instance_path:path)',
 };
+
+const IMPORTED = 'is another project\'s (dstack\'s exports); imported resources are not supported: each project here has its own fleets and gateways, so apply one in this project and name it';
+
+/** Refusals inside lists and values of known fields: network volumes, repos' if_exists, imported fleets and gateways. */
+function refusedItems(spec: Record<string, unknown>, type: SpecType): [Path, string, IssueAt][] {
+  const found: [Path, string, IssueAt][] = [];
+  const entries = (field: string): [number, unknown][] => (Array.isArray(spec[field]) ? [...(spec[field] as unknown[]).entries()] : []);
+  if (type !== 'fleet') {
+    for (const [index, volume] of entries('volumes')) {
+      if (isMap(volume) && Object.hasOwn(volume, 'name')) {
+        found.push([['volumes', index, 'name'], 'network volumes are not supported: a run mounts a directory of its instance; write instance_path and path instead of name', 'key']);
+      }
+    }
+    for (const [index, repo] of entries('repos')) {
+      if (isMap(repo) && Object.hasOwn(repo, 'if_exists')) {
+        found.push([['repos', index, 'if_exists'], 'if_exists is not supported: the repo is always put at its path, over what the image holds there; remove if_exists, or give the repo a path the image leaves empty', 'key']);
+      }
+    }
+    for (const [index, fleet] of entries('fleets')) {
+      if (typeof fleet === 'string' && fleet.includes('/')) found.push([['fleets', index], `"${fleet}" ${IMPORTED}`, 'value']);
+    }
+  }
+  if (typeof spec.gateway === 'string' && spec.gateway.includes('/')) found.push([['gateway'], `"${spec.gateway}" ${IMPORTED}`, 'value']);
+  return found;
+}
+
+function isMap(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
 
 function valueAt(spec: Record<string, unknown>, path: readonly string[]): { found: boolean; value: unknown } {
   let value: unknown = spec;
@@ -170,20 +198,26 @@ function valueAt(spec: Record<string, unknown>, path: readonly string[]): { foun
  * configuration gets one message per missing feature instead of the errors that follow from it (a
  * service with replica groups has no top-level commands, say). Returns the spec without the fields
  * whose value asks for what happens anyway, or null when anything was refused: then nothing else is
- * worth checking. `known` are the top-level fields of the kind's schema, which a rule never overrides.
+ * worth checking. `known` are the top-level fields of the kind's schema, which a rule overrides only for
+ * the values its `sameMeaning` does not take (a service's replicas as a list).
  */
 export function refuseUnsupported(spec: Record<string, unknown>, type: SpecType, known: Record<string, unknown>, report: Report): Record<string, unknown> | null {
   const kept: Record<string, unknown> = { ...spec };
   let refused = false;
   for (const rule of UNSUPPORTED) {
-    if (!rule.kinds.includes(type) || (rule.path.length === 1 && Object.hasOwn(known, rule.path[0]))) continue;
+    const knownField = rule.path.length === 1 && Object.hasOwn(known, rule.path[0]);
+    if (!rule.kinds.includes(type) || (knownField && !rule.sameMeaning)) continue;
     const { found, value } = valueAt(spec, rule.path);
     if (!found) continue;
-    if (rule.sameMeaning?.(value) && rule.path.length === 1) {
-      delete kept[rule.path[0]];
+    if (rule.sameMeaning?.(value)) {
+      if (rule.path.length === 1 && !knownField) delete kept[rule.path[0]];
       continue;
     }
     report([...rule.path], rule.message, 'key');
+    refused = true;
+  }
+  for (const [path, message, at] of refusedItems(spec, type)) {
+    report(path, message, at);
     refused = true;
   }
   if (Array.isArray(spec.backends)) {

@@ -221,6 +221,13 @@ export const FleetSpec = Type.Object({
   backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends to provision from; all configured ones when left out' })),
   resources: Type.Optional(Resources),
   max_price: Type.Optional(MaxPrice),
+  placement: Type.Optional(Type.Union([Type.Literal('any'), Type.Literal('cluster')], {
+    default: 'any', description: 'cluster: every instance in one region, on one network with a fast interconnect, for multi-node tasks; any: wherever the cheapest offer is',
+  })),
+  blocks: Type.Optional(Type.Union([Type.Literal('auto'), Type.Integer({ minimum: 1, maximum: 64 })], {
+    default: 1, 'x-expected': 'auto or a number of blocks from 1 to 64',
+    description: 'Split each instance into this many equal blocks of its GPUs, CPUs and memory, so that several runs share it; auto: one block per GPU',
+  })),
 }, { additionalProperties: false, description: 'A pool of instances that runs are placed on' });
 export type FleetSpec = Static<typeof FleetSpec>;
 

@@ -9,6 +9,24 @@ export interface CreateInstanceRequest {
   agentToken: string;
   /** The size of /dev/shm the fleet or run asks for (shm_size), for backends that set it per instance. */
   shmSizeMib?: number;
+  /** The cluster (createCluster's) to create it in: its offer must be of the cluster's region and GPU model. */
+  clusterId?: string;
+}
+
+/** Machines on one network with a fast interconnect, in one region, for a fleet with `placement: cluster`. */
+export interface CreateClusterRequest {
+  /** Any offer of the model and region the cluster is for. */
+  offer: Offer;
+  /** Stable key (the fleet's id): a second create with the same key returns the first cluster. */
+  idempotencyKey: string;
+  name: string;
+  /** How many machines it must be able to hold; null: as many as its region holds. */
+  size: number | null;
+}
+
+export interface BackendCluster {
+  id: string;
+  region: string;
 }
 
 export type BackendInstanceStatus = 'provisioning' | 'running' | 'terminated' | 'failed';
@@ -23,6 +41,8 @@ export interface BackendInstance {
   reason?: string;
   /** The backend took a spot instance back: it is terminated (or about to be) through no fault of its own. */
   interrupted?: boolean;
+  /** Its address in its cluster's network, which the other instances of the cluster reach it at. */
+  internalIp?: string;
 }
 
 export interface Backend {
@@ -34,6 +54,14 @@ export interface Backend {
   list(): Promise<BackendInstance[]>;
   /** Idempotent: terminating a gone instance succeeds. */
   terminate(id: string): Promise<void>;
+  /**
+   * Backends whose instances may land in different networks place a cluster fleet's instances in one; those
+   * without it (local: one machine; kubernetes: one cluster's network) need nothing. Throws NoCapacityError
+   * when the offer's region cannot take the cluster now, BackendError when no region of its kind could.
+   */
+  createCluster?(request: CreateClusterRequest): Promise<BackendCluster>;
+  /** Idempotent: deleting a gone cluster succeeds. */
+  deleteCluster?(id: string): Promise<void>;
   /** Releases what the driver holds in this process (listening sockets); its instances run on. */
   close?(): Promise<void>;
 }

@@ -20,7 +20,7 @@ export function renderFleets(fleets: readonly Fleet[], history = false, width?: 
       formatGpuInfo(instance.gpu),
       instance.statusMessage ? `${instance.status}: ${instance.statusMessage}` : instance.status,
       formatPrice(instance.pricePerHour),
-      instance.run ?? '-',
+      instance.blocks ? `blocks ${instance.blocks.busy}/${instance.blocks.total} busy` : instance.run ?? '-',
     ]);
     if (instanceRows.length === 0) return [[fleet.name, ...identity, '-', fleetBackends(fleet), '-', `${fleetStatus} (no instances)`, '-', '-']];
     const fleetRow = fleetStatus === 'active' ? [] : [[fleet.name, ...identity, '-', fleetBackends(fleet), '-', fleetStatus, '-', '-']];

@@ -1,5 +1,6 @@
 import { formatUtc } from '../api/cron.js';
 import { fieldsNotActedOn, type FieldNotActedOn } from '../api/not-acted-on.js';
+import { dstackDefaultsNote } from '../api/resources.js';
 import type { FleetPlan, RunPlan } from '../api/objects.js';
 import type { FleetSpec, RunSpec } from '../api/spec.js';
 import { formatGpuInfo, formatPrice, formatSize, formatSpot, formatTimeLeft } from './format.js';
@@ -33,6 +34,12 @@ function offerErrors(plan: FleetPlan | RunPlan): string {
   return plan.offerErrors.map((error, index) => field(index === 0 ? 'warning' : '', error)).join('');
 }
 
+/** The requirement, and under it the parts dstack would have filled with its defaults, for those who bring its configurations. */
+function resourcesField(spec: FleetSpec | RunSpec, requirement: string): string {
+  const note = dstackDefaultsNote(spec.resources);
+  return field('resources', requirement) + (note === null ? '' : field('', note));
+}
+
 function shown(value: unknown): string {
   if (value === undefined) return '(not set)';
   return typeof value === 'string' ? value : JSON.stringify(value);
@@ -55,7 +62,7 @@ export function renderFleetPlan(spec: FleetSpec, plan: FleetPlan, current: Recor
   let text = `fleet ${plan.name}: ${action}\n`;
   text += field('nodes', String(spec.nodes));
   text += field('backends', spec.backends?.join(', ') ?? 'all configured');
-  text += field('resources', plan.requirement);
+  text += resourcesField(spec, plan.requirement);
   if (plan.action === 'update' && current) {
     fleetChanges(current, spec).forEach((change, index) => { text += field(index === 0 ? 'changes' : '', change); });
   }
@@ -75,7 +82,7 @@ export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.Write
         : 'create';
   let text = `${spec.type} ${name}: ${action}\n`;
   if (plan.schedule) text += field('schedule', scheduleText(plan.schedule));
-  text += field('resources', plan.requirement);
+  text += resourcesField(spec, plan.requirement);
   const nodes = spec.type === 'task' ? spec.nodes ?? 1 : 1;
   if (nodes > 1) text += field('nodes', `${nodes} instances of one fleet, placed together, one job on each`);
   text += field('fleets', plan.fleets.length > 0 ? plan.fleets.join(', ') : 'none match');
@@ -101,6 +108,7 @@ function scheduleText(schedule: NonNullable<RunPlan['schedule']>): string {
 /** `local-0 (idle, ...)` when the scheduler will take that one; `an idle instance of fleet x` when queued runs go first. */
 function instanceText(instance: NonNullable<RunPlan['instance']>, queuedBefore: number): string {
   const details = [
+    ...(instance.blocks ? [instance.blocks] : []),
     ...(instance.gpu ? [instance.gpu.count === 0 ? 'no GPU' : `GPU ${formatGpuInfo(instance.gpu)}`] : []),
     ...(instance.pricePerHour === null ? [] : [`${formatPrice(instance.pricePerHour)}/h`]),
   ];

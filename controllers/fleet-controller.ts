@@ -1,9 +1,10 @@
 import type { Logger } from 'winston';
 import { offerSatisfies, priceRefusal } from '../api/resources.js';
+import { BackendError } from '../backends/backend.js';
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
-import { setFleetStatus, toFleet, type FleetRecord } from '../store/fleets.js';
+import { forgetFleetCluster, setFleetStatus, toFleet, type FleetRecord } from '../store/fleets.js';
 import { insertInstance, listFleetInstances } from '../store/instances.js';
 import type { BackendPool } from './backend-pool.js';
 import { LeasedController } from './leased.js';
@@ -26,6 +27,7 @@ export class FleetController extends LeasedController<FleetRecord> {
     const live = await listFleetInstances(this.db, fleet.id);
     if (fleet.status === 'terminating') {
       if (live.length === 0) {
+        if (fleet.cluster && !(await this.deleteCluster(fleet))) return 1000;
         if (await setFleetStatus(this.db, fleet.id, this.owner, 'terminated', 'deleted')) {
           await this.event(fleet, 'Terminated', 'all instances terminated');
         }
@@ -58,6 +60,25 @@ export class FleetController extends LeasedController<FleetRecord> {
     }
     await this.db.notify(CHANNELS.instances);
     return FLEET_RECHECK_MS;
+  }
+
+  /**
+   * A deleted cluster fleet's cluster goes once its last instance has; false while the cloud still counts an
+   * instance in it (one shutting down), as it refuses to delete a cluster that holds any.
+   */
+  private async deleteCluster(fleet: FleetRecord): Promise<boolean> {
+    const { backend: type, id } = fleet.cluster!;
+    const backend = await this.pool.backend(fleet.projectId, type);
+    try {
+      await backend?.deleteCluster?.(id);
+    } catch (error) {
+      if (!(error instanceof BackendError)) throw error;
+      await setFleetStatus(this.db, fleet.id, this.owner, 'terminating', `deleting cluster ${id}: ${error.message}`);
+      return false;
+    }
+    await forgetFleetCluster(this.db, fleet.id);
+    await this.event(fleet, 'ClusterDeleted', `cluster ${id} deleted`);
+    return true;
   }
 
   private event(fleet: FleetRecord, reason: string, message: string): Promise<void> {

@@ -1,13 +1,13 @@
 import type { Logger } from 'winston';
 import type { InstanceStatus, InstanceTerminationReason } from '../api/status.js';
-import { formatDollars } from '../api/offer.js';
+import { formatDollars, type Offer } from '../api/offer.js';
 import { offerSatisfies, priceRefusal } from '../api/resources.js';
-import { BackendAuthError, NoCapacityError, type Backend, type BackendInstance } from '../backends/backend.js';
+import { BackendAuthError, BackendError, NoCapacityError, type Backend, type BackendInstance } from '../backends/backend.js';
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
-import { getFleetById, type FleetRecord } from '../store/fleets.js';
-import { getInstance, toInstance, updateInstance, type InstanceRecord } from '../store/instances.js';
+import { getFleetById, isClusterFleet, recordFleetCluster, type FleetCluster, type FleetRecord } from '../store/fleets.js';
+import { getInstance, idleSharedInstance, toInstance, updateInstance, type InstanceRecord } from '../store/instances.js';
 import { getRun } from '../store/runs.js';
 import type { BackendPool } from './backend-pool.js';
 import { LeasedController } from './leased.js';
@@ -89,13 +89,21 @@ export class InstanceController extends LeasedController<InstanceRecord> {
       return 5000;
     }
     const matching = listing.offers.filter((o) => offerSatisfies(o, instance.requirement));
-    const available = matching.filter((o) => o.availability === 'available');
     if (matching.length === 0) return this.end(instance, 'no_offers', priceRefusal(instance.requirement, listing.offers) ?? `no ${instance.backend} offer matches`);
+    let available = matching.filter((o) => o.availability === 'available');
+    let cluster: FleetCluster | null = null;
+    if (isClusterFleet(fleet) && backend.createCluster) {
+      const placed = await this.clusterOf(fleet, backend, available);
+      if (typeof placed === 'string') return this.end(instance, 'no_capacity', placed);
+      cluster = placed;
+      available = available.filter((o) => o.region === placed.region && o.gpu.name === placed.gpu);
+    }
     for (const offer of available) {
       try {
         const created = await backend.create({
           offer, idempotencyKey: instance.id, name: instance.name, agentToken: instance.agentToken,
           ...(instance.requirement.shmSizeMib === null ? {} : { shmSizeMib: instance.requirement.shmSizeMib }),
+          ...(cluster ? { clusterId: cluster.id } : {}),
         });
         await updateInstance(this.db, instance.id, this.owner, {
           status: 'provisioning', offer, backend_instance_id: created.id, provisioning_started_at: new Date(),
@@ -113,7 +121,34 @@ export class InstanceController extends LeasedController<InstanceRecord> {
         throw error;
       }
     }
+    if (cluster) return this.end(instance, 'no_capacity', `no capacity in the fleet's cluster ${cluster.id} (${cluster.gpu} in ${cluster.region}, placement: cluster)`);
     return this.end(instance, 'no_capacity', `no capacity: all ${matching.length} matching ${instance.backend} offers are out of capacity`);
+  }
+
+  /**
+   * The cluster a `placement: cluster` fleet's instances are created in: the one its first instance made, or a new one
+   * in the first region whose offer can take the fleet's nodes (its maximum); a message when none can.
+   */
+  private async clusterOf(fleet: FleetRecord, backend: Backend, offers: Offer[]): Promise<FleetCluster | string> {
+    if (fleet.cluster?.backend === backend.type) return fleet.cluster;
+    const refusals: string[] = [];
+    for (const offer of offers) {
+      try {
+        const made = await backend.createCluster!({ offer, idempotencyKey: fleet.id, name: fleet.name, size: fleet.nodesMax });
+        const cluster = await recordFleetCluster(this.db, fleet.id, { backend: backend.type, id: made.id, region: made.region, gpu: offer.gpu.name });
+        await recordEvent(this.db, { projectId: fleet.projectId, objectKind: 'fleet', objectId: fleet.id, objectName: fleet.name, reason: 'ClusterCreated', message: `cluster ${made.id} for ${fleet.nodesMax ?? 'any number of'} ${offer.gpu.name} instances in ${made.region}` });
+        return cluster;
+      } catch (error) {
+        if (error instanceof NoCapacityError) {
+          refusals.push(error.message);
+          continue;
+        }
+        if (!(error instanceof BackendError) || error instanceof BackendAuthError) throw error;
+        // Another instance of the fleet may have made the cluster meanwhile, from another offer.
+        return (await getFleetById(this.db, fleet.id)).cluster ?? `placement: cluster: ${error.message}`;
+      }
+    }
+    return `placement: cluster: no region can take the fleet's instances together now${refusals.length ? ` (${refusals.join('; ')})` : ''}`;
   }
 
   private async awaitBoot(instance: InstanceRecord): Promise<number> {
@@ -132,7 +167,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     const status: InstanceStatus = instance.runId ? 'busy' : 'idle';
     const written = await updateInstance(this.db, instance.id, this.owner, {
       status, agent_url: remote.agentUrl, idle_since: status === 'idle' ? new Date() : null, status_message: '',
-      ssh_host_key: health.sshHostKey ?? null,
+      ssh_host_key: health.sshHostKey ?? null, internal_ip: remote.internalIp ?? null,
     });
     if (written) {
       await this.event(instance, 'Ready', `agent healthy at ${remote.agentUrl}; ${status}`);
@@ -162,6 +197,11 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     if (instance.unreachableSince) await updateInstance(this.db, instance.id, this.owner, { unreachable_since: null, status_message: '' });
     // An agent restarted with a new work dir makes a new host key; the run views must show the one it has now.
     if ((health.sshHostKey ?? null) !== instance.sshHostKey) await updateInstance(this.db, instance.id, this.owner, { ssh_host_key: health.sshHostKey ?? null });
+    if (instance.status === 'busy' && instance.runId === null) {
+      if (!(await idleSharedInstance(this.db, instance.id, this.owner))) return this.timings.healthIntervalMs;
+      await this.db.notify(CHANNELS.runs);
+      return 0;
+    }
     if (instance.status === 'busy') {
       const run = instance.runId ? await getRun(this.db, instance.runId) : null;
       if (!run || FINISHED_RUN.includes(run.status)) {

@@ -2,6 +2,7 @@ import type { Logger } from 'winston';
 import type { JobStatus, JobSubmission } from '../api/agent.js';
 import { parseDurationOrOff } from '../api/duration.js';
 import { parsePortMapping, parseVolumeMount } from '../api/mappings.js';
+import { blockCount, blockGpus } from '../api/blocks.js';
 import { jobContainer } from '../api/run-container.js';
 import { fillJobSecrets, jobSecretNames } from '../api/interpolation.js';
 import type { RunStatus, RunTerminationReason } from '../api/status.js';
@@ -9,6 +10,7 @@ import { AgentClient, AgentError, AgentUnreachableError } from '../agent/client.
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
+import { getFleetById } from '../store/fleets.js';
 import { getInstance, releaseInstanceFromRun, type InstanceRecord } from '../store/instances.js';
 import { instanceAddress, isNodeJob, MULTI_NODE_PARENT, nodeAddresses, startupWait } from '../store/nodes.js';
 import { toRun, updateRun, type RunRecord } from '../store/runs.js';
@@ -126,7 +128,8 @@ export class RunController extends LeasedController<RunRecord> {
       if (run.statusMessage !== waiting) await updateRun(this.db, run.id, this.owner, { status_message: waiting });
       return SIBLING_POLL_MS;
     }
-    const submission = await this.withSecrets(run, jobFor(run, instance, ips));
+    const gpuIndices = run.blocks === null ? null : await this.blockGpuIndices(run.blocks, instance);
+    const submission = await this.withSecrets(run, jobFor(run, instance, ips, gpuIndices));
     if (typeof submission === 'string') {
       await releaseInstanceFromRun(this.db, instance.id, run.id);
       await this.finish(run, null, 'failed', 'submit_failed', submission, null);
@@ -180,9 +183,16 @@ export class RunController extends LeasedController<RunRecord> {
     await this.db.notify(CHANNELS.runs);
   }
 
+  /** The GPUs of the blocks the run holds on its shared instance. */
+  private async blockGpuIndices(blocks: number[], instance: InstanceRecord): Promise<number[]> {
+    const fleet = await getFleetById(this.db, instance.fleetId);
+    const gpus = instance.offer?.gpu.count ?? 0;
+    return blockGpus(blocks, gpus, blockCount(fleet.spec, gpus));
+  }
+
   private async requeue(run: RunRecord, message: string): Promise<void> {
     const rows = await this.db.query(
-      `UPDATE runs SET status = 'submitted', status_message = $3, instance_id = NULL, fleet_id = NULL,
+      `UPDATE runs SET status = 'submitted', status_message = $3, instance_id = NULL, fleet_id = NULL, blocks = NULL,
          next_reconcile_at = now() + $4 * interval '1 millisecond', updated_at = now()
        WHERE id = $1 AND lease_owner = $2 RETURNING id`, [run.id, this.owner, message, REQUEUE_BACKOFF_MS]);
     if (rows.length === 0) return;
@@ -268,8 +278,11 @@ function devEnvironmentCommands(init: string[] | undefined): string[] {
   return [...(init ?? []), 'while true; do sleep 3600; done'];
 }
 
-/** The job of a run on its instance; `ips` are the addresses of every node's instance in rank order (one for a single job). */
-function jobFor(run: RunRecord, instance: InstanceRecord, ips: string[]): JobSubmission {
+/**
+ * The job of a run on its instance; `ips` are the addresses of every node's instance in rank order (one for a single job),
+ * `gpuIndices` the GPUs of its blocks when it shares the instance.
+ */
+function jobFor(run: RunRecord, instance: InstanceRecord, ips: string[], gpuIndices: number[] | null): JobSubmission {
   const spec = run.spec;
   return {
     jobId: run.id,
@@ -281,7 +294,8 @@ function jobFor(run: RunRecord, instance: InstanceRecord, ips: string[]): JobSub
     workingDir: spec.working_dir,
     ports: run.kind === 'service' ? [spec.port] : (spec.ports ?? []).map((p: number | string) => parsePortMapping(p).container),
     servicePort: run.kind === 'service' ? spec.port : undefined,
-    gpus: instance.offer?.gpu.count ?? 0,
+    gpus: gpuIndices?.length ?? instance.offer?.gpu.count ?? 0,
+    ...(gpuIndices && { gpuIndices }),
     nodes: { rank: isNodeJob(run) ? run.replica! : 0, ips },
     registryAuth: spec.registry_auth,
     repos: run.repos,

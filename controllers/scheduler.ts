@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Offer } from '../api/offer.js';
 import type { InstanceStatus } from '../api/status.js';
+import { blockCount, blockShare, isSplit } from '../api/blocks.js';
 import { describeRequirement, intersectRequirements, offerSatisfies, priceRefusal, unofferedModels, type ResourceRequirement } from '../api/resources.js';
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Queryable } from '../store/db.js';
@@ -8,6 +9,7 @@ import { recordEvent, runEvent } from '../store/events.js';
 import { listActiveFleets, type FleetRecord } from '../store/fleets.js';
 import { insertInstance, toInstance, type InstanceRecord } from '../store/instances.js';
 import { insertNode, nodeCount, NODE_JOB } from '../store/nodes.js';
+import { blocksHeld, type BlocksHeld } from '../store/runs.js';
 import { SERVICE_PARENT } from '../store/services.js';
 import type { BackendPool, OfferListing } from './backend-pool.js';
 import type { Controller } from './manager.js';
@@ -38,6 +40,8 @@ type NodeChoice =
 
 type SinglePlacement =
   | NodeChoice
+  /** Free blocks of an instance that runs share: the fewest that give the run what it needs. */
+  | { kind: 'blocks'; fleet: FleetRecord; instance: InstanceRecord; blocks: number[] }
   | { kind: 'fail'; reason: 'no_fleet_matches' | 'no_offers'; message: string }
   /** `noFleet`: no fleet is there for the run at all, rather than none with room for it now. */
   | { kind: 'wait'; message: string; noFleet?: true };
@@ -87,6 +91,7 @@ export class Scheduler implements Controller {
     const fleets = await listActiveFleets(tx, projectId);
     const instances = (await tx.query(
       `SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [projectId])).map(toInstance);
+    const held = await blocksHeld(tx, projectId);
     let changed = false;
     const reasons = { ids: [] as string[], messages: [] as string[] };
     for (const run of runs) {
@@ -95,7 +100,7 @@ export class Scheduler implements Controller {
         changed = true;
         continue;
       }
-      const placement = run.nodes > 1 ? placeNodes(run, fleets, instances, offers) : place(run, fleets, instances, offers);
+      const placement = run.nodes > 1 ? placeNodes(run, fleets, instances, offers) : place(run, fleets, instances, offers, held);
       if (placement.kind === 'wait') {
         if (placement.message !== run.status_message) {
           reasons.ids.push(run.id);
@@ -113,7 +118,7 @@ export class Scheduler implements Controller {
         }
         continue;
       }
-      changed = (await this.apply(tx, projectId, run, placement, instances)) || changed;
+      changed = (await this.apply(tx, projectId, run, placement, instances, held)) || changed;
     }
     if (reasons.ids.length > 0) {
       await tx.query(
@@ -124,13 +129,17 @@ export class Scheduler implements Controller {
     return changed;
   }
 
-  private async apply(tx: Queryable, projectId: string, run: QueuedRun, placement: Exclude<Placement, { kind: 'wait' }>, instances: InstanceRecord[]): Promise<boolean> {
+  private async apply(tx: Queryable, projectId: string, run: QueuedRun, placement: Exclude<Placement, { kind: 'wait' }>, instances: InstanceRecord[], held: BlocksHeld): Promise<boolean> {
     switch (placement.kind) {
       case 'fail':
         await this.finishUnplaced(tx, projectId, run, 'failed', placement.reason, placement.message);
         return true;
-      case 'instance':
-      case 'provision': {
+      case 'blocks':
+        return this.takeBlocks(tx, projectId, run, placement, held);
+      case 'provision':
+        if (isSplit(placement.fleet.spec)) return this.provisionShared(tx, projectId, run, placement, instances);
+      // falls through: an instance of a fleet not split into blocks is the run's own from the start
+      case 'instance': {
         const taken = await this.take(tx, projectId, run, placement, run.id, instances);
         if (!taken) return false;
         await this.startProvisioning(tx, projectId, run, placement.fleet, taken.instance, taken.message);
@@ -162,6 +171,35 @@ export class Scheduler implements Controller {
     this.createdInstances = true;
     await recordEvent(tx, { projectId, objectKind: 'instance', objectId: instance.id, objectName: instance.name, reason: 'Created', message: `created for run ${run.name} (${describeRequirement(choice.requirement)}) on ${choice.backend}` });
     return { instance, message: `provisioning ${instance.name} on ${choice.backend}` };
+  }
+
+  /** Gives the run blocks of a shared instance, which turns busy while any are held. */
+  private async takeBlocks(tx: Queryable, projectId: string, run: QueuedRun, placement: Extract<SinglePlacement, { kind: 'blocks' }>, held: BlocksHeld): Promise<boolean> {
+    const { instance, blocks, fleet } = placement;
+    const taken = await tx.query(
+      `UPDATE instances SET status = 'busy', idle_since = NULL, updated_at = now() WHERE id = $1 AND status IN ('idle', 'busy') AND run_id IS NULL RETURNING id`, [instance.id]);
+    if (taken.length === 0) return false;
+    instance.status = 'busy';
+    held.set(instance.id, [...(held.get(instance.id) ?? []), ...blocks]);
+    const total = blockCount(fleet.spec, instance.offer!.gpu.count);
+    const message = `starting on ${instance.name}, block${blocks.length === 1 ? '' : 's'} ${blocks.join(', ')} of ${total}`;
+    await tx.query(
+      `UPDATE runs SET status = 'provisioning', status_message = $2, fleet_id = $3, instance_id = $4, blocks = $5::int[], next_reconcile_at = now(), updated_at = now()
+       WHERE id = $1`, [run.id, message, fleet.id, instance.id, blocks]);
+    await recordEvent(tx, runEvent({ ...run, projectId }, 'Provisioning', `fleet ${fleet.name}: ${message}`));
+    return true;
+  }
+
+  /** A new instance for a fleet split into blocks belongs to no run: the run waits for it, and takes blocks once it is up. */
+  private async provisionShared(tx: Queryable, projectId: string, run: QueuedRun, choice: Extract<NodeChoice, { kind: 'provision' }>, instances: InstanceRecord[]): Promise<boolean> {
+    const instance = await insertInstance(tx, {
+      projectId, fleetId: choice.fleet.id, fleetName: choice.fleet.name, backend: choice.backend, requirement: choice.fleet.requirement, runId: null,
+    });
+    instances.push(instance);
+    this.createdInstances = true;
+    await recordEvent(tx, { projectId, objectKind: 'instance', objectId: instance.id, objectName: instance.name, reason: 'Created', message: `created for run ${run.name} on ${choice.backend}; fleet ${choice.fleet.name} shares it in blocks` });
+    await tx.query(`UPDATE runs SET status_message = $2, updated_at = now() WHERE id = $1`, [run.id, sharedWait(instance, choice.fleet)]);
+    return true;
   }
 
   /**
@@ -218,23 +256,55 @@ async function queuedRuns(db: Queryable): Promise<QueuedRun[]> {
   return runs;
 }
 
-/** Decides where one run goes, given what earlier runs of this pass already took. */
-export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }, fleets: FleetRecord[], instances: InstanceRecord[], offers: Map<string, OfferListing>): SinglePlacement {
+function sharedWait(instance: InstanceRecord, fleet: FleetRecord): string {
+  return `waiting for ${instance.name} to be provisioned: fleet ${fleet.name} shares each instance in blocks`;
+}
+
+/** Whether some blocks of an instance of this offer would give the run what it needs. */
+function blocksCanHold(offer: Offer, fleet: FleetRecord, requirement: ResourceRequirement): boolean {
+  const total = blockCount(fleet.spec, offer.gpu.count);
+  return Array.from({ length: total }, (_, index) => index + 1).some((count) => offerSatisfies(blockShare(offer, total, count), requirement));
+}
+
+/** The fewest free blocks of a shared instance that give the run what it needs; null when its free blocks cannot. */
+function freeBlocksFor(requirement: ResourceRequirement, fleet: FleetRecord, instance: InstanceRecord, held: BlocksHeld): number[] | null {
+  const offer = instance.offer!;
+  const total = blockCount(fleet.spec, offer.gpu.count);
+  const taken = held.get(instance.id) ?? [];
+  const free = Array.from({ length: total }, (_, block) => block).filter((block) => !taken.includes(block));
+  for (let count = 1; count <= free.length; count++) {
+    if (offerSatisfies(blockShare(offer, total, count), requirement)) return free.slice(0, count);
+  }
+  return null;
+}
+
+/** Decides where one run goes, given what earlier runs of this pass already took; `held` are the blocks runs hold on shared instances. */
+export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }, fleets: FleetRecord[], instances: InstanceRecord[], offers: Map<string, OfferListing>, held: BlocksHeld = new Map()): SinglePlacement {
   if (fleets.length === 0) {
     return { kind: 'wait', noFleet: true, message: 'waiting: no fleet: this project has no active fleet; the run waits until one is applied (e.g. examples/fleets/local.yml)' };
   }
   const choice = chooseFleets(run.spec ?? {}, fleets);
   if (choice.none) return { kind: 'wait', noFleet: true, message: `waiting: ${choice.none}` };
   const elsewhere = choice.excluded.map((reason) => `; ${reason}`).join('');
+  // A fleet split into blocks makes its instances as it says; the run needs a share of one, weighed block by block.
   const candidates = choice.fleets
-    .map((fleet) => ({ fleet, requirement: intersectRequirements(fleet.requirement, run.requirement) }))
+    .map((fleet) => ({ fleet, requirement: isSplit(fleet.spec) ? fleet.requirement : intersectRequirements(fleet.requirement, run.requirement) }))
     .filter((c): c is { fleet: FleetRecord; requirement: ResourceRequirement } => c.requirement !== null);
   if (candidates.length === 0) {
     const offered = choice.fleets.map((f) => `${f.name} (${describeRequirement(f.requirement)})`).join(', ');
     return { kind: 'fail', reason: 'no_fleet_matches', message: `no fleet matches: the run needs ${describeRequirement(run.requirement)}; the fleets offer ${offered}${elsewhere}` };
   }
-  const fits = (i: InstanceRecord, fleet: FleetRecord) => i.fleetId === fleet.id && i.runId === null && choice.allows(i.backend)
+  const fits = (i: InstanceRecord, fleet: FleetRecord) => i.fleetId === fleet.id && i.runId === null && choice.allows(i.backend) && !isSplit(fleet.spec)
     && (i.offer ? offerSatisfies(i.offer, run.requirement) : intersectRequirements(i.requirement, run.requirement) !== null && withinPriceLimit(i.requirement, run.requirement));
+  const shared = candidates.filter(({ fleet }) => isSplit(fleet.spec)).flatMap(({ fleet }) => instances
+    .filter((i) => i.fleetId === fleet.id && (i.status === 'idle' || i.status === 'busy') && i.runId === null && i.offer !== null && choice.allows(i.backend))
+    .map((instance) => ({ fleet, instance, blocks: freeBlocksFor(run.requirement, fleet, instance, held) })))
+    .filter((c): c is { fleet: FleetRecord; instance: InstanceRecord; blocks: number[] } => c.blocks !== null)[0];
+  if (shared) return { kind: 'blocks', ...shared };
+  for (const { fleet } of candidates.filter((c) => isSplit(c.fleet.spec))) {
+    const starting = instances.find((i) => i.fleetId === fleet.id && (i.status === 'pending' || i.status === 'provisioning') && choice.allows(i.backend));
+    if (starting) return { kind: 'wait', message: sharedWait(starting, fleet) };
+  }
   const idle = candidates.flatMap(({ fleet }) => instances.filter((i) => i.status === 'idle' && fits(i, fleet)).map((instance) => ({ fleet, instance })))
     .sort((a, b) => (a.instance.offer?.pricePerHour ?? 0) - (b.instance.offer?.pricePerHour ?? 0))[0];
   if (idle) return { kind: 'instance', ...idle, ready: true };
@@ -247,7 +317,7 @@ export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }
   for (const { fleet, requirement } of candidates) {
     const listing = offers.get(fleet.id) ?? { offers: [], backends: [], errors: [] };
     const allowed = listing.offers.filter((o: Offer) => choice.allows(o.backend));
-    const matching = allowed.filter((o) => offerSatisfies(o, requirement));
+    const matching = allowed.filter((o) => offerSatisfies(o, requirement) && (!isSplit(fleet.spec) || blocksCanHold(o, fleet, run.requirement)));
     const fleetInstances = instances.filter((i) => i.fleetId === fleet.id);
     if (matching.length === 0 && listing.errors.length === 0 && !fleetInstances.some((i) => i.offer && offerSatisfies(i.offer, run.requirement))) {
       const tooDear = priceRefusal(requirement, allowed);
@@ -286,7 +356,11 @@ export function placeNodes(run: Pick<QueuedRun, 'requirement' | 'nodes'> & { spe
   const single = place(run, fleets, instances, offers);
   if (single.kind === 'fail') return single;
   const reasons: string[] = [];
-  for (const fleet of chooseFleets(run.spec ?? {}, fleets).fleets.filter((f) => intersectRequirements(f.requirement, run.requirement) !== null)) {
+  for (const fleet of chooseFleets(run.spec ?? {}, fleets).fleets.filter((f) => isSplit(f.spec) || intersectRequirements(f.requirement, run.requirement) !== null)) {
+    if (isSplit(fleet.spec)) {
+      reasons.push(`fleet ${fleet.name} shares its instances in blocks, and the nodes of a multi-node task take whole instances`);
+      continue;
+    }
     if (fleet.nodesMax !== null && fleet.nodesMax < run.nodes) {
       reasons.push(`fleet ${fleet.name} has at most ${fleet.nodesMax} node${fleet.nodesMax === 1 ? '' : 's'} and the task needs ${run.nodes} (nodes: ${run.nodes})`);
       continue;
@@ -296,7 +370,8 @@ export function placeNodes(run: Pick<QueuedRun, 'requirement' | 'nodes'> & { spe
     for (let rank = 0; rank < run.nodes; rank++) {
       const next = place(run, [fleet], taken, offers);
       if (next.kind !== 'instance' && next.kind !== 'provision') {
-        reasons.push(`${rank} of the ${run.nodes} nodes fit in fleet ${fleet.name} now; the next: ${next.message.replace(/^waiting: /, '')}`);
+        const why = next.kind === 'blocks' ? 'its instances are shared in blocks' : next.message.replace(/^waiting: /, '');
+        reasons.push(`${rank} of the ${run.nodes} nodes fit in fleet ${fleet.name} now; the next: ${why}`);
         break;
       }
       nodes.push(next);

@@ -16,6 +16,8 @@ export interface FleetRecord {
   nodesMax: number | null;
   idleSeconds: number | null;
   backends: BackendType[];
+  /** The backend's cluster that a `placement: cluster` fleet's instances are created in, once its first instance made one. */
+  cluster: FleetCluster | null;
   generation: number;
   status: FleetStatus;
   statusMessage: string;
@@ -23,12 +25,20 @@ export interface FleetRecord {
   createdAt: Date;
 }
 
+export interface FleetCluster {
+  backend: BackendType;
+  id: string;
+  region: string;
+  /** The GPU model of its machines (the offer's gpu.name). */
+  gpu: string;
+}
+
 /** What `apply` writes for a fleet: its spec and the settings derived from it. */
 export type FleetDesired = Pick<FleetRecord, 'name' | 'spec' | 'requirement' | 'nodesMin' | 'nodesMax' | 'idleSeconds' | 'backends'>;
 
 export const toFleet = (r: Row): FleetRecord => ({
   id: r.id, projectId: r.project_id, name: r.name, spec: r.spec, requirement: r.requirement,
-  nodesMin: r.nodes_min, nodesMax: r.nodes_max, idleSeconds: r.idle_seconds, backends: r.backends,
+  nodesMin: r.nodes_min, nodesMax: r.nodes_max, idleSeconds: r.idle_seconds, backends: r.backends, cluster: r.cluster ?? null,
   generation: r.generation, status: r.status, statusMessage: r.status_message, deleted: r.deleted, createdAt: r.created_at,
 });
 
@@ -80,6 +90,22 @@ export async function applyFleet(db: Queryable, projectId: string, desired: Flee
      WHERE id = $7 RETURNING *`,
     [...values, existing.id]);
   return { fleet: toFleet(rows[0]), created: false, changed: true };
+}
+
+/** Whether the fleet's instances must share one network with a fast interconnect (`placement: cluster`). */
+export function isClusterFleet(fleet: Pick<FleetRecord, 'spec'>): boolean {
+  return fleet.spec.placement === 'cluster';
+}
+
+/** Records the fleet's cluster unless another server's instance recorded one first; returns the one that holds. */
+export async function recordFleetCluster(db: Queryable, fleetId: string, cluster: FleetCluster): Promise<FleetCluster> {
+  const rows = await db.query<{ cluster: FleetCluster }>(
+    `UPDATE fleets SET cluster = coalesce(cluster, $2::jsonb), updated_at = now() WHERE id = $1 RETURNING cluster`, [fleetId, cluster]);
+  return rows[0]!.cluster;
+}
+
+export async function forgetFleetCluster(db: Queryable, fleetId: string): Promise<void> {
+  await db.query('UPDATE fleets SET cluster = NULL, updated_at = now() WHERE id = $1', [fleetId]);
 }
 
 export async function requestFleetDeletion(db: Queryable, fleetId: string): Promise<void> {

@@ -1,9 +1,11 @@
 import { randomBytes, randomUUID } from 'node:crypto';
+import { blockCount, isSplit } from '../api/blocks.js';
 import type { Instance } from '../api/objects.js';
 import type { Offer } from '../api/offer.js';
 import type { ResourceRequirement } from '../api/resources.js';
+import type { FleetSpec } from '../api/spec.js';
 import type { InstanceStatus, InstanceTerminationReason } from '../api/status.js';
-import type { Queryable, Row } from './db.js';
+import type { Db, Queryable, Row } from './db.js';
 import { updateLeased } from './leases.js';
 
 export interface InstanceRecord {
@@ -16,6 +18,8 @@ export interface InstanceRecord {
   offer: Offer | null;
   backendInstanceId: string | null;
   agentUrl: string | null;
+  /** Its address in its fleet's cluster network; null outside clusters. */
+  internalIp: string | null;
   agentToken: string;
   status: InstanceStatus;
   statusMessage: string;
@@ -32,19 +36,25 @@ export interface InstanceRecord {
 
 export const toInstance = (r: Row): InstanceRecord => ({
   id: r.id, projectId: r.project_id, fleetId: r.fleet_id, name: r.name, backend: r.backend, requirement: r.requirement,
-  offer: r.offer, backendInstanceId: r.backend_instance_id, agentUrl: r.agent_url, agentToken: r.agent_token,
+  offer: r.offer, backendInstanceId: r.backend_instance_id, agentUrl: r.agent_url, internalIp: r.internal_ip, agentToken: r.agent_token,
   status: r.status, statusMessage: r.status_message, terminationReason: r.termination_reason, runId: r.run_id,
   idleSince: r.idle_since, provisioningStartedAt: r.provisioning_started_at, unreachableSince: r.unreachable_since,
   sshHostKey: r.ssh_host_key, createdAt: r.created_at, terminatedAt: r.terminated_at,
 });
 
-export function instanceView(i: InstanceRecord, fleetName: string, runName: string | null): Instance {
+/** `blocks`: how many blocks runs hold and how many there are, for an instance of a fleet split into blocks. */
+export function instanceView(i: InstanceRecord, fleetName: string, runName: string | null, blocks: Instance['blocks'] = null): Instance {
   return {
     id: i.id, name: i.name, fleet: fleetName, backend: i.backend, status: i.status, statusMessage: i.statusMessage,
     terminationReason: i.terminationReason, gpu: i.offer?.gpu ?? null, region: i.offer?.region ?? null,
     pricePerHour: i.offer?.pricePerHour ?? null, run: runName, idleSince: i.idleSince?.toISOString() ?? null,
-    createdAt: i.createdAt.toISOString(), terminatedAt: i.terminatedAt?.toISOString() ?? null,
+    createdAt: i.createdAt.toISOString(), terminatedAt: i.terminatedAt?.toISOString() ?? null, blocks,
   };
+}
+
+function blocksView(fleetSpec: Pick<FleetSpec, 'blocks'>, offer: Offer | null, busy: number): Instance['blocks'] {
+  if (!isSplit(fleetSpec) || offer === null) return null;
+  return { busy, total: blockCount(fleetSpec, offer.gpu.count) };
 }
 
 export interface NewInstance {
@@ -78,16 +88,22 @@ export async function listFleetInstances(db: Queryable, fleetId: string): Promis
 
 export async function listInstanceViews(db: Queryable, projectId: string, options: { fleetId?: string; includeTerminated: boolean }): Promise<Instance[]> {
   const rows = await db.query(
-    `SELECT i.*, f.name AS fleet_name, r.name AS run_name FROM instances i
+    `SELECT i.*, f.name AS fleet_name, f.spec AS fleet_spec, r.name AS run_name,
+       (SELECT coalesce(sum(cardinality(held.blocks)), 0)::int FROM runs held
+        WHERE held.instance_id = i.id AND held.blocks IS NOT NULL AND held.status NOT IN ('terminated', 'failed', 'done')) AS blocks_busy
+     FROM instances i
      JOIN fleets f ON f.id = i.fleet_id LEFT JOIN runs r ON r.id = i.run_id
      WHERE i.project_id = $1 AND ($2::text IS NULL OR i.fleet_id = $2) AND ($3 OR i.status <> 'terminated')
      ORDER BY i.created_at`,
     [projectId, options.fleetId ?? null, options.includeTerminated]);
-  return rows.map((r) => instanceView(toInstance(r), r.fleet_name, r.run_name));
+  return rows.map((r) => {
+    const instance = toInstance(r);
+    return instanceView(instance, r.fleet_name, r.run_name, blocksView(r.fleet_spec, instance.offer, r.blocks_busy));
+  });
 }
 
 type InstanceColumn = 'status' | 'status_message' | 'termination_reason' | 'offer' | 'backend_instance_id' | 'agent_url'
-  | 'run_id' | 'idle_since' | 'provisioning_started_at' | 'unreachable_since' | 'terminated_at' | 'ssh_host_key';
+  | 'run_id' | 'idle_since' | 'provisioning_started_at' | 'unreachable_since' | 'terminated_at' | 'ssh_host_key' | 'internal_ip';
 
 /** Writes the changes only while `owner` still holds the instance's lease; false when it lost it. */
 export function updateInstance(db: Queryable, id: string, owner: string, patch: Partial<Record<InstanceColumn, unknown>>): Promise<boolean> {
@@ -101,4 +117,19 @@ export async function releaseInstanceFromRun(db: Queryable, instanceId: string, 
        idle_since = now(), updated_at = now()
      WHERE id = $1 AND run_id = $2 RETURNING id`, [instanceId, runId]);
   return rows.length > 0;
+}
+
+/**
+ * An instance shared in blocks goes idle once no live run holds a block of it; false while one does. Its row is
+ * locked first, so that a scheduler giving it a block at the same moment either waits for this or is seen by it.
+ */
+export async function idleSharedInstance(db: Db, id: string, owner: string): Promise<boolean> {
+  return db.transaction(async (tx) => {
+    const locked = await tx.query(`SELECT id FROM instances WHERE id = $1 AND lease_owner = $2 AND status = 'busy' AND run_id IS NULL FOR UPDATE`, [id, owner]);
+    if (locked.length === 0) return false;
+    const holding = await tx.query(`SELECT 1 FROM runs WHERE instance_id = $1 AND blocks IS NOT NULL AND status NOT IN ('terminated', 'failed', 'done') LIMIT 1`, [id]);
+    if (holding.length > 0) return false;
+    await tx.query(`UPDATE instances SET status = 'idle', idle_since = now(), updated_at = now() WHERE id = $1`, [id]);
+    return true;
+  });
 }

@@ -359,6 +359,15 @@ CREATE TABLE webhook_tries (
 );
 `,
   },
+  {
+    version: 19,
+    name: 'cluster placement and blocks: the backend cluster a fleet\'s instances are created in, each instance\'s address in it, and the blocks of its instance a run holds',
+    sql: `
+ALTER TABLE fleets ADD COLUMN cluster jsonb;
+ALTER TABLE instances ADD COLUMN internal_ip text;
+ALTER TABLE runs ADD COLUMN blocks integer[];
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;

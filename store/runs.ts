@@ -27,6 +27,8 @@ export interface RunRecord {
   desired: RunDesire;
   fleetId: string | null;
   instanceId: string | null;
+  /** The blocks of its instance the run holds (numbered from 0), when it shares the instance with others; null: the whole instance. */
+  blocks: number[] | null;
   jobId: string | null;
   exitCode: number | null;
   /** The replica number of a service's replica, or the rank of a multi-node task's node; null for every other run. */
@@ -49,7 +51,7 @@ export interface RunRecord {
 export const toRun = (r: Row): RunRecord => ({
   id: r.id, projectId: r.project_id, userId: r.user_id, name: r.name, kind: r.kind, spec: r.spec, files: r.files, repos: r.repos ?? [], requirement: r.requirement,
   generation: r.generation, priority: r.priority, status: r.status, statusMessage: r.status_message,
-  terminationReason: r.termination_reason, desired: r.desired, fleetId: r.fleet_id, instanceId: r.instance_id,
+  terminationReason: r.termination_reason, desired: r.desired, fleetId: r.fleet_id, instanceId: r.instance_id, blocks: r.blocks ?? null,
   jobId: r.job_id, exitCode: r.exit_code, replica: r.replica ?? null, parentId: r.service_id ?? null, submittedAt: r.submitted_at, startedAt: r.started_at, finishedAt: r.finished_at,
   inactivityStopAt: r.inactivity_stop_at ?? null,
   attempt: r.attempt ?? 1, firstSubmittedAt: r.first_submitted_at ?? r.submitted_at, gpuUnderusedSince: r.gpu_underused_since ?? null,
@@ -147,4 +149,15 @@ type RunColumn = 'status' | 'status_message' | 'termination_reason' | 'fleet_id'
 /** Writes the changes only while `owner` still holds the run's lease; false when it lost it. */
 export function updateRun(db: Queryable, id: string, owner: string, patch: Partial<Record<RunColumn, unknown>>): Promise<boolean> {
   return updateLeased<RunColumn>(db, 'runs', id, owner, patch);
+}
+
+/** The blocks of each shared instance that live runs hold, by instance id. */
+export type BlocksHeld = Map<string, number[]>;
+
+export async function blocksHeld(db: Queryable, projectId: string): Promise<BlocksHeld> {
+  const rows = await db.query<{ instance_id: string; blocks: number[] }>(
+    `SELECT instance_id, blocks FROM runs WHERE project_id = $1 AND blocks IS NOT NULL AND instance_id IS NOT NULL AND status NOT IN ${FINISHED}`, [projectId]);
+  const held: BlocksHeld = new Map();
+  for (const row of rows) held.set(row.instance_id, [...(held.get(row.instance_id) ?? []), ...row.blocks]);
+  return held;
 }

@@ -19,6 +19,11 @@ describe('dstack configurations: refused by name', () => {
   it('has both accepted and refused fixtures', () => {
     expect(accepted).to.include.members(['task.dstack.yml', 'multi-node.dstack.yml', 'service.dstack.yml', 'dev-environment.dstack.yml', 'fleet.dstack.yml']);
     expect(refused).to.include.members(['ssh-fleet.dstack.yml', 'replica-groups.dstack.yml', 'tpu.dstack.yml', 'aws-fleet.dstack.yml']);
+    expect(refused, 'forms that misled before, each now refused by name').to.include.members([
+      'replica-list.dstack.yml', 'network-volumes.dstack.yml', 'repo-if-exists.dstack.yml', 'imported.dstack.yml', 'backends.dstack.yml',
+      'run-access.dstack.yml', 'several.dstack.yml', 'model-format.dstack.yml',
+    ]);
+    expect(accepted).to.include.members(['accelerators.dstack.yml', 'cluster-fleet.dstack.yml', 'blocks-fleet.dstack.yml']);
   });
 
   for (const name of refused) {
@@ -39,17 +44,33 @@ for (const kind of DATABASE_KINDS) {
     const current = useLocalCliSuite(kind);
     const api = async <T>(path: string) => (await current().server.api('GET', `/api/projects/main${path}`)).body as T;
 
+    const plans = new Map<string, string>();
+
     it('applies each of the four kinds through the CLI', async () => {
       for (const name of accepted) {
         const result = await runCli(['apply', '-f', join(FIXTURES, name), '-y', '-d', '--no-ssh-config', '--queue'], { home: current().home.home, cwd: current().work });
         expect(result.code, `${name}\n${show(result)}`).to.equal(0);
+        plans.set(name, result.stderr);
       }
     });
 
-    it('keeps what dstack means: a fleet\'s nodes map is its range, a task\'s nodes its instances, placement any asks for nothing more, gateway false keeps a service off gateways, a rate limit\'s key map is its key', async () => {
+    it('says in the plan where dstack\'s default resources differ: a part left out takes any amount here', () => {
+      expect(plans.get('dev-environment.dstack.yml')).to.contain(
+        '  resources    8 MI300X GPUs\n               cpu, memory and disk not given: any amount here (dstack\'s defaults: cpu 2.., memory 8GB.., disk 100GB..)\n',
+      );
+      expect(plans.get('task.dstack.yml')).not.to.contain('not given');
+    });
+
+    it('knows the accelerators of dstack\'s docs: GB10, and a Tenstorrent Galaxy\'s 32 chips', async () => {
+      expect((await api<Run>('/runs/spark')).spec.resources).to.deep.equal({ gpu: 'GB10' });
+      expect((await api<Run>('/runs/tt-galaxy')).spec.resources).to.deep.equal({ gpu: 'tt-galaxy-wh:32' });
+    });
+
+    it('keeps what dstack means: a fleet\'s nodes map is its range, a task\'s nodes its instances, placement any is the default and cluster and blocks are kept, gateway false keeps a service off gateways, a rate limit\'s key map is its key', async () => {
       const fleet = await api<Fleet>('/fleets/h100s');
-      expect(fleet.spec).to.include({ nodes: '0..2', idle_duration: '1h' });
-      expect(fleet.spec).not.to.have.property('placement');
+      expect(fleet.spec).to.include({ nodes: '0..2', idle_duration: '1h', placement: 'any' });
+      expect((await api<Fleet>('/fleets/my-cluster-fleet')).spec).to.include({ placement: 'cluster' });
+      expect((await api<Fleet>('/fleets/my-fleet')).spec).to.include({ blocks: 4 });
       const service = await api<Run>('/runs/llama');
       expect(service.spec).to.include({ replicas: '1..2', port: 8000, gateway: false, https: false });
       expect(service.spec.rate_limits).to.deep.equal([{ prefix: '/v1', rps: 4, burst: 9, key: 'header', header: 'X-API-Key' }]);

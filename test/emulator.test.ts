@@ -121,6 +121,35 @@ describe('gpucloud emulator API', () => {
     expect((await call('POST', '/instances', createBody('h200-2', 'h200-x2-us-east-1'))).status).to.equal(201);
   });
 
+  it('makes clusters of one model in one region, refuses one larger than a region holds, and keeps their instances to them', async () => {
+    const clusterBody = (clientToken: string, size: number, offerId = 'rtxpro6000-x1-us-east-1') => ({ offer_id: offerId, name: 'pool', client_token: clientToken, size });
+    const tooBig = await call('POST', '/clusters', clusterBody('cluster-big', 5));
+    expect([tooBig.status, tooBig.body.error.code, tooBig.body.error.message])
+      .to.deep.equal([409, 'cluster_does_not_fit', 'a cluster of 5 RTXPRO6000 machines does not fit in one region: us-east-1 holds at most 4']);
+    const made = await call('POST', '/clusters', clusterBody('cluster-a', 2));
+    expect(made.status).to.equal(201);
+    expect(made.body).to.include({ name: 'pool', region: 'us-east-1', gpu_model: 'RTXPRO6000', size: 2 });
+    expect(made.body.id).to.match(/^c-[0-9a-f]{16}$/);
+    expect(made.body.network).to.match(/^127\.64\.\d+\.0\/24$/);
+    const again = await call('POST', '/clusters', clusterBody('cluster-a', 2));
+    expect([again.status, again.body.id]).to.deep.equal([200, made.body.id]);
+    const inCluster = (token: string, offerId = 'rtxpro6000-x1-us-east-1') => call('POST', '/instances', { ...createBody(token, offerId), cluster_id: made.body.id });
+    const elsewhere = await inCluster('c-eu', 'rtxpro6000-x1-eu-west-1');
+    expect([elsewhere.status, elsewhere.body.error.code]).to.deep.equal([409, 'cluster_mismatch']);
+    const members = [await inCluster('c-1'), await inCluster('c-2')];
+    expect(members.map((member) => [member.status, member.body.cluster_id])).to.deep.equal([[201, made.body.id], [201, made.body.id]]);
+    const prefix = made.body.network.replace(/0\/24$/, '');
+    expect(members.map((member) => member.body.internal_ip)).to.deep.equal([`${prefix}1`, `${prefix}2`]);
+    const full = await inCluster('c-3');
+    expect([full.status, full.body.error.code]).to.deep.equal([409, 'cluster_does_not_fit']);
+    const inUse = await call('DELETE', `/clusters/${made.body.id}`);
+    expect([inUse.status, inUse.body.error.code]).to.deep.equal([409, 'cluster_in_use']);
+    for (const member of members) await call('DELETE', `/instances/${member.body.id}`);
+    expect((await call('DELETE', `/clusters/${made.body.id}`)).status).to.equal(200);
+    expect((await call('GET', `/clusters/${made.body.id}`)).body.error.code).to.equal('cluster_not_found');
+    expect((await call('GET', '/clusters')).body).to.deep.equal({ clusters: [] });
+  });
+
   it('injects faults through its control endpoint, which faults never touch', async () => {
     const set = await call('POST', '/_emulator/faults', { rate_limit: 1, api_errors: 1, no_capacity: ['L4'] });
     expect(set.status).to.equal(200);

@@ -55,7 +55,7 @@ describe('scheduled tasks through the CLI (pglite)', function () {
 
     write('service-cron.yml', 'type: service\nname: web\nport: 8000\ncommands: [python -m http.server]\nschedule:\n  cron: "0 8 * * mon-fri"\n');
     const service = await cli(['apply', '-f', 'service-cron.yml', '-y']);
-    expect(service.stderr).to.contain('service-cron.yml:5:1: schedule: schedule is taken by tasks only');
+    expect(service.stderr).to.contain('service-cron.yml:5:1: schedule: schedule is not supported on a service or dev environment: only tasks are started on a schedule here');
 
     const refused = await api(suite().server, 'POST', '/runs/apply', { spec: { type: 'task', name: 'bad', commands: ['echo hi'], schedule: { cron: 'H * * * *' } } });
     expect(refused.status).to.equal(422);

@@ -44,10 +44,38 @@ export const GpucloudInstance = Type.Object({
   spot: Type.Optional(Type.Boolean()),
   /** True once the cloud has taken a spot instance back; it is then terminating or terminated. */
   interrupted: Type.Optional(Type.Boolean()),
+  /** The cluster it was created in; absent for an instance outside clusters. */
+  cluster_id: Type.Optional(Type.String()),
+  /** Its address in its cluster's network, which the cluster's other instances reach it at; absent outside clusters. */
+  internal_ip: Type.Optional(Type.String()),
   created_at: Type.String(),
   updated_at: Type.String(),
 });
 export type GpucloudInstance = Static<typeof GpucloudInstance>;
+
+/** A placement group: machines of one GPU model in one region, on one network with a fast interconnect. */
+export const GpucloudCluster = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  client_token: Type.String(),
+  region: Type.String(),
+  gpu_model: Type.String(),
+  /** How many machines it must be able to hold; null: as many as its region holds. */
+  size: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()]),
+  /** The network its instances' internal_ip addresses are in, such as 127.64.3.0/24. */
+  network: Type.String(),
+  created_at: Type.String(),
+});
+export type GpucloudCluster = Static<typeof GpucloudCluster>;
+
+export const CreateClusterBody = Type.Object({
+  /** Any offer of the model and region the cluster is for. */
+  offer_id: Type.String({ minLength: 1, maxLength: 200 }),
+  name: Type.String({ minLength: 1, maxLength: 200 }),
+  client_token: Type.String({ minLength: 1, maxLength: 200 }),
+  size: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 256 }), Type.Null()])),
+}, { additionalProperties: false });
+export type CreateClusterBody = Static<typeof CreateClusterBody>;
 
 export const InstanceList = Type.Object({ instances: Type.Array(GpucloudInstance) });
 export type InstanceList = Static<typeof InstanceList>;
@@ -57,6 +85,7 @@ export const CreateInstanceBody = Type.Object({
   name: Type.String({ minLength: 1, maxLength: 200 }),
   client_token: Type.String({ minLength: 1, maxLength: 200 }),
   agent: Type.Object({ token: Type.String({ minLength: 16, maxLength: 512 }) }, { additionalProperties: false }),
+  cluster_id: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
 }, { additionalProperties: false });
 export type CreateInstanceBody = Static<typeof CreateInstanceBody>;
 
@@ -64,6 +93,7 @@ export const ERROR_CODES = [
   'invalid_api_key', 'invalid_json', 'invalid_request', 'payload_too_large', 'not_found',
   'method_not_allowed', 'offer_not_found', 'instance_not_found', 'no_capacity',
   'idempotency_mismatch', 'instance_not_running', 'instance_not_spot', 'rate_limited', 'internal_error',
+  'cluster_not_found', 'cluster_does_not_fit', 'cluster_mismatch', 'cluster_in_use',
 ] as const;
 export type ErrorCode = typeof ERROR_CODES[number];
 

@@ -3,12 +3,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Offer } from '../../api/offer.js';
 import {
   BackendAuthError, BackendError, NoCapacityError,
-  type Backend, type BackendInstance, type CreateInstanceRequest,
+  type Backend, type BackendCluster, type BackendInstance, type CreateClusterRequest, type CreateInstanceRequest,
 } from '../backend.js';
 import { firstMismatch } from '../validation.js';
 import {
-  ErrorBody, GpucloudInstance, InstanceList, OfferList,
-  type CreateInstanceBody, type GpucloudOffer,
+  ErrorBody, GpucloudCluster, GpucloudInstance, InstanceList, OfferList,
+  type CreateClusterBody, type CreateInstanceBody, type GpucloudOffer,
 } from './api.js';
 
 /** The public gpucloud API; the emulator and self-hosted setups pass their own URL. */
@@ -77,10 +77,11 @@ export class GpucloudBackend implements Backend {
       name: request.name,
       client_token: request.idempotencyKey,
       agent: { token: request.agentToken },
+      ...(request.clusterId === undefined ? {} : { cluster_id: request.clusterId }),
     };
     const answer = await this.call('POST', '/instances', body);
     const action = `POST /instances (offer ${request.offer.offerId})`;
-    if (answer.status === 409 && errorCode(answer.body) === 'no_capacity') {
+    if (answer.status === 409 && ['no_capacity', 'cluster_does_not_fit'].includes(errorCode(answer.body))) {
       throw new NoCapacityError(`gpucloud has no capacity for offer ${request.offer.offerId}: ${errorMessage(answer.body)}`);
     }
     if (answer.status === 404) {
@@ -88,6 +89,25 @@ export class GpucloudBackend implements Backend {
     }
     this.failUnless(answer, [200, 201], action);
     return toInstance(this.parse(GpucloudInstance, answer.body, action));
+  }
+
+  async createCluster(request: CreateClusterRequest): Promise<BackendCluster> {
+    const body: CreateClusterBody = { offer_id: request.offer.offerId, name: request.name, client_token: request.idempotencyKey, size: request.size };
+    const action = `POST /clusters (offer ${request.offer.offerId})`;
+    const answer = await this.call('POST', '/clusters', body);
+    if (answer.status === 409 && errorCode(answer.body) === 'no_capacity') {
+      throw new NoCapacityError(`gpucloud cannot place the cluster in ${request.offer.region} now: ${errorMessage(answer.body)}`);
+    }
+    if (answer.status === 409 && errorCode(answer.body) === 'cluster_does_not_fit') throw new BackendError(errorMessage(answer.body));
+    this.failUnless(answer, [200, 201], action);
+    const cluster = this.parse(GpucloudCluster, answer.body, action);
+    return { id: cluster.id, region: cluster.region };
+  }
+
+  async deleteCluster(id: string): Promise<void> {
+    const answer = await this.call('DELETE', `/clusters/${encodeURIComponent(id)}`);
+    if (answer.status === 404) return;
+    this.failUnless(answer, 200, `DELETE /clusters/${id}`);
   }
 
   async get(id: string): Promise<BackendInstance> {
@@ -184,6 +204,7 @@ function toInstance(instance: GpucloudInstance): BackendInstance {
     region: instance.region,
     ...(instance.status_reason ? { reason: instance.status_reason } : {}),
     ...(instance.interrupted ? { interrupted: true } : {}),
+    ...(instance.internal_ip ? { internalIp: instance.internal_ip } : {}),
   };
 }
 

@@ -6,9 +6,9 @@ import { startAgentProcess } from '../../agent/launch.js';
 import { DECLARED_GPU_UTILIZATION_FILE } from '../../api/agent.js';
 import { stopProcessGroup, signalProcessGroup } from '../processes.js';
 import { adoptAgent, spawnedAgent, type AgentProcess } from './agent-process.js';
-import type { CreateInstanceBody, ErrorCode, GpuModel, GpucloudInstance, GpucloudOffer } from './api.js';
-import { buildCatalog, agentGpuSpec, GPU_SHAPES, NO_GPU_MODEL, type CatalogOffer } from './catalog.js';
-import type { SavedInstance } from './emulator-state.js';
+import type { CreateClusterBody, CreateInstanceBody, ErrorCode, GpuModel, GpucloudCluster, GpucloudInstance, GpucloudOffer } from './api.js';
+import { buildCatalog, agentGpuSpec, GPU_SHAPES, NO_GPU_MODEL, REGIONS, type CatalogOffer } from './catalog.js';
+import type { SavedState } from './emulator-state.js';
 import { FaultControl } from './faults.js';
 
 /** An answer the API gives instead of a result: HTTP status, error code and message. */
@@ -29,8 +29,8 @@ export interface EmulatedCloudOptions {
   /** Also sell machines without GPUs (no capacity limit). */
   cpuOffers: boolean;
   log: (line: string) => void;
-  /** Receives every instance after each change; given, the instances outlive close(), as a cloud's machines outlive a restart of its API. */
-  save?: (instances: SavedInstance[]) => void;
+  /** Receives every instance and cluster after each change; given, the instances outlive close(), as a cloud's machines outlive a restart of its API. */
+  save?: (state: Required<SavedState>) => void;
 }
 
 interface Machine {
@@ -62,6 +62,7 @@ export class EmulatedCloud {
   private readonly catalog: CatalogOffer[];
   private readonly machines = new Map<string, Machine>();
   private readonly byClientToken = new Map<string, Machine>();
+  private readonly clusters = new Map<string, GpucloudCluster>();
   private readonly bootQueue: Machine[] = [];
   private activeBoots = 0;
   private closed = false;
@@ -75,7 +76,8 @@ export class EmulatedCloud {
    * kept; a running one whose agent died is failed and a terminating one terminated, as after a host
    * failure; one still provisioning boots anew.
    */
-  restore(saved: SavedInstance[]): void {
+  restore({ instances: saved, clusters }: Required<SavedState>): void {
+    for (const cluster of clusters) this.clusters.set(cluster.id, cluster);
     const offers = saved.map(({ record }) => {
       const offer = this.catalog.find((candidate) => candidate.id === record.offer_id);
       if (!offer) throw new Error(`saved instance ${record.id} has offer ${record.offer_id}, which the emulator does not sell`);
@@ -123,11 +125,11 @@ export class EmulatedCloud {
       }
       return { instance: { ...earlier.record }, created: false };
     }
-    const offer = this.catalog.find((candidate) => candidate.id === body.offer_id);
-    if (!offer) throw new ApiError(404, 'offer_not_found', `offer ${body.offer_id} does not exist`);
+    const offer = this.offer(body.offer_id);
     if (!this.hasCapacity(offer.gpu.model)) {
       throw new ApiError(409, 'no_capacity', `no ${offer.gpu.model} capacity left in ${offer.region}`);
     }
+    const cluster = body.cluster_id === undefined ? null : this.joinable(this.getCluster(body.cluster_id), offer);
     const now = new Date().toISOString();
     const id = `i-${randomBytes(8).toString('hex')}`;
     const machine = this.register({
@@ -143,6 +145,7 @@ export class EmulatedCloud {
         gpu: { ...offer.gpu },
         price_per_hour: offer.price_per_hour,
         spot: offer.spot === true,
+        ...(cluster ? { cluster_id: cluster.id, internal_ip: this.nextAddress(cluster) } : {}),
         created_at: now,
         updated_at: now,
       },
@@ -154,6 +157,59 @@ export class EmulatedCloud {
     this.save();
     this.options.log(`instance ${machine.record.id} (${offer.id}) provisioning`);
     return { instance: { ...machine.record }, created: true };
+  }
+
+  /**
+   * A placement group for `size` machines (or as many as a region holds) of the offer's GPU model in the offer's
+   * region, or the one created earlier with the same client_token. Refused when `size` exceeds what one region holds.
+   */
+  createCluster(body: CreateClusterBody): { cluster: GpucloudCluster; created: boolean } {
+    const offer = this.offer(body.offer_id);
+    const earlier = [...this.clusters.values()].find((cluster) => cluster.client_token === body.client_token);
+    if (earlier) {
+      if (earlier.region !== offer.region || earlier.gpu_model !== offer.gpu.model) {
+        throw new ApiError(409, 'idempotency_mismatch', `client_token ${body.client_token} was already used for cluster ${earlier.id} of ${earlier.gpu_model} in ${earlier.region}`);
+      }
+      return { cluster: { ...earlier }, created: false };
+    }
+    const size = body.size ?? null;
+    const perRegion = this.perRegion(offer.gpu.model);
+    if (size !== null && size > perRegion) {
+      throw new ApiError(409, 'cluster_does_not_fit',
+        `a cluster of ${size} ${offer.gpu.model} machines does not fit in one region: ${offer.region} holds at most ${perRegion}`);
+    }
+    const free = offer.gpu.model === NO_GPU_MODEL ? Infinity : this.options.capacity[offer.gpu.model] - this.used(offer.gpu.model);
+    if (size !== null && size > free) {
+      throw new ApiError(409, 'no_capacity', `a cluster of ${size} ${offer.gpu.model} machines does not fit now: ${Math.max(0, free)} are free`);
+    }
+    const cluster: GpucloudCluster = {
+      id: `c-${randomBytes(8).toString('hex')}`, name: body.name, client_token: body.client_token, region: offer.region,
+      gpu_model: offer.gpu.model, size, network: this.nextNetwork(), created_at: new Date().toISOString(),
+    };
+    this.clusters.set(cluster.id, cluster);
+    this.save();
+    this.options.log(`cluster ${cluster.id} (${size ?? 'any number of'} ${cluster.gpu_model} in ${cluster.region}) created`);
+    return { cluster: { ...cluster }, created: true };
+  }
+
+  getCluster(id: string): GpucloudCluster {
+    const cluster = this.clusters.get(id);
+    if (!cluster) throw new ApiError(404, 'cluster_not_found', `cluster ${id} does not exist`);
+    return { ...cluster };
+  }
+
+  listClusters(): GpucloudCluster[] {
+    return [...this.clusters.values()].map((cluster) => ({ ...cluster }));
+  }
+
+  /** Deletes an empty cluster; one that still holds a live instance is refused. */
+  deleteCluster(id: string): GpucloudCluster {
+    const cluster = this.getCluster(id);
+    const members = this.members(id);
+    if (members.length > 0) throw new ApiError(409, 'cluster_in_use', `cluster ${id} still holds ${members.map((m) => m.record.id).join(', ')}`);
+    this.clusters.delete(id);
+    this.save();
+    return cluster;
   }
 
   get(id: string): GpucloudInstance {
@@ -262,13 +318,57 @@ export class EmulatedCloud {
   }
 
   private save(): void {
-    this.options.save?.([...this.machines.values()].map((machine) => ({
-      record: machine.record,
-      agent_token: machine.agentToken,
-      agent_pid: machine.agent?.pid ?? null,
-      agent_start_time: machine.agent?.startTime ?? null,
-      work_dir: machine.workDir,
-    })));
+    this.options.save?.({
+      instances: [...this.machines.values()].map((machine) => ({
+        record: machine.record,
+        agent_token: machine.agentToken,
+        agent_pid: machine.agent?.pid ?? null,
+        agent_start_time: machine.agent?.startTime ?? null,
+        work_dir: machine.workDir,
+      })),
+      clusters: [...this.clusters.values()],
+    });
+  }
+
+  private offer(id: string): CatalogOffer {
+    const offer = this.catalog.find((candidate) => candidate.id === id);
+    if (!offer) throw new ApiError(404, 'offer_not_found', `offer ${id} does not exist`);
+    return offer;
+  }
+
+  /** The machines of one model that one region holds: the model's capacity shared among the regions. */
+  private perRegion(model: string): number {
+    return model === NO_GPU_MODEL ? Infinity : Math.ceil(this.options.capacity[model as GpuModel] / REGIONS.length);
+  }
+
+  private members(clusterId: string): Machine[] {
+    return [...this.machines.values()].filter((machine) => machine.record.cluster_id === clusterId && HOLDS_CAPACITY.has(machine.record.status));
+  }
+
+  /** The cluster, when an instance of `offer` may join it: the same region and model, and room left. */
+  private joinable(cluster: GpucloudCluster, offer: CatalogOffer): GpucloudCluster {
+    if (cluster.region !== offer.region || cluster.gpu_model !== offer.gpu.model) {
+      throw new ApiError(409, 'cluster_mismatch', `cluster ${cluster.id} holds ${cluster.gpu_model} machines in ${cluster.region}; offer ${offer.id} is ${offer.gpu.model} in ${offer.region}`);
+    }
+    const room = Math.min(cluster.size ?? Infinity, this.perRegion(cluster.gpu_model));
+    if (this.members(cluster.id).length >= room) {
+      throw new ApiError(409, 'cluster_does_not_fit', `cluster ${cluster.id} is full: it holds ${room} ${cluster.gpu_model} machines`);
+    }
+    return cluster;
+  }
+
+  /** A loopback network of its own per cluster, so that its instances' internal addresses reach their jobs on this machine. */
+  private nextNetwork(): string {
+    const used = [...this.clusters.values()].map((cluster) => Number(cluster.network.split('.')[2]));
+    const free = Array.from({ length: 254 }, (_, index) => index + 1).find((octet) => !used.includes(octet));
+    if (free === undefined) throw new ApiError(409, 'cluster_does_not_fit', 'the emulator holds at most 254 clusters; delete one');
+    return `127.64.${free}.0/24`;
+  }
+
+  /** The next address of the cluster's network; addresses are never reused within a cluster. */
+  private nextAddress(cluster: GpucloudCluster): string {
+    const taken = [...this.machines.values()].filter((machine) => machine.record.cluster_id === cluster.id).length;
+    return cluster.network.replace(/\.0\/24$/, `.${taken + 1}`);
   }
 
   private machine(id: string): Machine {

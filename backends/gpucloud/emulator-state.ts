@@ -2,7 +2,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { firstMismatch } from '../validation.js';
-import { GpucloudInstance } from './api.js';
+import { GpucloudCluster, GpucloudInstance } from './api.js';
 
 /** What the emulator keeps of one instance across its restarts (`--state-dir`). */
 export const SavedInstance = Type.Object({
@@ -14,13 +14,15 @@ export const SavedInstance = Type.Object({
 });
 export type SavedInstance = Static<typeof SavedInstance>;
 
-const SavedState = Type.Object({ instances: Type.Array(SavedInstance) });
+/** What the emulator keeps across its restarts; a file written before clusters existed has none. */
+export const SavedState = Type.Object({ instances: Type.Array(SavedInstance), clusters: Type.Optional(Type.Array(GpucloudCluster)) });
+export type SavedState = Static<typeof SavedState>;
 
 const KEY_FILE = 'api-key';
 const INSTANCES_FILE = 'instances.json';
 const PRIVATE = 0o600;
 
-/** The emulator's folder of state: its API key, if it made one, and its instances, agent tokens included (readable by its owner only). */
+/** The emulator's folder of state: its API key, if it made one, and its instances (agent tokens included) and clusters, readable by its owner only. */
 export class EmulatorStateDir {
   constructor(readonly path: string) {
     mkdirSync(path, { recursive: true, mode: 0o700 });
@@ -35,9 +37,9 @@ export class EmulatorStateDir {
     return key;
   }
 
-  instances(): SavedInstance[] {
+  state(): Required<SavedState> {
     const text = this.read(INSTANCES_FILE);
-    if (text === null) return [];
+    if (text === null) return { instances: [], clusters: [] };
     const file = join(this.path, INSTANCES_FILE);
     let state: unknown;
     try {
@@ -47,12 +49,13 @@ export class EmulatorStateDir {
     }
     const mismatch = firstMismatch(SavedState, state);
     if (mismatch) throw new Error(`cannot read ${file}: ${mismatch}; move it away to start with no instances`);
-    return (state as Static<typeof SavedState>).instances;
+    const saved = state as SavedState;
+    return { instances: saved.instances, clusters: saved.clusters ?? [] };
   }
 
   /** Replaces the file whole (write, then rename), so that a crash leaves the old state or the new one. */
-  saveInstances(instances: SavedInstance[]): void {
-    this.write(INSTANCES_FILE, `${JSON.stringify({ instances }, null, 2)}\n`);
+  saveState(state: Required<SavedState>): void {
+    this.write(INSTANCES_FILE, `${JSON.stringify(state, null, 2)}\n`);
   }
 
   private read(name: string): string | null {

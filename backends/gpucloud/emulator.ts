@@ -6,10 +6,10 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { firstMismatch } from '../validation.js';
-import { CreateInstanceBody, FaultsPatch, GPU_MODELS, type GpuModel } from './api.js';
+import { CreateClusterBody, CreateInstanceBody, FaultsPatch, GPU_MODELS, type GpuModel } from './api.js';
 import { ApiError, EmulatedCloud, type AgentRuntime } from './emulated-cloud.js';
 import { DEFAULT_CAPACITY_PER_MODEL } from './catalog.js';
-import { EmulatorStateDir, type SavedInstance } from './emulator-state.js';
+import { EmulatorStateDir, type SavedState } from './emulator-state.js';
 import type { FaultControl } from './faults.js';
 
 export interface EmulatorOptions {
@@ -63,13 +63,13 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
   const capacity = resolveCapacity(options.capacity ?? {});
   const stateDir = options.stateDir === undefined ? null : new EmulatorStateDir(resolve(options.stateDir));
   const apiKey = options.apiKey ?? stateDir?.apiKey(generateApiKey) ?? generateApiKey();
-  const savedInstances = stateDir?.instances() ?? [];
+  const saved = stateDir?.state() ?? { instances: [], clusters: [] };
   const ownsWorkDir = options.workDir === undefined && stateDir === null;
   const workDir = options.workDir ?? (stateDir ? join(stateDir.path, 'agents') : await mkdtemp(join(tmpdir(), 'orchestrator-gpucloud-')));
   const log = options.log ?? (() => {});
   const cloud = new EmulatedCloud({
     bootDelayMs, capacity, workDir, agentRuntime: options.agentRuntime ?? 'process', cpuOffers: options.cpuOffers ?? false, log,
-    ...(stateDir ? { save: (instances: SavedInstance[]) => stateDir.saveInstances(instances) } : {}),
+    ...(stateDir ? { save: (state: Required<SavedState>) => stateDir.saveState(state) } : {}),
   });
   const { faults } = cloud;
   const apiKeyHash = sha256(apiKey);
@@ -94,6 +94,26 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
       methods: {
         GET: async (_request, [id]) => ({ status: 200, body: cloud.get(id!) }),
         DELETE: async (_request, [id]) => ({ status: 202, body: cloud.terminate(id!) }),
+      },
+    },
+    {
+      pattern: /^\/v1\/clusters$/,
+      methods: {
+        GET: async () => ({ status: 200, body: { clusters: cloud.listClusters() } }),
+        POST: async (request) => {
+          const body = await readJson(request);
+          const mismatch = firstMismatch(CreateClusterBody, body);
+          if (mismatch) throw new ApiError(400, 'invalid_request', `invalid cluster request: ${mismatch}`);
+          const { cluster, created } = cloud.createCluster(body as CreateClusterBody);
+          return { status: created ? 201 : 200, body: cluster };
+        },
+      },
+    },
+    {
+      pattern: /^\/v1\/clusters\/([^/]+)$/,
+      methods: {
+        GET: async (_request, [id]) => ({ status: 200, body: cloud.getCluster(id!) }),
+        DELETE: async (_request, [id]) => ({ status: 200, body: cloud.deleteCluster(id!) }),
       },
     },
     {
@@ -181,7 +201,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
     if ((error as NodeJS.ErrnoException).code === 'EADDRINUSE') throw new PortInUseError(options.port ?? 0);
     throw error;
   }
-  cloud.restore(savedInstances);
+  cloud.restore(saved);
   const { port } = server.address() as AddressInfo;
   const urlHost = host.includes(':') ? `[${host}]` : host;
 

@@ -5,6 +5,7 @@ import { isDnsLabel } from '../../api/names.js';
 import { randomRunName } from '../run-names.js';
 import { fieldsNotActedOn, type JobRuntime } from '../../api/not-acted-on.js';
 import type { RunPlan } from '../../api/objects.js';
+import { blockCount, blockShare } from '../../api/blocks.js';
 import { describeRequirement, describeRequirementInWords, intersectRequirements, normalizeResources, offerSatisfies } from '../../api/resources.js';
 import { serviceSettings } from '../../api/service-settings.js';
 import type { RunSpec } from '../../api/spec.js';
@@ -23,7 +24,7 @@ import { listActiveFleets, type FleetDesired, type FleetRecord } from '../../sto
 import { toInstance } from '../../store/instances.js';
 import type { ProjectRecord } from '../../store/projects.js';
 import { getRunView, listRunViews } from '../../store/run-views.js';
-import { deleteRun, getRunByName, insertRun, requestRunStop, type RunRecord } from '../../store/runs.js';
+import { blocksHeld, deleteRun, getRunByName, insertRun, requestRunStop, type RunRecord } from '../../store/runs.js';
 import { isLiveSchedule, isSchedule, updateSchedule } from '../../store/schedules.js';
 import { updateService } from '../../store/services.js';
 import { projectFor, type AuthState } from '../auth.js';
@@ -163,7 +164,7 @@ function fleetsOnceApplied(active: FleetRecord[], applying: FleetDesired[], proj
   const byName = new Map(active.map((fleet) => [fleet.name, fleet]));
   for (const desired of applying) {
     const current = byName.get(desired.name)
-      ?? { id: `applying:${desired.name}`, projectId, generation: 0, status: 'active', statusMessage: '', deleted: false, createdAt: new Date() };
+      ?? { id: `applying:${desired.name}`, projectId, generation: 0, status: 'active', statusMessage: '', deleted: false, cluster: null, createdAt: new Date() };
     byName.set(desired.name, { ...current, ...desired });
   }
   return [...byName.values()];
@@ -174,7 +175,7 @@ function fleetsOnceApplied(active: FleetRecord[], applying: FleetDesired[], proj
  * project's config does, when every backend it could come from fixes its runtime.
  */
 async function landingRuntime(project: ProjectRecord, placement: Placement, candidates: FleetRecord[]): Promise<JobRuntime | null> {
-  if (placement.kind === 'instance' && placement.instance.agentUrl) {
+  if ((placement.kind === 'instance' || placement.kind === 'blocks') && placement.instance.agentUrl) {
     const { agentUrl, agentToken } = placement.instance;
     const health = await new AgentClient(agentUrl, agentToken, { timeoutMs: AGENT_QUESTION_TIMEOUT_MS }).health().catch(() => null);
     return health?.runtime ?? null;
@@ -208,6 +209,18 @@ function planProblem(spec: RunSpec, placement: ReturnType<typeof placeNodes>, li
   return { problem: null, blocking: null };
 }
 
+/** The free blocks of a shared instance that the run would take, and their GPUs. */
+function blocksPlan(placement: Extract<ReturnType<typeof place>, { kind: 'blocks' }>, queuedBefore: number): RunPlan['instance'] {
+  const { instance, fleet, blocks } = placement;
+  const offer = instance.offer!;
+  const total = blockCount(fleet.spec, offer.gpu.count);
+  return {
+    state: 'idle', name: queuedBefore === 0 ? instance.name : null, fleet: fleet.name,
+    gpu: blockShare(offer, total, blocks.length).gpu, pricePerHour: offer.pricePerHour,
+    blocks: `block${blocks.length === 1 ? '' : 's'} ${blocks.join(', ')} of ${total}`,
+  };
+}
+
 async function queuedBefore(db: Queryable, projectId: string, priority: number): Promise<number> {
   const [{ count }] = await db.query<{ count: number }>(
     `SELECT count(*)::int AS count FROM runs WHERE project_id = $1 AND status = 'submitted' AND NOT deleted AND priority >= $2`,
@@ -228,7 +241,7 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
   const listings = new Map<string, OfferListing>();
   for (const fleet of fleets) listings.set(fleet.id, await pool.offers(project.id, fleet.backends, { fresh: true }));
   const nodes = spec.type === 'task' ? spec.nodes ?? 1 : 1;
-  const placement = nodes > 1 ? placeNodes({ requirement, nodes, spec }, fleets, instances, listings) : place({ requirement, spec }, fleets, instances, listings);
+  const placement = nodes > 1 ? placeNodes({ requirement, nodes, spec }, fleets, instances, listings) : place({ requirement, spec }, fleets, instances, listings, await blocksHeld(db, project.id));
   const choice = chooseFleets(spec, fleets);
   const candidates = choice.fleets.filter((f) => intersectRequirements(f.requirement, requirement) !== null);
   const matching = candidates.flatMap((fleet) => {
@@ -247,7 +260,7 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
     name: spec.name ?? null,
     requirement: describeRequirementInWords(requirement),
     fleets: candidates.map((f) => f.name),
-    instance: placement.kind !== 'instance' ? null : {
+    instance: placement.kind === 'blocks' ? blocksPlan(placement, before) : placement.kind !== 'instance' ? null : {
       state: placement.ready ? 'idle' : 'starting',
       name: before === 0 ? placement.instance.name : null,
       fleet: placement.fleet.name,

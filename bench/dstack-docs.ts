@@ -1,0 +1,82 @@
+/**
+ * How many of dstack's documented configurations this orchestrator accepts: every YAML block of a fleet,
+ * task, service or dev environment in a dstack checkout's docs (mkdocs/ and examples/ markdown) and every
+ * such file under examples/, parsed as `orchestrator apply` parses them. Prints the accepted share, the
+ * configurations refused by name (every message says "not supported" or "deprecated"), and those refused
+ * otherwise, each with its messages.
+ *
+ *   node dist/bench/dstack-docs.js /path/to/dstack
+ */
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { parseSpecText, type SpecError } from '../api/parse.js';
+
+const KINDS = ['task', 'service', 'fleet', 'dev-environment'];
+
+interface Config { place: string; text: string }
+
+function files(root: string, pattern: RegExp): string[] {
+  const found: string[] = [];
+  const walk = (dir: string) => {
+    for (const name of readdirSync(dir)) {
+      const path = join(dir, name);
+      if (statSync(path).isDirectory()) walk(path);
+      else if (pattern.test(name)) found.push(path);
+    }
+  };
+  walk(root);
+  return found.sort();
+}
+
+function kindOf(text: string): string | undefined {
+  return /^type:\s*["']?([a-z-]+)/m.exec(text)?.[1];
+}
+
+/** The fenced YAML blocks of a markdown file whose top-level type is one of the four kinds, indentation removed. */
+function markdownConfigs(file: string, checkout: string): Config[] {
+  const lines = readFileSync(file, 'utf8').split('\n');
+  const configs: Config[] = [];
+  for (let start = 0; start < lines.length; start++) {
+    const fence = /^(\s*)```ya?ml/.exec(lines[start]!);
+    if (!fence) continue;
+    const indent = fence[1]!.length;
+    let end = start + 1;
+    while (end < lines.length && !/^\s*```\s*$/.test(lines[end]!)) end++;
+    const text = lines.slice(start + 1, end).map((line) => line.slice(indent)).join('\n');
+    if (KINDS.includes(kindOf(text) ?? '')) configs.push({ place: `${relative(checkout, file)}:${start + 2}`, text });
+    start = end;
+  }
+  return configs;
+}
+
+function main(): void {
+  const checkout = process.argv[2];
+  if (!checkout) {
+    console.error('usage: node dist/bench/dstack-docs.js /path/to/dstack (a checkout of github.com/dstackai/dstack)');
+    process.exit(2);
+  }
+  const configs = [
+    ...['mkdocs', 'examples'].flatMap((dir) => files(join(checkout, dir), /\.md$/)).flatMap((file) => markdownConfigs(file, checkout)),
+    ...files(join(checkout, 'examples'), /\.ya?ml$/)
+      .map((file) => ({ place: relative(checkout, file), text: readFileSync(file, 'utf8') }))
+      .filter((config) => KINDS.includes(kindOf(config.text) ?? '')),
+  ];
+  // `${{ env.NAME }}` and bare env entries take a value, as they would from the applying user's environment.
+  const environment = new Proxy({}, { get: () => 'value', has: () => true }) as Record<string, string>;
+  const named = (error: SpecError) => /not supported|deprecated/.test(error.message);
+  const refused: { place: string; errors: SpecError[] }[] = [];
+  for (const config of configs) {
+    const { errors } = parseSpecText(config.text, config.place, environment);
+    if (errors.length > 0) refused.push({ place: config.place, errors });
+  }
+  const byName = refused.filter((r) => r.errors.every(named));
+  const otherwise = refused.filter((r) => !r.errors.every(named));
+  const accepted = configs.length - refused.length;
+  console.log(`${configs.length} configurations: ${accepted} accepted (${(100 * accepted / configs.length).toFixed(1)}%), ${byName.length} refused by name, ${otherwise.length} refused otherwise`);
+  const features = new Map<string, number>();
+  for (const error of byName.flatMap((r) => r.errors)) features.set(error.path, (features.get(error.path) ?? 0) + 1);
+  console.log(`\nrefused by name, by field:\n${[...features].sort((a, b) => b[1] - a[1]).map(([path, count]) => `  ${String(count).padStart(4)}  ${path}`).join('\n')}`);
+  console.log(`\nrefused otherwise:\n${otherwise.map((r) => `  ${r.place}\n${r.errors.map((e) => `    ${e.path}: ${e.message}`).join('\n')}`).join('\n')}`);
+}
+
+main();
