@@ -128,3 +128,21 @@ export const ServiceStats = Type.Object({
   desiredReplicas: Type.Integer(),
 });
 export type ServiceStats = Static<typeof ServiceStats>;
+
+/** A service's request figures second by second, or `stepSeconds` by `stepSeconds`: `GET .../services/<run>/stats/series`. */
+export const ServiceStatsSeries = Type.Object({
+  run: Type.String(),
+  windowSeconds: Type.Integer(),
+  stepSeconds: Type.Integer(),
+  /** Oldest first, one per step of the window, steps without requests included. */
+  points: Type.Array(Type.Object({
+    at: Type.String({ description: 'ISO 8601: the start of the step' }),
+    requests: Type.Integer(),
+    requestsPerSecond: Type.Number(),
+    errors: Type.Integer(),
+    errorRate: Type.Number(),
+    p50Ms: Type.Union([Type.Number(), Type.Null()]),
+    p99Ms: Type.Union([Type.Number(), Type.Null()]),
+  })),
+});
+export type ServiceStatsSeries = Static<typeof ServiceStatsSeries>;

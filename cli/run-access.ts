@@ -1,15 +1,10 @@
 import { spawnSync } from 'node:child_process';
+import { ideLink, ideOf } from '../api/ide.js';
 import type { Run } from '../api/objects.js';
 import type { ApiClient } from './client.js';
 import { isFinished, runPath } from './follow.js';
 import { choosePorts, describeForwards, PortForwarder, type PortRequest } from './port-forwarding.js';
 import { isIncluded, refreshFromServer, sshConfigPath } from './ssh-config.js';
-
-const IDE_SCHEMES: Record<string, { name: string; scheme: string }> = {
-  vscode: { name: 'VS Code Desktop', scheme: 'vscode' },
-  cursor: { name: 'Cursor', scheme: 'cursor' },
-  windsurf: { name: 'Windsurf', scheme: 'windsurf' },
-};
 
 /** The job's working directory, as a shell in it says: it depends on the runtime and the agent's folders. */
 function workingDirectory(host: string): string | null {
@@ -25,9 +20,9 @@ export async function accessLines(client: ApiClient, run: Pick<Run, 'name' | 'ki
   const hosts = await refreshFromServer(client);
   if (!hosts.some((entry) => entry.host === run.name)) return [];
   const lines: string[] = [];
-  const ide = run.kind === 'dev-environment' && typeof run.spec.ide === 'string' ? IDE_SCHEMES[run.spec.ide] : undefined;
+  const ide = ideOf(run);
   const directory = ide ? workingDirectory(run.name) : null;
-  if (ide && directory) lines.push(`${`To open in ${ide.name}:`.padEnd(27)} ${ide.scheme}://vscode-remote/ssh-remote+${run.name}${directory}`);
+  if (ide && directory) lines.push(`${`To open in ${ide.name}:`.padEnd(27)} ${ideLink(ide, run.name, directory)}`);
   lines.push(`To connect via SSH:         ${isIncluded() ? `ssh ${run.name}` : `ssh -F ${sshConfigPath()} ${run.name}`}`);
   return lines;
 }

@@ -1,15 +1,16 @@
 import { build } from 'esbuild';
-import { mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { gzipSync } from 'node:zlib';
 import { consoleBuildDir } from '../server/console-assets.js';
 
 const entry = fileURLToPath(new URL('./src/main.tsx', import.meta.url));
 
 /**
- * Bundles the console into `outDir`: its script and stylesheet under assets/ with a hash of their content in their
- * names, and index.html, written last and at once, naming them; the files of earlier builds are removed. Nothing is
- * loaded from anywhere else.
+ * Bundles the console into `outDir`: its script, its chunks and its stylesheet under assets/ with a hash of their
+ * content in their names (and each gzip-compressed beside it, `.gz`, for the server to send as it is), and index.html,
+ * written last and at once, naming them; the files of earlier builds are removed. Nothing is loaded from anywhere else.
  */
 export async function buildConsole(outDir = consoleBuildDir()): Promise<void> {
   const assets = join(outDir, 'assets');
@@ -54,10 +55,14 @@ ${preloads}<script type="module" src="/assets/${script}"></script>
 <body><div id="app"></div></body>
 </html>
 `;
+  const compressed = outputs.filter((name) => /\.(js|css)$/.test(name)).map((name) => {
+    writeFileSync(join(assets, `${name}.gz`), gzipSync(readFileSync(join(assets, name)), { level: 9 }));
+    return `${name}.gz`;
+  });
   const staging = join(outDir, `index.html.${process.pid}`);
   writeFileSync(staging, index);
   renameSync(staging, join(outDir, 'index.html'));
-  for (const stale of readdirSync(assets).filter((name) => !outputs.includes(name))) rmSync(join(assets, stale), { force: true });
+  for (const stale of readdirSync(assets).filter((name) => !outputs.includes(name) && !compressed.includes(name))) rmSync(join(assets, stale), { force: true });
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {

@@ -2,6 +2,7 @@ import type { Logger } from 'winston';
 import type { Role } from '../api/objects.js';
 import type { Db } from '../store/db.js';
 import { hashToken, projectRole, userByToken, type UserRecord } from '../store/projects.js';
+import { userBySession } from '../store/sessions.js';
 import type { CallerAccess } from './access.js';
 
 /** NOTIFY on it after any change to users, their tokens or memberships: every gateway forgets what it knew. */
@@ -59,6 +60,12 @@ export class AccessCache implements CallerAccess {
 
   async roleOf(token: string, projectId: string): Promise<Role | null | undefined> {
     const user = await this.user(token);
+    return user ? this.role(projectId, user) : undefined;
+  }
+
+  /** Sessions are looked up each time: a sign-out takes effect at once, with no NOTIFY to wait for. */
+  async roleOfSession(session: string, projectId: string): Promise<Role | null | undefined> {
+    const user = await userBySession(this.db, session);
     return user ? this.role(projectId, user) : undefined;
   }
 

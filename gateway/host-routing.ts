@@ -34,7 +34,7 @@ export async function hostExchange(access: CallerAccess, table: RoutingTable, do
   const host = req.headers.host;
   const route = hostRoute(table, domain, host);
   if (!route) throw new GatewayError(404, 'not_found', `no service is published at ${host ?? 'this address'}`);
-  await admit(access, route, req.headers);
+  await admit(access, route, req);
   const path = req.url?.startsWith('/') ? req.url : '/';
   return { route, path, servicePath: path.replace(/\?.*$/, ''), errorShape: 'api' };
 }

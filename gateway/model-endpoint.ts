@@ -63,7 +63,7 @@ export async function modelRequest(access: CallerAccess, table: RoutingTable, ca
   const model = modelOf(body);
   const service = services.find((candidate) => candidate.model?.name === model);
   if (!service) throw new GatewayError(404, 'model_not_found', `The model \`${model}\` does not exist in project ${project}.`);
-  await admit(access, service, req.headers);
+  await admit(access, service, req, true);
   const servicePath = `${service.model!.prefix}/${route}`;
   return { kind: 'forward', exchange: { route: service, path: `${servicePath}${query}`, servicePath, body, errorShape: 'openai' } };
 }
@@ -76,7 +76,7 @@ export function sendModelList(res: ServerResponse, list: ModelList): void {
 
 /** Public models for anyone; the others only for members of the project, as their services would answer them. */
 async function modelList(access: CallerAccess, project: string, services: ServiceRoute[], req: IncomingMessage): Promise<ModelList> {
-  const member = services.some((service) => service.auth) && await isMember(access, services[0]!.projectId, req.headers);
+  const member = services.some((service) => service.auth) && await isMember(access, services[0]!.projectId, req.headers, true);
   const shown = services.filter((service, index) => (!service.auth || member)
     && services.findIndex((other) => other.model!.name === service.model!.name) === index);
   return {

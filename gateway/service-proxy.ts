@@ -21,7 +21,7 @@ export async function serviceExchange(access: CallerAccess, table: RoutingTable,
   if (!match || !isDnsLabel(project) || !isDnsLabel(run)) throw new GatewayError(404, 'not_found', `no service at ${url}`);
   const route = table.service(project, run);
   if (!route) throw new GatewayError(404, 'not_found', `service ${run} not found in project ${project}`);
-  await admit(access, route, req.headers);
+  await admit(access, route, req);
   const prefix = `/proxy/services/${project}/${run}`;
   const servicePath = rest || '/';
   return route.stripPrefix

@@ -4,8 +4,8 @@ import { isDnsLabel } from '../api/names.js';
 import type { Queryable } from '../store/db.js';
 import type { Role } from '../api/objects.js';
 import { getProject, projectRole, userByToken, type ProjectRecord, type UserRecord } from '../store/projects.js';
-import { userBySession } from '../store/sessions.js';
-import { CSRF_HEADER, passesCsrfCheck, sessionCookie } from './console-session.js';
+import { CSRF_HEADER, userBySession } from '../store/sessions.js';
+import { passesCsrfCheck, sessionCookie } from './console-session.js';
 import { HttpError, notFound } from './http-errors.js';
 
 export interface AuthState {

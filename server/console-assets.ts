@@ -43,10 +43,16 @@ export function consoleMiddleware(buildDir = consoleBuildDir()) {
     ctx.set('referrer-policy', 'no-referrer');
     const asset = ASSET_PATH.exec(ctx.path);
     if (ctx.path.startsWith('/assets/')) {
-      const body = asset ? await readFile(join(buildDir, 'assets', asset[1])).catch(() => null) : null;
+      if (!asset) return;
+      const file = join(buildDir, 'assets', asset[1]);
+      // The build wrote each file gzip-compressed beside it: sent as it is to a browser that takes gzip.
+      const gzipped = ctx.acceptsEncodings('gzip', 'identity') === 'gzip' ? await readFile(`${file}.gz`).catch(() => null) : null;
+      const body = gzipped ?? await readFile(file).catch(() => null);
       if (!body) return;
-      ctx.type = CONTENT_TYPES[extname(asset![1])] ?? 'application/octet-stream';
+      ctx.type = CONTENT_TYPES[extname(asset[1])] ?? 'application/octet-stream';
       ctx.set('cache-control', IMMUTABLE);
+      ctx.vary('accept-encoding');
+      if (gzipped) ctx.set('content-encoding', 'gzip');
       ctx.body = body;
       return;
     }

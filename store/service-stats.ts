@@ -50,21 +50,48 @@ export async function recordServiceSeconds(db: Queryable, source: string, second
 
 /** Each service's sums over the last `windowSeconds` complete and current seconds. */
 export async function serviceWindows(db: Queryable, runIds: string[], windowSeconds: number): Promise<Map<string, ServiceWindow>> {
-  const windows = new Map<string, ServiceWindow>();
-  if (runIds.length === 0) return windows;
-  const rows = await db.query<{ run_id: string; second: Date; requests: number; errors: number; inflight: number; latency: number[]; recent: boolean }>(
+  if (runIds.length === 0) return new Map();
+  const rows = await db.query<SecondRow & { run_id: string }>(
     `SELECT run_id, second, requests, errors, inflight, latency, second >= date_trunc('second', now()) - interval '1 second' AS recent
      FROM service_stats WHERE run_id = ANY($1::text[]) AND second > now() - $2 * interval '1 second'`, [runIds, windowSeconds]);
+  return sumSeconds(rows, (row) => row.run_id);
+}
+
+/**
+ * One service's sums over each step of `stepSeconds` from `since` on, keyed by the step's start (ms since the epoch,
+ * a multiple of the step); steps without a written second are absent.
+ */
+export async function serviceSteps(db: Queryable, runId: string, since: Date, stepSeconds: number): Promise<Map<number, ServiceWindow>> {
+  const rows = await db.query<SecondRow & { step: string }>(
+    `SELECT floor(extract(epoch from second) / $3::int)::bigint * $3::int * 1000 AS step, second, requests, errors, inflight, latency,
+            second >= date_trunc('second', now()) - interval '1 second' AS recent
+     FROM service_stats WHERE run_id = $1 AND second >= $2`, [runId, since.toISOString(), stepSeconds]);
+  return sumSeconds(rows, (row) => Number(row.step));
+}
+
+interface SecondRow {
+  second: Date;
+  requests: number;
+  errors: number;
+  inflight: number;
+  latency: number[];
+  recent: boolean;
+}
+
+/** Adds up seconds (of every gateway process) into a window per key. */
+function sumSeconds<K, R extends SecondRow>(rows: R[], keyOf: (row: R) => K): Map<K, ServiceWindow> {
+  const windows = new Map<K, ServiceWindow>();
   const inflightBySecond = new Map<string, number>();
   for (const row of rows) {
-    const window = windows.get(row.run_id) ?? { requests: 0, errors: 0, inflight: 0, inflightNow: 0, latency: new Array(LATENCY_BUCKETS_MS.length + 1).fill(0) };
-    windows.set(row.run_id, window);
+    const key = keyOf(row);
+    const window = windows.get(key) ?? { requests: 0, errors: 0, inflight: 0, inflightNow: 0, latency: new Array(LATENCY_BUCKETS_MS.length + 1).fill(0) };
+    windows.set(key, window);
     window.requests += row.requests;
     window.errors += row.errors;
     row.latency.forEach((count, i) => { window.latency[i] = (window.latency[i] ?? 0) + count; });
-    const key = `${row.run_id} ${new Date(row.second).getTime()}`;
-    const inflight = (inflightBySecond.get(key) ?? 0) + row.inflight;
-    inflightBySecond.set(key, inflight);
+    const second = `${key} ${new Date(row.second).getTime()}`;
+    const inflight = (inflightBySecond.get(second) ?? 0) + row.inflight;
+    inflightBySecond.set(second, inflight);
     window.inflight = Math.max(window.inflight, inflight);
     if (row.recent) window.inflightNow = Math.max(window.inflightNow, inflight);
   }

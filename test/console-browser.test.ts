@@ -3,7 +3,7 @@ import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { Browser, Page } from 'playwright-core';
 import { launchChromium } from './helpers/chromium.js';
-import { builtConsole } from './helpers/console.js';
+import { builtConsole, endConsoleSuite } from './helpers/console.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 import { echoLlm } from './helpers/services.js';
@@ -30,14 +30,7 @@ for (const kind of DATABASE_KINDS) {
       browser = await launchChromium();
     });
 
-    after(async () => {
-      await browser?.close();
-      if (!server) return;
-      for (const run of (await server.api('GET', '/api/projects/main/runs')).body) await server.api('POST', `/api/projects/main/runs/${run.name}/stop`, { abort: true });
-      await server.api('DELETE', '/api/projects/main/fleets/local');
-      await eventually(async () => (await server.api('GET', '/api/projects/main/instances')).body.length === 0, 30_000, 'the local instance to go');
-      await server.stop();
-    });
+    after(() => endConsoleSuite(browser, server));
 
     afterEach(() => {
       expect(dialogs, 'no script from run or user data may run').to.deep.equal([]);
@@ -162,7 +155,7 @@ for (const kind of DATABASE_KINDS) {
       const member = await openPage();
       await signIn(member, memberToken);
       await member.locator('header.top nav').getByRole('link', { name: 'Runs' }).waitFor({ timeout: WAIT_MS });
-      expect(await member.locator('header.top nav a').allTextContents()).to.deep.equal(['Runs', 'Fleets', 'Offers', 'Events', 'Gateways', 'Apply', 'Settings']);
+      expect(await member.locator('header.top nav a').allTextContents()).to.deep.equal(['Runs', 'Fleets', 'Models', 'Offers', 'Events', 'Gateways', 'Apply', 'Settings']);
       await member.goto(`${server.url}/users`);
       await member.waitForURL(`${server.url}/projects/main/runs`);
       expect(await member.getByRole('heading', { name: 'Users' }).count()).to.equal(0);

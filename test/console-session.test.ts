@@ -1,10 +1,23 @@
 import { expect } from 'chai';
+import { get, type IncomingHttpHeaders } from 'node:http';
+import { gunzipSync } from 'node:zlib';
 import { hashToken } from '../store/projects.js';
 import { builtConsole, signInToConsole } from './helpers/console.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
 const sleeper = (name: string) => ({ spec: { type: 'task', name, commands: ['sleep 600'] } });
+
+/** A GET that asks for `encoding` and keeps the body's bytes as sent (fetch would decompress them). */
+function rawGet(url: string, encoding: string): Promise<{ headers: IncomingHttpHeaders; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    get(url, { headers: { 'accept-encoding': encoding } }, (response) => {
+      const chunks: Buffer[] = [];
+      response.on('data', (chunk: Buffer) => chunks.push(chunk));
+      response.on('end', () => resolve({ headers: response.headers, body: Buffer.concat(chunks) }));
+    }).on('error', reject);
+  });
+}
 
 for (const kind of DATABASE_KINDS) {
   describe(`the console's session and files on ${kind}`, function () {
@@ -127,6 +140,19 @@ for (const kind of DATABASE_KINDS) {
         await server.api('POST', '/api/projects/main/runs/streamed/stop', { abort: true });
       } finally {
         abort.abort();
+      }
+    });
+
+    it('sends the hashed files gzip-compressed to a client that takes gzip, and as they are to one that does not', async () => {
+      const html = await (await fetch(`${server.url}/`)).text();
+      for (const asset of [...html.matchAll(/(?:src|href)="(\/assets\/[^"]+)"/g)].map((match) => match[1]!)) {
+        const plain = await rawGet(`${server.url}${asset}`, 'identity');
+        const gzipped = await rawGet(`${server.url}${asset}`, 'gzip, deflate, br');
+        expect(plain.headers['content-encoding'], asset).to.equal(undefined);
+        expect(gzipped.headers['content-encoding'], asset).to.equal('gzip');
+        expect(gzipped.headers.vary, asset).to.match(/accept-encoding/i);
+        expect(gzipped.body.length, asset).to.be.lessThan(plain.body.length / 2);
+        expect(gunzipSync(gzipped.body).equals(plain.body), asset).to.equal(true);
       }
     });
 

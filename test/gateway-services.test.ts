@@ -168,6 +168,14 @@ for (const kind of DATABASE_KINDS) {
         expect(withKey.headers.authorization).to.equal('Bearer the-service-own-key');
       });
 
+      it('never passes on the console\'s session cookie or its CSRF header, and keeps the other cookies', async () => {
+        const mixed = await seen('open/', { headers: { cookie: 'theme=dark; orchestrator_session=the-session; lang=en', 'x-csrf-token': 'the-csrf' } });
+        expect(mixed.headers.cookie).to.equal('theme=dark; lang=en');
+        expect(mixed.headers).not.to.have.property('x-csrf-token');
+        const sessionOnly = await seen('app/', { headers: { ...admin(), cookie: 'orchestrator_session=the-session' } });
+        expect(sessionOnly.headers).not.to.have.property('cookie');
+      });
+
       it('answers 404 for an unknown service and for names that are not names, without forwarding anything', async () => {
         for (const path of ['nope/', '..%2f..', '..%2f../api/projects', '%2e%2e/app/', 'app%00/', 'APP/', '../../api/projects']) {
           const response = await rawGet(server.url, `/proxy/services/main/${path}`);

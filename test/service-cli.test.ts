@@ -8,7 +8,7 @@ import OpenAI from 'openai';
 import WebSocket from 'ws';
 import type { AgentMetrics } from '../api/agent.js';
 import type { Run } from '../api/objects.js';
-import type { Replica, ServiceStats } from '../api/services.js';
+import type { Replica, ServiceStats, ServiceStatsSeries } from '../api/services.js';
 import { psRows } from '../cli/commands/ps.js';
 import { replicaLine, serviceAddresses } from '../cli/service-progress.js';
 import { renderTable } from '../cli/table.js';
@@ -119,6 +119,28 @@ for (const kind of DATABASE_KINDS) {
       });
       const lastMinute = await stats('?window=60');
       expect(lastMinute.body).to.include({ windowSeconds: 60, requests: 30, requestsPerSecond: 0.5, errors: 3, errorRate: 0.1, p50Ms: 10, p99Ms: 500, inflight: 4, inflightNow: 0 });
+    });
+
+    it('gives the figures step by step over the window, for the console\'s charts, steps without requests included', async () => {
+      const { status, body } = await server.api('GET', '/api/projects/main/services/svc/stats/series?window=300&step=10');
+      expect(status, JSON.stringify(body)).to.equal(200);
+      expect(body).to.include({ run: 'svc', windowSeconds: 300, stepSeconds: 10 });
+      const points = body.points as ServiceStatsSeries['points'];
+      expect(points).to.have.length(30);
+      expect(points.every((point, i) => i === 0 || Date.parse(point.at) - Date.parse(points[i - 1]!.at) === 10_000)).to.equal(true);
+      expect(points.reduce((sum, point) => sum + point.requests, 0)).to.equal(630);
+      const busy = points.filter((point) => point.requests > 0);
+      expect(busy).to.have.length(2);
+      expect(busy[0]).to.deep.include({ requests: 600, requestsPerSecond: 60, errors: 0, errorRate: 0, p50Ms: 10, p99Ms: 10 });
+      expect(busy[1]).to.deep.include({ requests: 30, requestsPerSecond: 3, errors: 3, errorRate: 0.1, p50Ms: 10, p99Ms: 500 });
+      expect(points.find((point) => point.requests === 0)).to.deep.include({ requestsPerSecond: 0, errorRate: 0, p50Ms: null, p99Ms: null });
+      expect((await server.api('GET', '/api/projects/main/services/svc/stats/series')).body.points, 'five minutes in 60 steps unless asked').to.have.length(60);
+
+      for (const query of ['?step=0', '?step=301', '?window=3600&step=1', '?step=5s']) {
+        const refused = await server.api('GET', `/api/projects/main/services/svc/stats/series${query}`);
+        expect(refused.status, query).to.equal(400);
+        expect(refused.body.error.message, query).to.match(/^step: expected a whole number of seconds from \d+ to the window's \d+/);
+      }
     });
 
     it('counts the requests in flight now apart from the most in flight during the window', async () => {

@@ -8,6 +8,7 @@ import { ApplyPage } from './pages/apply.js';
 import { EventsPage } from './pages/events.js';
 import { FleetsPage } from './pages/fleets.js';
 import { GatewaysPage } from './pages/gateways.js';
+import { ModelsPage } from './pages/models.js';
 import { OffersPage } from './pages/offers.js';
 import { SettingsPage } from './pages/settings.js';
 import { RunPage } from './pages/run.js';
@@ -16,9 +17,9 @@ import { SignInPage } from './pages/sign-in.js';
 import { UsersPage } from './pages/users.js';
 import './style.css';
 
-const PROJECT_PAGE = /^\/projects\/([^/]+)\/(runs|fleets|offers|events|gateways|apply|settings)(?:\/([^/]+))?\/?$/;
+const PROJECT_PAGE = /^\/projects\/([^/]+)\/(runs|fleets|models|offers|events|gateways|apply|settings)(?:\/([^/]+))?\/?$/;
 /** Pages of a project after Runs and Fleets, in the navigation's order. */
-const MORE_PROJECT_PAGES = [['offers', 'Offers'], ['events', 'Events'], ['gateways', 'Gateways'], ['apply', 'Apply'], ['settings', 'Settings']] as const;
+const MORE_PROJECT_PAGES = [['models', 'Models'], ['offers', 'Offers'], ['events', 'Events'], ['gateways', 'Gateways'], ['apply', 'Apply'], ['settings', 'Settings']] as const;
 
 function App() {
   const [session, setSession] = useState<ConsoleSession | null | undefined>(undefined);
@@ -86,6 +87,7 @@ function ProjectPages({ project, page, run, query, session }: { project: string;
   const live = useLiveRuns(project);
   if (live.refused) return <p class="empty" role="alert">{live.refused}.</p>;
   if (page === 'fleets') return <FleetsPage project={project} live={live} />;
+  if (page === 'models') return <ModelsPage project={project} />;
   if (page === 'offers') return <OffersPage project={project} query={query} />;
   if (page === 'events') return <EventsPage project={project} query={query} />;
   if (page === 'gateways') return <GatewaysPage project={project} />;

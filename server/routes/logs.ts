@@ -182,7 +182,16 @@ async function follow(server: ServerContext, runId: string, sources: (now: RunRe
     for await (const line of mergeByTime(round.map((lines) => lines[Symbol.iterator]()))) {
       write({ type: 'log', line });
       if (full) {
-        await new Promise((resolve) => { stream.once('drain', resolve); stream.once('close', resolve); });
+        // Each wait removes both of its listeners, so that a long follow does not pile up 'close' listeners.
+        await new Promise<void>((resolve) => {
+          const done = () => {
+            stream.off('drain', done);
+            stream.off('close', done);
+            resolve();
+          };
+          stream.once('drain', done);
+          stream.once('close', done);
+        });
         full = false;
       }
     }

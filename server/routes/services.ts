@@ -1,10 +1,10 @@
 import Router from '@koa/router';
-import type { ServiceStats } from '../../api/services.js';
+import type { ServiceStats, ServiceStatsSeries } from '../../api/services.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
 import { CHANNELS } from '../../store/channels.js';
 import { recordEvent } from '../../store/events.js';
 import { getRunView } from '../../store/run-views.js';
-import { serviceWindows } from '../../store/service-stats.js';
+import { serviceSteps, serviceWindows } from '../../store/service-stats.js';
 import { rollBackService } from '../../store/services.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, conflict, HttpError } from '../http-errors.js';
@@ -20,6 +20,20 @@ function windowSecondsOf(value: string | string[] | undefined): number {
   const seconds = typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : NaN;
   if (!(seconds >= STATS_WINDOW_RANGE.min && seconds <= STATS_WINDOW_RANGE.max)) {
     throw badRequest(`window: expected a whole number of seconds from ${STATS_WINDOW_RANGE.min} to ${STATS_WINDOW_RANGE.max}, got ${JSON.stringify(value)}`);
+  }
+  return seconds;
+}
+
+/** A chart of more points than this says no more; the default step gives 60. */
+const MAX_SERIES_POINTS = 720;
+const DEFAULT_SERIES_POINTS = 60;
+
+function stepSecondsOf(value: string | string[] | undefined, windowSeconds: number): number {
+  const fewest = Math.ceil(windowSeconds / MAX_SERIES_POINTS);
+  if (value === undefined) return Math.max(1, Math.ceil(windowSeconds / DEFAULT_SERIES_POINTS));
+  const seconds = typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : NaN;
+  if (!(seconds >= fewest && seconds <= windowSeconds)) {
+    throw badRequest(`step: expected a whole number of seconds from ${fewest} to the window's ${windowSeconds} (at most ${MAX_SERIES_POINTS} points), got ${JSON.stringify(value)}`);
   }
   return seconds;
 }
@@ -46,6 +60,23 @@ export function serviceRoutes(server: ServerContext): Router {
       desiredReplicas: view.service?.desiredReplicas ?? 0,
     };
     ctx.body = stats;
+  });
+
+  router.get('/:name/stats/series', async (ctx) => {
+    const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
+    if (run.kind !== 'service') throw notAService(run, 'have request statistics');
+    const windowSeconds = windowSecondsOf(ctx.query.window);
+    const stepSeconds = stepSecondsOf(ctx.query.step, windowSeconds);
+    const stepMs = stepSeconds * 1000;
+    const last = Math.floor(Date.now() / stepMs) * stepMs;
+    const first = last - (Math.ceil(windowSeconds / stepSeconds) - 1) * stepMs;
+    const steps = await serviceSteps(db, run.id, new Date(first), stepSeconds);
+    const series: ServiceStatsSeries = { run: run.name, windowSeconds, stepSeconds, points: [] };
+    for (let at = first; at <= last; at += stepMs) {
+      const { requests, requestsPerSecond, errors, errorRate, p50Ms, p99Ms } = serviceFigures(steps.get(at), stepSeconds);
+      series.points.push({ at: new Date(at).toISOString(), requests, requestsPerSecond, errors, errorRate, p50Ms, p99Ms });
+    }
+    ctx.body = series;
   });
 
   router.post('/:name/rollback', async (ctx) => {

@@ -2,9 +2,9 @@ import Router from '@koa/router';
 import type { Context } from 'koa';
 import type { ConsoleSession } from '../../api/objects.js';
 import { userByToken, userView, type UserRecord } from '../../store/projects.js';
-import { createSession, deleteSession, sessionExpiry } from '../../store/sessions.js';
+import { createSession, csrfTokenOf, deleteSession, sessionExpiry } from '../../store/sessions.js';
 import { authMiddleware, currentUser } from '../auth.js';
-import { clearSessionCookie, csrfTokenOf, SESSION_TTL_MS, sessionCookie, setSessionCookie } from '../console-session.js';
+import { clearSessionCookie, SESSION_TTL_MS, sessionCookie, setSessionCookie } from '../console-session.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, HttpError, readJsonObject } from '../http-errors.js';
 

@@ -4,6 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import type { Browser } from 'playwright-core';
+import { eventually, type TestServer } from './server.js';
 
 const BUILD_SCRIPT = fileURLToPath(new URL('../../console/build.ts', import.meta.url));
 
@@ -34,4 +36,14 @@ export async function signInToConsole(url: string, token: string): Promise<Conso
   const setCookie = response.headers.get('set-cookie') ?? '';
   const body = await response.json();
   return { status: response.status, setCookie, cookie: setCookie.split(';')[0], csrfToken: body.csrfToken ?? '', body };
+}
+
+/** Ends a console suite: the browser closed, every run aborted, fleet `local` deleted and its instances gone, the server stopped. */
+export async function endConsoleSuite(browser: Browser | undefined, server: TestServer | undefined): Promise<void> {
+  await browser?.close();
+  if (!server) return;
+  for (const run of (await server.api('GET', '/api/projects/main/runs')).body) await server.api('POST', `/api/projects/main/runs/${run.name}/stop`, { abort: true });
+  await server.api('DELETE', '/api/projects/main/fleets/local');
+  await eventually(async () => (await server.api('GET', '/api/projects/main/instances')).body.length === 0, 30_000, 'the local instances to go');
+  await server.stop();
 }

@@ -1,3 +1,5 @@
+import { ideLink, ideOf } from '../../../api/ide.js';
+import { parsePortMapping } from '../../../api/mappings.js';
 import type { Event, Run } from '../../../api/objects.js';
 import { FINISHED_RUN_STATUSES } from '../../../api/status.js';
 import { useEffect, useState } from 'preact/hooks';
@@ -5,6 +7,7 @@ import { ApiFailure, call, projectPath } from '../api.js';
 import { Age, gpuText, priceText, useNow } from '../format.js';
 import type { LiveRuns } from '../live-runs.js';
 import { LogView } from '../log-view.js';
+import { RunMetricsCharts, ServiceCharts } from '../run-charts.js';
 import { Link } from '../navigation.js';
 import { StopButtons } from '../stop-buttons.js';
 import { StatusText } from './runs.js';
@@ -50,7 +53,9 @@ export function RunPage({ project, name, live }: { project: string; name: string
       </dl>
       <Connect run={run} />
       {run.service && <ServicePanel run={run} service={run.service} />}
-      <LogView project={project} run={name} />
+      {run.service && <ServiceCharts project={project} run={run} />}
+      <RunMetricsCharts project={project} run={run} />
+      <LogView project={project} run={run} />
       <h3>History</h3>
       {events.length === 0 ? <p class="muted">No events yet.</p> : (
         <table class="events">
@@ -64,13 +69,33 @@ export function RunPage({ project, name, live }: { project: string; name: string
   );
 }
 
+/** How to reach the run from one's own machine: the ssh command, a dev environment's IDE link, the ports `attach` forwards. */
 function Connect({ run }: { run: Run }) {
   if (FINISHED_RUN_STATUSES.includes(run.status)) return null;
+  const ide = ideOf(run);
+  const folder = typeof run.spec.working_dir === 'string' && run.spec.working_dir.startsWith('/') ? run.spec.working_dir : '';
+  const ports = Array.isArray(run.spec.ports) ? (run.spec.ports as (number | string)[]) : [];
   return (
     <div class="connect">
       <h3>Connect</h3>
       {run.ssh ? <pre>orchestrator ssh {run.name}</pre>
         : <p class="muted">SSH opens once the run is running: <code>orchestrator ssh {run.name}</code></p>}
+      {ide && run.ssh && (
+        <p>Open in {ide.name}: <a class="ide-link" href={ideLink(ide, run.name, folder)}>{ideLink(ide, run.name, folder)}</a>
+          <span class="muted"> (needs the run's SSH entry on this machine: <code>orchestrator attach {run.name}</code> writes it{folder ? '' : ', and prints the link with the working folder'})</span></p>
+      )}
+      {ports.length > 0 && (
+        <div class="ports">
+          <p><code>orchestrator attach {run.name}</code> forwards its ports to this machine:</p>
+          <table>
+            <thead><tr><th>Local port</th><th>Run's port</th></tr></thead>
+            <tbody>{ports.map((entry) => {
+              const { local, container } = parsePortMapping(entry);
+              return <tr key={String(entry)}><td>{local === null ? 'any free port' : <code>localhost:{local}</code>}</td><td>{container}</td></tr>;
+            })}</tbody>
+          </table>
+        </div>
+      )}
     </div>
   );
 }
