@@ -10,6 +10,7 @@ import { insertInstance, toInstance, type InstanceRecord } from '../store/instan
 import { insertNode, nodeCount, NODE_JOB } from '../store/nodes.js';
 import { SERVICE_PARENT } from '../store/services.js';
 import type { BackendPool, OfferListing } from './backend-pool.js';
+import { BudgetGate, type NewInstance } from './budget-gate.js';
 import type { Controller } from './manager.js';
 import { chooseFleets, type RunPlaces } from './placement-filter.js';
 import { retryDecision } from './retry-policy.js';
@@ -43,6 +44,12 @@ type SinglePlacement =
   | { kind: 'wait'; message: string; noFleet?: true };
 
 type Placement = SinglePlacement | { kind: 'nodes'; fleet: FleetRecord; nodes: NodeChoice[] };
+
+/** The instances a placement would create, which a project's budget may hold back. */
+export function newInstances(placement: Placement): NewInstance[] {
+  const choices = placement.kind === 'nodes' ? placement.nodes : [placement];
+  return choices.flatMap((choice) => (choice.kind === 'provision' ? [{ fleetId: choice.fleet.id, requirement: choice.requirement }] : []));
+}
 
 /**
  * The queue: one pass takes the submitted runs in order (priority, then first come first served)
@@ -89,13 +96,16 @@ export class Scheduler implements Controller {
       `SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [projectId])).map(toInstance);
     let changed = false;
     const reasons = { ids: [] as string[], messages: [] as string[] };
+    const budget = await BudgetGate.open(tx, projectId, offers);
     for (const run of runs) {
       if (run.desired !== 'run') {
         await this.finishUnplaced(tx, projectId, run, 'terminated', run.desired === 'abort' ? 'aborted_by_user' : 'stopped_by_user', 'stopped before it started');
         changed = true;
         continue;
       }
-      const placement = run.nodes > 1 ? placeNodes(run, fleets, instances, offers) : place(run, fleets, instances, offers);
+      const placed = run.nodes > 1 ? placeNodes(run, fleets, instances, offers) : place(run, fleets, instances, offers);
+      const held = budget?.admit(newInstances(placed)) ?? null;
+      const placement: Placement = held ? { kind: 'wait', message: held } : placed;
       if (placement.kind === 'wait') {
         if (placement.message !== run.status_message) {
           reasons.ids.push(run.id);

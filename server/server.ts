@@ -6,16 +6,19 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import winston from 'winston';
 import { BackendPool } from '../controllers/backend-pool.js';
+import { BudgetController } from '../controllers/budget-controller.js';
 import { FleetController } from '../controllers/fleet-controller.js';
 import { GatewayController } from '../controllers/gateway-controller.js';
 import { DEFAULT_INSTANCE_TIMINGS, InstanceController, type InstanceTimings } from '../controllers/instance-controller.js';
 import { ControllerManager } from '../controllers/manager.js';
+import { LedgerController } from '../controllers/ledger-controller.js';
 import { NodesController } from '../controllers/nodes-controller.js';
 import { RunController } from '../controllers/run-controller.js';
 import { ScheduleController } from '../controllers/schedule-controller.js';
 import { Scheduler } from '../controllers/scheduler.js';
 import { ServiceController } from '../controllers/service-controller.js';
 import { Gateway } from '../gateway/gateway.js';
+import { applyConfigBudget } from '../store/budgets.js';
 import { DataDirInUseError } from '../store/data-dir-lock.js';
 import type { Db } from '../store/db.js';
 import { openDatabase } from '../store/open.js';
@@ -46,6 +49,8 @@ export interface ServerOptions {
   logLevel?: string;
   controllerIntervalMs?: number;
   instanceTimings?: Partial<InstanceTimings>;
+  /** How often the ledger counts the instances' time (default 5 s). */
+  ledgerIntervalMs?: number;
   /** The built web console to serve at / (default: dist/console of the checkout). */
   consoleDir?: string;
 }
@@ -82,7 +87,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     if (!(error instanceof DataDirInUseError)) throw error;
     throw new StartupError(`the embedded database in ${error.dataDir} is in use by the server with pid ${error.pid}; stop it, or use --server-dir / ORCHESTRATOR_DATABASE_URL`);
   });
-  for (const project of config.projects) await upsertProject(db, project.name, project.backends);
+  for (const project of config.projects) {
+    const { id } = await upsertProject(db, project.name, project.backends);
+    await applyConfigBudget(db, id, project.budget);
+  }
   const fromEnvironment = process.env.ORCHESTRATOR_SERVER_ADMIN_TOKEN || undefined;
   const adminTokenSource = options.adminToken ? 'option' : fromEnvironment ? 'environment' : 'generated';
   const adminToken = options.adminToken || fromEnvironment || storedAdminToken(dir);
@@ -121,6 +129,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     new ServiceController(db, owner, logger, secrets),
     new NodesController(db, owner, logger),
     new ScheduleController(db, owner, logger),
+    new LedgerController(db, logger, options.ledgerIntervalMs),
+    new BudgetController(db, logger),
     new GatewayController(db, owner, logger, {
       serverUrl: `http://${reachable}:${listening.port}`, instanceServerUrl: advertisedServerUrl(config) ?? `http://${reachable}:${listening.port}`, stateDir: join(dir, 'gateways'),
     }, pool),

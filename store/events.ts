@@ -3,7 +3,7 @@ import type { Queryable } from './db.js';
 
 export interface EventInput {
   projectId: string;
-  objectKind: 'fleet' | 'instance' | 'run' | 'gateway';
+  objectKind: 'fleet' | 'instance' | 'run' | 'gateway' | 'project';
   objectId: string;
   objectName: string;
   reason: string;

@@ -38,11 +38,11 @@ export const toInstance = (r: Row): InstanceRecord => ({
   sshHostKey: r.ssh_host_key, createdAt: r.created_at, terminatedAt: r.terminated_at,
 });
 
-export function instanceView(i: InstanceRecord, fleetName: string, runName: string | null): Instance {
+export function instanceView(i: InstanceRecord, fleetName: string, runName: string | null, cost: number): Instance {
   return {
     id: i.id, name: i.name, fleet: fleetName, backend: i.backend, status: i.status, statusMessage: i.statusMessage,
     terminationReason: i.terminationReason, gpu: i.offer?.gpu ?? null, region: i.offer?.region ?? null,
-    pricePerHour: i.offer?.pricePerHour ?? null, run: runName, idleSince: i.idleSince?.toISOString() ?? null,
+    pricePerHour: i.offer?.pricePerHour ?? null, cost, run: runName, idleSince: i.idleSince?.toISOString() ?? null,
     createdAt: i.createdAt.toISOString(), terminatedAt: i.terminatedAt?.toISOString() ?? null,
   };
 }
@@ -78,12 +78,12 @@ export async function listFleetInstances(db: Queryable, fleetId: string): Promis
 
 export async function listInstanceViews(db: Queryable, projectId: string, options: { fleetId?: string; includeTerminated: boolean }): Promise<Instance[]> {
   const rows = await db.query(
-    `SELECT i.*, f.name AS fleet_name, r.name AS run_name FROM instances i
-     JOIN fleets f ON f.id = i.fleet_id LEFT JOIN runs r ON r.id = i.run_id
+    `SELECT i.*, f.name AS fleet_name, r.name AS run_name, coalesce(a.dollars, 0)::float8 AS cost FROM instances i
+     JOIN fleets f ON f.id = i.fleet_id LEFT JOIN runs r ON r.id = i.run_id LEFT JOIN instance_accruals a ON a.instance_id = i.id
      WHERE i.project_id = $1 AND ($2::text IS NULL OR i.fleet_id = $2) AND ($3 OR i.status <> 'terminated')
      ORDER BY i.created_at`,
     [projectId, options.fleetId ?? null, options.includeTerminated]);
-  return rows.map((r) => instanceView(toInstance(r), r.fleet_name, r.run_name));
+  return rows.map((r) => instanceView(toInstance(r), r.fleet_name, r.run_name, r.cost));
 }
 
 type InstanceColumn = 'status' | 'status_message' | 'termination_reason' | 'offer' | 'backend_instance_id' | 'agent_url'

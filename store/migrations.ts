@@ -318,6 +318,60 @@ CREATE TABLE console_sessions (
 CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
 `,
   },
+  {
+    version: 14,
+    name: 'ledger: each instance accrues its price from its creation at the backend to its confirmed termination, in hourly pieces per run that held it',
+    sql: `
+CREATE TABLE instance_accruals (
+  instance_id text PRIMARY KEY REFERENCES instances(id) ON DELETE CASCADE,
+  price_per_hour float8 NOT NULL,
+  started_at timestamptz NOT NULL,
+  accrued_until timestamptz NOT NULL,
+  closed boolean NOT NULL DEFAULT false,
+  seconds float8 NOT NULL DEFAULT 0,
+  dollars float8 NOT NULL DEFAULT 0
+);
+CREATE INDEX instance_accruals_open ON instance_accruals (instance_id) WHERE NOT closed;
+CREATE TABLE cost_hours (
+  hour timestamptz NOT NULL,
+  instance_id text NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
+  run_id text NOT NULL DEFAULT '',
+  project_id text NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+  seconds float8 NOT NULL,
+  dollars float8 NOT NULL,
+  PRIMARY KEY (instance_id, hour, run_id)
+);
+CREATE INDEX cost_hours_project ON cost_hours (project_id, hour);
+CREATE INDEX cost_hours_run ON cost_hours (run_id) WHERE run_id <> '';
+INSERT INTO instance_accruals (instance_id, price_per_hour, started_at, accrued_until)
+  SELECT id, coalesce((offer->>'pricePerHour')::float8, 0), provisioning_started_at, provisioning_started_at
+  FROM instances WHERE provisioning_started_at IS NOT NULL AND offer IS NOT NULL;
+`,
+  },
+  {
+    version: 15,
+    name: 'budgets: a project\'s budget per calendar period, and the alerts already given in each period',
+    sql: `
+CREATE TABLE project_budgets (
+  project_id text PRIMARY KEY REFERENCES projects(id) ON DELETE CASCADE,
+  amount float8 NOT NULL,
+  period text NOT NULL,
+  on_exceed text NOT NULL,
+  alerts jsonb NOT NULL,
+  source text NOT NULL,
+  spent float8 NOT NULL DEFAULT 0,
+  period_start timestamptz,
+  updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE budget_notices (
+  project_id text NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+  period_start timestamptz NOT NULL,
+  reason text NOT NULL,
+  percent integer NOT NULL,
+  PRIMARY KEY (project_id, period_start, reason, percent)
+);
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;

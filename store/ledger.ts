@@ -1,0 +1,136 @@
+import type { CostGroup, CostReport } from '../api/costs.js';
+import type { Queryable } from './db.js';
+
+/**
+ * The ledger (docs/costs.md): an instance accrues its price per second from the moment its backend accepted its
+ * creation until the backend confirmed its termination. `instance_accruals` holds how far each instance has been
+ * counted; `cost_hours` the dollars, per UTC hour and per run that held the instance ('' for time none held,
+ * charged to the fleet). Each accrual moves `accrued_until` and adds what lies between in one statement, under
+ * the row's lock, so two servers never count a second twice and a killed server loses only what it had not written.
+ */
+
+/** Opens the instance's account at `at`, when the backend accepted its creation; a second open is a no-op. */
+export async function openAccrual(db: Queryable, instanceId: string, pricePerHour: number, at: Date): Promise<void> {
+  await db.query(
+    `INSERT INTO instance_accruals (instance_id, price_per_hour, started_at, accrued_until) VALUES ($1, $2, $3, $3)
+     ON CONFLICT (instance_id) DO NOTHING`, [instanceId, pricePerHour, at]);
+}
+
+/**
+ * Counts every open account up to now (a terminated instance up to its termination, and closes it). A run holding the
+ * instance is charged its share (the GPUs it asked for over the instance's, or the whole instance), the rest goes to the fleet.
+ * Accounts another server is counting right now are skipped. With `endedOnly`, only the accounts of terminated instances
+ * are counted (and closed): a cheap look that settles an instance's cost as soon as it ends. Returns how many were counted.
+ */
+export async function accrue(db: Queryable, options: { endedOnly?: boolean; limit?: number } = {}): Promise<number> {
+  const rows = await db.query<{ counted: number }>(
+    `WITH due AS (
+       SELECT a.instance_id, a.price_per_hour, a.accrued_until AS from_t,
+         greatest(a.accrued_until, CASE WHEN i.status = 'terminated' THEN coalesce(i.terminated_at, now()) ELSE now() END) AS until_t,
+         i.status = 'terminated' AS closing, i.project_id, coalesce(i.run_id, '') AS run_id,
+         CASE WHEN i.run_id IS NULL THEN 0
+              WHEN coalesce((i.offer->'gpu'->>'count')::float8, 0) = 0 OR coalesce((r.requirement->'gpu'->'count'->>'min')::float8, 0) = 0 THEN 1
+              ELSE least(1, (r.requirement->'gpu'->'count'->>'min')::float8 / (i.offer->'gpu'->>'count')::float8) END AS share
+       FROM instance_accruals a JOIN instances i ON i.id = a.instance_id LEFT JOIN runs r ON r.id = i.run_id
+       WHERE NOT a.closed AND (NOT $2 OR i.status = 'terminated')
+       ORDER BY a.accrued_until LIMIT $1
+       FOR UPDATE OF a SKIP LOCKED
+     ), moved AS (
+       UPDATE instance_accruals a SET accrued_until = d.until_t, closed = d.closing,
+         seconds = a.seconds + EXTRACT(EPOCH FROM d.until_t - d.from_t),
+         dollars = a.dollars + EXTRACT(EPOCH FROM d.until_t - d.from_t) * d.price_per_hour / 3600
+       FROM due d WHERE a.instance_id = d.instance_id
+       RETURNING a.instance_id
+     ), pieces AS (
+       SELECT d.instance_id, d.project_id, d.run_id, d.share, d.price_per_hour, h AS hour,
+         EXTRACT(EPOCH FROM least(h + interval '1 hour', d.until_t) - greatest(h, d.from_t))::float8 AS secs
+       FROM due d, generate_series(date_trunc('hour', d.from_t), d.until_t, interval '1 hour') h
+       WHERE d.until_t > d.from_t AND least(h + interval '1 hour', d.until_t) > greatest(h, d.from_t)
+     ), shares AS (
+       SELECT hour, instance_id, run_id, project_id, secs * share AS secs, price_per_hour FROM pieces WHERE share > 0
+       UNION ALL
+       SELECT hour, instance_id, '', project_id, secs * (1 - share), price_per_hour FROM pieces WHERE share < 1
+     ), written AS (
+       INSERT INTO cost_hours (hour, instance_id, run_id, project_id, seconds, dollars)
+       SELECT hour, instance_id, run_id, project_id, sum(secs), sum(secs * price_per_hour / 3600) FROM shares
+       GROUP BY hour, instance_id, run_id, project_id
+       ON CONFLICT (instance_id, hour, run_id) DO UPDATE
+         SET seconds = cost_hours.seconds + excluded.seconds, dollars = cost_hours.dollars + excluded.dollars
+       RETURNING 1
+     )
+     SELECT (SELECT count(*)::int FROM moved) AS counted, (SELECT count(*) FROM written) AS pieces`, [options.limit ?? 10_000, options.endedOnly === true]);
+  return rows[0]?.counted ?? 0;
+}
+
+/** Seconds and dollars counted for each instance so far (GET /v1/usage's figures, as the ledger has them). */
+export async function instanceTotals(db: Queryable, instanceIds: string[]): Promise<Map<string, { seconds: number; dollars: number; closed: boolean }>> {
+  const rows = await db.query<{ instance_id: string; seconds: number; dollars: number; closed: boolean }>(
+    `SELECT instance_id, seconds, dollars, closed FROM instance_accruals WHERE instance_id = ANY($1::text[])`, [instanceIds]);
+  return new Map(rows.map((r) => [r.instance_id, { seconds: r.seconds, dollars: r.dollars, closed: r.closed }]));
+}
+
+/** Dollars of each run so far (a service's and a multi-node task's: their replicas' or nodes'), by the runs' ids. */
+export async function runCosts(db: Queryable, runIds: string[]): Promise<Map<string, number>> {
+  if (runIds.length === 0) return new Map();
+  const rows = await db.query<{ id: string; dollars: number }>(
+    `SELECT coalesce(r.service_id, r.id) AS id, sum(c.dollars)::float8 AS dollars
+     FROM runs r JOIN cost_hours c ON c.run_id = r.id
+     WHERE r.id = ANY($1::text[]) OR r.service_id = ANY($1::text[])
+     GROUP BY coalesce(r.service_id, r.id)`, [runIds]);
+  return new Map(rows.map((r) => [r.id, r.dollars]));
+}
+
+/** Dollars of each instance so far, by instance id. */
+export async function instanceCosts(db: Queryable, instanceIds: string[]): Promise<Map<string, number>> {
+  const totals = await instanceTotals(db, instanceIds);
+  return new Map([...totals].map(([id, t]) => [id, t.dollars]));
+}
+
+/** Dollars the project spent from `since` (an hour boundary: the start of a budget period) on. */
+export async function projectSpent(db: Queryable, projectId: string, since: Date): Promise<number> {
+  const [row] = await db.query<{ dollars: number | null }>(
+    `SELECT sum(dollars)::float8 AS dollars FROM cost_hours WHERE project_id = $1 AND hour >= $2`, [projectId, since]);
+  return row?.dollars ?? 0;
+}
+
+const GROUP_KEYS: Record<CostGroup, string> = {
+  project: 'p.name',
+  user: `coalesce(u.name, '-')`,
+  fleet: 'f.name',
+  run: `coalesce(top.name, '-')`,
+  backend: 'i.backend',
+};
+
+/** The project's costs in [since, until) (whole hours: the ledger keeps hourly pieces), grouped, dearest first. */
+export async function costReport(db: Queryable, project: { id: string; name: string }, by: CostGroup, since: Date, until: Date): Promise<CostReport> {
+  const rows = await db.query<{ name: string; seconds: number; dollars: number }>(
+    `SELECT ${GROUP_KEYS[by]} AS name, sum(c.seconds)::float8 AS seconds, sum(c.dollars)::float8 AS dollars
+     FROM cost_hours c
+     JOIN projects p ON p.id = c.project_id
+     JOIN instances i ON i.id = c.instance_id
+     JOIN fleets f ON f.id = i.fleet_id
+     LEFT JOIN runs r ON r.id = c.run_id AND c.run_id <> ''
+     LEFT JOIN runs top ON top.id = coalesce(r.service_id, r.id)
+     LEFT JOIN users u ON u.id = r.user_id
+     WHERE c.project_id = $1 AND c.hour >= date_trunc('hour', $2::timestamptz) AND c.hour < $3
+     GROUP BY 1 ORDER BY 3 DESC, 1`, [project.id, since, until]);
+  const total = rows.reduce((sum, row) => sum + row.dollars, 0);
+  return { project: project.name, by, since: since.toISOString(), until: until.toISOString(), total, rows };
+}
+
+/** Dollars per hour of the instances that accrue now, and dollars spent in all, per project and backend (GET /metrics). */
+export async function spendFigures(db: Queryable): Promise<{ project: string; backend: string; perHour: number; spent: number }[]> {
+  return db.query(
+    `SELECT p.name AS project, i.backend,
+       sum(CASE WHEN NOT a.closed THEN a.price_per_hour ELSE 0 END)::float8 AS "perHour", sum(a.dollars)::float8 AS spent
+     FROM instance_accruals a JOIN instances i ON i.id = a.instance_id JOIN projects p ON p.id = i.project_id
+     GROUP BY p.name, i.backend ORDER BY 1, 2`);
+}
+
+/** Dollars per hour of the project's instances that accrue now. */
+export async function projectBurn(db: Queryable, projectId: string): Promise<number> {
+  const [row] = await db.query<{ burn: number | null }>(
+    `SELECT sum(a.price_per_hour)::float8 AS burn FROM instance_accruals a JOIN instances i ON i.id = a.instance_id
+     WHERE i.project_id = $1 AND NOT a.closed`, [projectId]);
+  return row?.burn ?? 0;
+}
