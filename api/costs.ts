@@ -103,7 +103,7 @@ const PERIOD_WORDS: Record<BudgetPeriod, string> = { day: 'today', week: 'this w
 export function budgetSpentReason(budget: Pick<Budget, 'amount' | 'period'>, spent: number, committed: number, end: Date): string {
   const resets = `resets ${end.toISOString().slice(0, 10)}`;
   if (spent >= budget.amount) return `budget spent: ${formatDollars(spent)} of ${formatDollars(budget.amount)} ${PERIOD_WORDS[budget.period]} (${resets})`;
-  return `budget nearly spent: ${formatDollars(spent)} of ${formatDollars(budget.amount)} ${PERIOD_WORDS[budget.period]}, ${formatDollars(committed)} more committed to instances starting (${resets})`;
+  return `budget nearly spent: ${formatDollars(spent)} of ${formatDollars(budget.amount)} ${PERIOD_WORDS[budget.period]}, ${formatDollars(committed)} more committed to the next minute of its instances (${resets})`;
 }
 
 /** `80% of the $500 month budget spent: $401.20`, the message of a BudgetAlert event. */

@@ -20,9 +20,9 @@ export function inOneUnit(column: readonly string[]): readonly string[] {
 }
 
 /** `$2.50` per hour; `-` when unknown. */
-/** Dollars spent so far, to the cent; `-` before the first cent (a run still queued, a local instance). */
+/** Dollars spent so far; `-` for nothing (a run still queued, a local instance). */
 export function formatCost(dollars: number): string {
-  return dollars < 0.005 ? '-' : `$${dollars.toFixed(2)}`;
+  return dollars === 0 ? '-' : formatDollars(dollars);
 }
 
 export function formatPrice(pricePerHour: number | null | undefined): string {

@@ -1,7 +1,7 @@
 import { budgetSpentReason } from '../api/costs.js';
 import type { OfferListing } from '../api/offer.js';
 import { offerSatisfies, type ResourceRequirement } from '../api/resources.js';
-import { getBudget, spentThisPeriod, startingInstances } from '../store/budgets.js';
+import { getBudget, liveInstancePrices, spentThisPeriod } from '../store/budgets.js';
 import type { Queryable } from '../store/db.js';
 
 export interface NewInstance {
@@ -9,13 +9,14 @@ export interface NewInstance {
   requirement: ResourceRequirement;
 }
 
-/** An instance still starting counts at its price for this long: until the budget's next look has it in the ledger. */
+/** Every instance of the project counts at its price for this long ahead: what it spends before anyone could stop it. */
 const COMMITTED_HOURS = 1 / 60;
 
 /**
  * The scheduler's check of a project's budget (on_exceed stop_new or stop_all) before it places runs on new instances:
- * what is spent this period plus a minute of every instance still starting must stay under the amount. Runs placed in one
- * pass commit their instances' minutes in turn, so runs applied together overrun the budget by one instance-minute at most.
+ * what is spent this period plus a minute of every instance the project has (starting ones too, at the price of the offer
+ * they will take) must stay under the amount. Runs placed in one pass commit their instances' minutes in turn, so runs
+ * applied together overrun the budget by one instance-minute at most.
  */
 export class BudgetGate {
   private constructor(
@@ -32,7 +33,7 @@ export class BudgetGate {
     if (!record || record.budget.on_exceed === 'warn') return null;
     const { spent, end } = spentThisPeriod(record, now);
     const gate = new BudgetGate(record.budget, spent, 0, end, offers);
-    for (const starting of await startingInstances(db, projectId)) gate.committed += (starting.pricePerHour ?? gate.price(starting)) * COMMITTED_HOURS;
+    for (const live of await liveInstancePrices(db, projectId)) gate.committed += (live.pricePerHour ?? gate.price(live)) * COMMITTED_HOURS;
     return gate;
   }
 

@@ -1,8 +1,8 @@
+import type { ResourceRequirement } from '../api/resources.js';
 import { budgetPeriod, budgetSpentReason, completeBudget, type Budget, type BudgetView } from '../api/costs.js';
 import type { Queryable } from './db.js';
 import { recordEvent } from './events.js';
 import { projectBurn, projectSpent } from './ledger.js';
-import { FINISHED } from './runs.js';
 
 export type BudgetSource = 'config' | 'api';
 
@@ -98,12 +98,10 @@ export async function actingSpentBudget(db: Queryable, projectId: string, now = 
   return spent >= record.budget.amount ? { ...record, reason: budgetSpentReason(record.budget, spent, 0, end) } : null;
 }
 
-/** The project's instances still starting (pending or provisioning), with their price once an offer is chosen. */
-export async function startingInstances(db: Queryable, projectId: string): Promise<{ fleetId: string; requirement: any; pricePerHour: number | null }[]> {
+/** The project's instances that cost money now or soon (all but terminated ones), with their price once an offer is chosen. */
+export async function liveInstancePrices(db: Queryable, projectId: string): Promise<{ fleetId: string; requirement: ResourceRequirement; pricePerHour: number | null }[]> {
   const rows = await db.query(
-    `SELECT fleet_id, requirement, (offer->>'pricePerHour')::float8 AS price FROM instances
-     WHERE project_id = $1 AND status IN ('pending', 'provisioning') AND NOT EXISTS (
-       SELECT 1 FROM runs r WHERE r.id = instances.run_id AND r.status IN ${FINISHED})`, [projectId]);
+    `SELECT fleet_id, requirement, (offer->>'pricePerHour')::float8 AS price FROM instances WHERE project_id = $1 AND status <> 'terminated'`, [projectId]);
   return rows.map((r) => ({ fleetId: r.fleet_id, requirement: r.requirement, pricePerHour: r.price }));
 }
 

@@ -17,56 +17,23 @@ export async function openAccrual(db: Queryable, instanceId: string, pricePerHou
 }
 
 /**
- * Counts every open account up to now (a terminated instance up to its termination, and closes it). A run holding the
- * instance is charged its share (the GPUs it asked for over the instance's, or the whole instance), the rest goes to the fleet.
- * Accounts another server is counting right now are skipped. With `endedOnly`, only the accounts of terminated instances
- * are counted (and closed): a cheap look that settles an instance's cost as soon as it ends. Returns how many were counted.
+ * Counts every open account up to now (a terminated instance's up to its termination, and closes it), through the
+ * database's ledger_count (migration 14), which a trigger also calls whenever a run takes or gives back an instance, so
+ * each run is charged exactly the time it held the instance: its share (the GPUs it asked for over the instance's, or the
+ * whole), the rest the fleet's. Accounts another server is counting right now are skipped. With `endedOnly`, only the
+ * accounts of terminated instances: a cheap look that settles an instance's cost as soon as it ends. Returns how many were counted.
  */
 export async function accrue(db: Queryable, options: { endedOnly?: boolean; limit?: number } = {}): Promise<number> {
-  const rows = await db.query<{ counted: number }>(
+  const [row] = await db.query<{ counted: number }>(
     `WITH due AS (
-       SELECT a.instance_id, a.price_per_hour, a.accrued_until AS from_t,
-         greatest(a.accrued_until, CASE WHEN i.status = 'terminated' THEN coalesce(i.terminated_at, now()) ELSE now() END) AS until_t,
-         i.status = 'terminated' AS closing, i.project_id, coalesce(i.run_id, '') AS run_id,
-         CASE WHEN i.run_id IS NULL THEN 0
-              WHEN coalesce((i.offer->'gpu'->>'count')::float8, 0) = 0 OR coalesce((r.requirement->'gpu'->'count'->>'min')::float8, 0) = 0 THEN 1
-              ELSE least(1, (r.requirement->'gpu'->'count'->>'min')::float8 / (i.offer->'gpu'->>'count')::float8) END AS share
-       FROM instance_accruals a JOIN instances i ON i.id = a.instance_id LEFT JOIN runs r ON r.id = i.run_id
+       SELECT a.instance_id, i.run_id FROM instance_accruals a JOIN instances i ON i.id = a.instance_id
        WHERE NOT a.closed AND (NOT $2 OR i.status = 'terminated')
        ORDER BY a.accrued_until LIMIT $1
        FOR UPDATE OF a SKIP LOCKED
-     ), moved AS (
-       UPDATE instance_accruals a SET accrued_until = d.until_t, closed = d.closing,
-         seconds = a.seconds + EXTRACT(EPOCH FROM d.until_t - d.from_t),
-         dollars = a.dollars + EXTRACT(EPOCH FROM d.until_t - d.from_t) * d.price_per_hour / 3600
-       FROM due d WHERE a.instance_id = d.instance_id
-       RETURNING a.instance_id
-     ), pieces AS (
-       SELECT d.instance_id, d.project_id, d.run_id, d.share, d.price_per_hour, h AS hour,
-         EXTRACT(EPOCH FROM least(h + interval '1 hour', d.until_t) - greatest(h, d.from_t))::float8 AS secs
-       FROM due d, generate_series(date_trunc('hour', d.from_t), d.until_t, interval '1 hour') h
-       WHERE d.until_t > d.from_t AND least(h + interval '1 hour', d.until_t) > greatest(h, d.from_t)
-     ), shares AS (
-       SELECT hour, instance_id, run_id, project_id, secs * share AS secs, price_per_hour FROM pieces WHERE share > 0
-       UNION ALL
-       SELECT hour, instance_id, '', project_id, secs * (1 - share), price_per_hour FROM pieces WHERE share < 1
-     ), written AS (
-       INSERT INTO cost_hours (hour, instance_id, run_id, project_id, seconds, dollars)
-       SELECT hour, instance_id, run_id, project_id, sum(secs), sum(secs * price_per_hour / 3600) FROM shares
-       GROUP BY hour, instance_id, run_id, project_id
-       ON CONFLICT (instance_id, hour, run_id) DO UPDATE
-         SET seconds = cost_hours.seconds + excluded.seconds, dollars = cost_hours.dollars + excluded.dollars
-       RETURNING 1
      )
-     SELECT (SELECT count(*)::int FROM moved) AS counted, (SELECT count(*) FROM written) AS pieces`, [options.limit ?? 10_000, options.endedOnly === true]);
-  return rows[0]?.counted ?? 0;
-}
-
-/** Seconds and dollars counted for each instance so far (GET /v1/usage's figures, as the ledger has them). */
-export async function instanceTotals(db: Queryable, instanceIds: string[]): Promise<Map<string, { seconds: number; dollars: number; closed: boolean }>> {
-  const rows = await db.query<{ instance_id: string; seconds: number; dollars: number; closed: boolean }>(
-    `SELECT instance_id, seconds, dollars, closed FROM instance_accruals WHERE instance_id = ANY($1::text[])`, [instanceIds]);
-  return new Map(rows.map((r) => [r.instance_id, { seconds: r.seconds, dollars: r.dollars, closed: r.closed }]));
+     SELECT count(*) FILTER (WHERE ledger_count(instance_id, run_id))::int AS counted FROM due`,
+    [options.limit ?? 10_000, options.endedOnly === true]);
+  return row?.counted ?? 0;
 }
 
 /** Dollars of each run so far (a service's and a multi-node task's: their replicas' or nodes'), by the runs' ids. */
@@ -78,12 +45,6 @@ export async function runCosts(db: Queryable, runIds: string[]): Promise<Map<str
      WHERE r.id = ANY($1::text[]) OR r.service_id = ANY($1::text[])
      GROUP BY coalesce(r.service_id, r.id)`, [runIds]);
   return new Map(rows.map((r) => [r.id, r.dollars]));
-}
-
-/** Dollars of each instance so far, by instance id. */
-export async function instanceCosts(db: Queryable, instanceIds: string[]): Promise<Map<string, number>> {
-  const totals = await instanceTotals(db, instanceIds);
-  return new Map([...totals].map(([id, t]) => [id, t.dollars]));
 }
 
 /** Dollars the project spent from `since` (an hour boundary: the start of a budget period) on. */

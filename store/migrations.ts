@@ -343,6 +343,50 @@ CREATE TABLE cost_hours (
 );
 CREATE INDEX cost_hours_project ON cost_hours (project_id, hour);
 CREATE INDEX cost_hours_run ON cost_hours (run_id) WHERE run_id <> '';
+-- Counts one instance's time since its last count, charged to p_run (the run holding it, its GPU share) and the rest to
+-- its fleet (run_id ''), split at hour boundaries; closes the account once the instance is terminated. Under the
+-- account's row lock, so a second is never counted twice.
+CREATE FUNCTION ledger_count(p_instance text, p_run text) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+  acc instance_accruals%ROWTYPE;
+  inst instances%ROWTYPE;
+  until_t timestamptz;
+  run_share float8 := 0;
+  wanted float8;
+  gpus float8;
+BEGIN
+  SELECT * INTO acc FROM instance_accruals WHERE instance_id = p_instance AND NOT closed FOR UPDATE;
+  IF NOT FOUND THEN RETURN false; END IF;
+  SELECT * INTO inst FROM instances WHERE id = p_instance;
+  until_t := greatest(acc.accrued_until, CASE WHEN inst.status = 'terminated' THEN coalesce(inst.terminated_at, now()) ELSE now() END);
+  IF p_run IS NOT NULL THEN
+    gpus := coalesce((inst.offer->'gpu'->>'count')::float8, 0);
+    SELECT coalesce((requirement->'gpu'->'count'->>'min')::float8, 0) INTO wanted FROM runs WHERE id = p_run;
+    run_share := CASE WHEN gpus = 0 OR coalesce(wanted, 0) = 0 THEN 1 ELSE least(1, wanted / gpus) END;
+  END IF;
+  INSERT INTO cost_hours (hour, instance_id, run_id, project_id, seconds, dollars)
+  SELECT piece_hour, p_instance, holder, inst.project_id, sum(secs), sum(secs * acc.price_per_hour / 3600) FROM (
+    SELECT h AS piece_hour, x.holder, EXTRACT(EPOCH FROM least(h + interval '1 hour', until_t) - greatest(h, acc.accrued_until))::float8 * x.part AS secs
+    FROM generate_series(date_trunc('hour', acc.accrued_until), until_t, interval '1 hour') h,
+      (VALUES (coalesce(p_run, ''), run_share), ('', 1 - run_share)) x(holder, part)
+    WHERE x.part > 0 AND least(h + interval '1 hour', until_t) > greatest(h, acc.accrued_until)) pieces
+  GROUP BY piece_hour, holder
+  ON CONFLICT ON CONSTRAINT cost_hours_pkey DO UPDATE
+    SET seconds = cost_hours.seconds + excluded.seconds, dollars = cost_hours.dollars + excluded.dollars;
+  UPDATE instance_accruals SET accrued_until = until_t, closed = (inst.status = 'terminated'),
+    seconds = instance_accruals.seconds + EXTRACT(EPOCH FROM until_t - acc.accrued_until),
+    dollars = instance_accruals.dollars + EXTRACT(EPOCH FROM until_t - acc.accrued_until) * acc.price_per_hour / 3600
+  WHERE instance_id = p_instance;
+  RETURN true;
+END $$;
+-- A run taking or giving back an instance: the time until now is the holder's before the holder changes.
+CREATE FUNCTION ledger_holder_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM ledger_count(OLD.id, OLD.run_id);
+  RETURN NEW;
+END $$;
+CREATE TRIGGER instances_holder_changed BEFORE UPDATE OF run_id ON instances FOR EACH ROW
+  WHEN (OLD.run_id IS DISTINCT FROM NEW.run_id) EXECUTE FUNCTION ledger_holder_changed();
 INSERT INTO instance_accruals (instance_id, price_per_hour, started_at, accrued_until)
   SELECT id, coalesce((offer->>'pricePerHour')::float8, 0), provisioning_started_at, provisioning_started_at
   FROM instances WHERE provisioning_started_at IS NOT NULL AND offer IS NOT NULL;
@@ -394,6 +438,22 @@ export async function migrate(db: Db): Promise<number[]> {
   });
 }
 
+/** The statements of a migration, split at `;` ending a line, except inside a $$-quoted function body. */
 function splitStatements(sql: string): string[] {
-  return sql.split(/;\s*\n/).map((s) => s.trim()).filter((s) => s.length > 0);
+  const statements: string[] = [];
+  let current = '';
+  sql.split('$$').forEach((part, index) => {
+    if (index % 2 === 1) {
+      current += `$$${part}$$`;
+      return;
+    }
+    const [first, ...rest] = part.split(/;\s*\n/);
+    current += first;
+    for (const piece of rest) {
+      statements.push(current);
+      current = piece;
+    }
+  });
+  statements.push(current);
+  return statements.map((s) => s.trim()).filter((s) => s.length > 0);
 }
