@@ -35,6 +35,8 @@ export const BudgetView = Type.Object({
 export type BudgetView = Static<typeof BudgetView>;
 
 export const COST_GROUPS = ['project', 'user', 'fleet', 'run', 'backend'] as const;
+/** Rows a cost report shows unless asked for more: the dearest; the rest are summed in `others`. */
+export const DEFAULT_COST_ROWS = 100;
 export type CostGroup = typeof COST_GROUPS[number];
 
 export const CostRow = Type.Object({
@@ -49,7 +51,10 @@ export const CostReport = Type.Object({
   since: Type.String(),
   until: Type.String(),
   total: Type.Number(),
+  /** The dearest rows, as many as asked for (`limit`, default 100; 0 for all). */
   rows: Type.Array(CostRow),
+  /** The rows left out, summed. */
+  others: Type.Object({ count: Type.Integer({ minimum: 0 }), seconds: Type.Number(), dollars: Type.Number() }),
 });
 export type CostReport = Static<typeof CostReport>;
 

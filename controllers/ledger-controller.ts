@@ -4,8 +4,11 @@ import type { Db } from '../store/db.js';
 import { accrue } from '../store/ledger.js';
 import type { Controller } from './manager.js';
 
-/** How often the ledger is written: a server killed without warning loses at most this much of each instance's time. */
-export const DEFAULT_ACCRUAL_INTERVAL_MS = 5000;
+/**
+ * How often the ledger counts every instance. A server killed without warning loses nothing (the next count, by whichever
+ * server, covers the time since the last); this is how late spend is seen (by budgets, `cost`, `ps`) at most.
+ */
+export const DEFAULT_ACCRUAL_INTERVAL_MS = 15_000;
 
 /**
  * Writes the ledger: every `everyMs` it counts each instance's time since the last count (store/ledger.ts#accrue), and at

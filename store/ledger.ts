@@ -20,7 +20,7 @@ export async function openAccrual(db: Queryable, instanceId: string, pricePerHou
  * Counts every open account up to now (a terminated instance's up to its termination, and closes it), through the
  * database's ledger_count (migration 14), which a trigger also calls whenever a run takes or gives back an instance, so
  * each run is charged exactly the time it held the instance: its share (the GPUs it asked for over the instance's, or the
- * whole), the rest the fleet's. Accounts another server is counting right now are skipped. With `endedOnly`, only the
+ * whole), the rest the fleet's. A service's replicas and a multi-node task's nodes are charged to the service or task. Accounts another server is counting right now are skipped. With `endedOnly`, only the
  * accounts of terminated instances: a cheap look that settles an instance's cost as soon as it ends. Returns how many were counted.
  */
 export async function accrue(db: Queryable, options: { endedOnly?: boolean; limit?: number } = {}): Promise<number> {
@@ -31,7 +31,7 @@ export async function accrue(db: Queryable, options: { endedOnly?: boolean; limi
        ORDER BY a.accrued_until LIMIT $1
        FOR UPDATE OF a SKIP LOCKED
      )
-     SELECT count(*) FILTER (WHERE ledger_count(instance_id, run_id))::int AS counted FROM due`,
+     SELECT coalesce(ledger_count(array_agg(instance_id), array_agg(run_id)), 0) AS counted FROM due`,
     [options.limit ?? 10_000, options.endedOnly === true]);
   return row?.counted ?? 0;
 }
@@ -40,10 +40,7 @@ export async function accrue(db: Queryable, options: { endedOnly?: boolean; limi
 export async function runCosts(db: Queryable, runIds: string[]): Promise<Map<string, number>> {
   if (runIds.length === 0) return new Map();
   const rows = await db.query<{ id: string; dollars: number }>(
-    `SELECT coalesce(r.service_id, r.id) AS id, sum(c.dollars)::float8 AS dollars
-     FROM runs r JOIN cost_hours c ON c.run_id = r.id
-     WHERE r.id = ANY($1::text[]) OR r.service_id = ANY($1::text[])
-     GROUP BY coalesce(r.service_id, r.id)`, [runIds]);
+    `SELECT run_id AS id, sum(dollars)::float8 AS dollars FROM cost_hours WHERE run_id = ANY($1::text[]) GROUP BY run_id`, [runIds]);
   return new Map(rows.map((r) => [r.id, r.dollars]));
 }
 
@@ -54,29 +51,36 @@ export async function projectSpent(db: Queryable, projectId: string, since: Date
   return row?.dollars ?? 0;
 }
 
-const GROUP_KEYS: Record<CostGroup, string> = {
-  project: 'p.name',
-  user: `coalesce(u.name, '-')`,
-  fleet: 'f.name',
-  run: `coalesce(top.name, '-')`,
-  backend: 'i.backend',
+/** Per group: what the hourly pieces are first summed by (one key of cost_hours), and how those sums find their names. */
+const GROUPS: Record<CostGroup, { key: string; join: string; name: string }> = {
+  project: { key: 'project_id', join: 'JOIN projects p ON p.id = s.key', name: 'p.name' },
+  user: { key: 'run_id', join: `LEFT JOIN runs r ON r.id = s.key AND s.key <> '' LEFT JOIN users u ON u.id = r.user_id`, name: `coalesce(u.name, '-')` },
+  run: { key: 'run_id', join: `LEFT JOIN runs r ON r.id = s.key AND s.key <> ''`, name: `coalesce(r.name, '-')` },
+  fleet: { key: 'instance_id', join: 'JOIN instances i ON i.id = s.key JOIN fleets f ON f.id = i.fleet_id', name: 'f.name' },
+  backend: { key: 'instance_id', join: 'JOIN instances i ON i.id = s.key', name: 'i.backend' },
 };
 
-/** The project's costs in [since, until) (whole hours: the ledger keeps hourly pieces), grouped, dearest first. */
-export async function costReport(db: Queryable, project: { id: string; name: string }, by: CostGroup, since: Date, until: Date): Promise<CostReport> {
-  const rows = await db.query<{ name: string; seconds: number; dollars: number }>(
-    `SELECT ${GROUP_KEYS[by]} AS name, sum(c.seconds)::float8 AS seconds, sum(c.dollars)::float8 AS dollars
-     FROM cost_hours c
-     JOIN projects p ON p.id = c.project_id
-     JOIN instances i ON i.id = c.instance_id
-     JOIN fleets f ON f.id = i.fleet_id
-     LEFT JOIN runs r ON r.id = c.run_id AND c.run_id <> ''
-     LEFT JOIN runs top ON top.id = coalesce(r.service_id, r.id)
-     LEFT JOIN users u ON u.id = r.user_id
-     WHERE c.project_id = $1 AND c.hour >= date_trunc('hour', $2::timestamptz) AND c.hour < $3
-     GROUP BY 1 ORDER BY 3 DESC, 1`, [project.id, since, until]);
-  const total = rows.reduce((sum, row) => sum + row.dollars, 0);
-  return { project: project.name, by, since: since.toISOString(), until: until.toISOString(), total, rows };
+/**
+ * The project's costs in [since, until) (whole hours: the ledger keeps hourly pieces), grouped, dearest first: the first
+ * `limit` rows (all with 0), and the rest summed in `others`. `total` is of every row.
+ */
+export async function costReport(db: Queryable, project: { id: string; name: string }, by: CostGroup, since: Date, until: Date, limit: number): Promise<CostReport> {
+  const group = GROUPS[by];
+  const rows = await db.query<{ name: string; seconds: number; dollars: number; groups: number; all_seconds: number; all_dollars: number }>(
+    `SELECT name, seconds, dollars, count(*) OVER ()::int AS groups, sum(seconds) OVER ()::float8 AS all_seconds, sum(dollars) OVER ()::float8 AS all_dollars
+     FROM (SELECT ${group.name} AS name, sum(s.seconds)::float8 AS seconds, sum(s.dollars)::float8 AS dollars
+           FROM (SELECT ${group.key} AS key, sum(seconds) AS seconds, sum(dollars) AS dollars FROM cost_hours
+                 WHERE project_id = $1 AND hour >= date_trunc('hour', $2::timestamptz) AND hour < $3 GROUP BY 1) s
+           ${group.join}
+           GROUP BY 1) named
+     ORDER BY dollars DESC, name LIMIT $4`, [project.id, since, until, limit > 0 ? limit : null]);
+  const [first] = rows;
+  const shown = rows.map(({ name, seconds, dollars }) => ({ name, seconds, dollars }));
+  const sum = (field: 'seconds' | 'dollars') => shown.reduce((total, row) => total + row[field], 0);
+  return {
+    project: project.name, by, since: since.toISOString(), until: until.toISOString(), total: first?.all_dollars ?? 0, rows: shown,
+    others: { count: (first?.groups ?? 0) - shown.length, seconds: (first?.all_seconds ?? 0) - sum('seconds'), dollars: (first?.all_dollars ?? 0) - sum('dollars') },
+  };
 }
 
 /** Dollars per hour of the instances that accrue now, and dollars spent in all, per project and backend (GET /metrics). */

@@ -343,46 +343,57 @@ CREATE TABLE cost_hours (
 );
 CREATE INDEX cost_hours_project ON cost_hours (project_id, hour);
 CREATE INDEX cost_hours_run ON cost_hours (run_id) WHERE run_id <> '';
--- Counts one instance's time since its last count, charged to p_run (the run holding it, its GPU share) and the rest to
--- its fleet (run_id ''), split at hour boundaries; closes the account once the instance is terminated. Under the
--- account's row lock, so a second is never counted twice.
-CREATE FUNCTION ledger_count(p_instance text, p_run text) RETURNS boolean LANGUAGE plpgsql AS $$
+-- Counts the instances' time since their last count: each one's to the run given beside it (the run holding it, its GPU
+-- share: the GPUs it asked for over the instance's, or the whole; a replica's or node's to its service or task) and the
+-- rest to its fleet (run_id ''), split at hour
+-- boundaries; closes the accounts of terminated instances. Under the accounts' row locks, so no second counts twice.
+CREATE FUNCTION ledger_count(p_instances text[], p_runs text[]) RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
-  acc instance_accruals%ROWTYPE;
-  inst instances%ROWTYPE;
-  until_t timestamptz;
-  run_share float8 := 0;
-  wanted float8;
-  gpus float8;
+  counted integer;
 BEGIN
-  SELECT * INTO acc FROM instance_accruals WHERE instance_id = p_instance AND NOT closed FOR UPDATE;
-  IF NOT FOUND THEN RETURN false; END IF;
-  SELECT * INTO inst FROM instances WHERE id = p_instance;
-  until_t := greatest(acc.accrued_until, CASE WHEN inst.status = 'terminated' THEN coalesce(inst.terminated_at, now()) ELSE now() END);
-  IF p_run IS NOT NULL THEN
-    gpus := coalesce((inst.offer->'gpu'->>'count')::float8, 0);
-    SELECT coalesce((requirement->'gpu'->'count'->>'min')::float8, 0) INTO wanted FROM runs WHERE id = p_run;
-    run_share := CASE WHEN gpus = 0 OR coalesce(wanted, 0) = 0 THEN 1 ELSE least(1, wanted / gpus) END;
-  END IF;
-  INSERT INTO cost_hours (hour, instance_id, run_id, project_id, seconds, dollars)
-  SELECT piece_hour, p_instance, holder, inst.project_id, sum(secs), sum(secs * acc.price_per_hour / 3600) FROM (
-    SELECT h AS piece_hour, x.holder, EXTRACT(EPOCH FROM least(h + interval '1 hour', until_t) - greatest(h, acc.accrued_until))::float8 * x.part AS secs
-    FROM generate_series(date_trunc('hour', acc.accrued_until), until_t, interval '1 hour') h,
-      (VALUES (coalesce(p_run, ''), run_share), ('', 1 - run_share)) x(holder, part)
-    WHERE x.part > 0 AND least(h + interval '1 hour', until_t) > greatest(h, acc.accrued_until)) pieces
-  GROUP BY piece_hour, holder
-  ON CONFLICT ON CONSTRAINT cost_hours_pkey DO UPDATE
-    SET seconds = cost_hours.seconds + excluded.seconds, dollars = cost_hours.dollars + excluded.dollars;
-  UPDATE instance_accruals SET accrued_until = until_t, closed = (inst.status = 'terminated'),
-    seconds = instance_accruals.seconds + EXTRACT(EPOCH FROM until_t - acc.accrued_until),
-    dollars = instance_accruals.dollars + EXTRACT(EPOCH FROM until_t - acc.accrued_until) * acc.price_per_hour / 3600
-  WHERE instance_id = p_instance;
-  RETURN true;
+  WITH due AS (
+    SELECT a.instance_id, a.price_per_hour, a.accrued_until AS from_t,
+      greatest(a.accrued_until, CASE WHEN i.status = 'terminated' THEN coalesce(i.terminated_at, now()) ELSE now() END) AS until_t,
+      i.status = 'terminated' AS closing, i.project_id, coalesce(r.service_id, r.id, '') AS holder,
+      CASE WHEN h.run_id IS NULL THEN 0
+           WHEN coalesce((i.offer->'gpu'->>'count')::float8, 0) = 0 OR coalesce((r.requirement->'gpu'->'count'->>'min')::float8, 0) = 0 THEN 1
+           ELSE least(1, (r.requirement->'gpu'->'count'->>'min')::float8 / (i.offer->'gpu'->>'count')::float8) END AS run_share
+    FROM unnest(p_instances, p_runs) h(instance_id, run_id)
+    JOIN instance_accruals a ON a.instance_id = h.instance_id
+    JOIN instances i ON i.id = h.instance_id
+    LEFT JOIN runs r ON r.id = h.run_id
+    WHERE NOT a.closed
+    FOR UPDATE OF a
+  ), moved AS (
+    UPDATE instance_accruals a SET accrued_until = d.until_t, closed = d.closing,
+      seconds = a.seconds + EXTRACT(EPOCH FROM d.until_t - d.from_t),
+      dollars = a.dollars + EXTRACT(EPOCH FROM d.until_t - d.from_t) * d.price_per_hour / 3600
+    FROM due d WHERE a.instance_id = d.instance_id
+    RETURNING 1
+  ), pieces AS (
+    SELECT d.instance_id, d.project_id, d.holder, d.run_share, d.price_per_hour, h AS piece_hour,
+      EXTRACT(EPOCH FROM least(h + interval '1 hour', d.until_t) - greatest(h, d.from_t))::float8 AS secs
+    FROM due d, generate_series(date_trunc('hour', d.from_t), d.until_t, interval '1 hour') h
+    WHERE d.until_t > d.from_t AND least(h + interval '1 hour', d.until_t) > greatest(h, d.from_t)
+  ), shares AS (
+    SELECT piece_hour, instance_id, holder, project_id, secs * run_share AS secs, price_per_hour FROM pieces WHERE run_share > 0
+    UNION ALL
+    SELECT piece_hour, instance_id, '', project_id, secs * (1 - run_share), price_per_hour FROM pieces WHERE run_share < 1
+  ), written AS (
+    INSERT INTO cost_hours (hour, instance_id, run_id, project_id, seconds, dollars)
+    SELECT piece_hour, instance_id, holder, project_id, sum(secs), sum(secs * price_per_hour / 3600) FROM shares
+    GROUP BY piece_hour, instance_id, holder, project_id
+    ON CONFLICT ON CONSTRAINT cost_hours_pkey DO UPDATE
+      SET seconds = cost_hours.seconds + excluded.seconds, dollars = cost_hours.dollars + excluded.dollars
+    RETURNING 1
+  )
+  SELECT (SELECT count(*) FROM moved) + 0 * (SELECT count(*) FROM written) INTO counted;
+  RETURN counted;
 END $$;
 -- A run taking or giving back an instance: the time until now is the holder's before the holder changes.
 CREATE FUNCTION ledger_holder_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM ledger_count(OLD.id, OLD.run_id);
+  PERFORM ledger_count(ARRAY[OLD.id], ARRAY[OLD.run_id]);
   RETURN NEW;
 END $$;
 CREATE TRIGGER instances_holder_changed BEFORE UPDATE OF run_id ON instances FOR EACH ROW

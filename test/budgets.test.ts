@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { BudgetView } from '../api/costs.js';
+import type { BudgetView, CostReport } from '../api/costs.js';
 import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
 import { loadServerConfig } from '../server/config.js';
 import { show } from './helpers/cli.js';
@@ -96,6 +96,7 @@ for (const kind of DATABASE_KINDS) {
       await eventually(async () => (await suite.cloudInstances()).every((i) => i.status !== 'provisioning'), 20_000, 'no instance starting');
       await suite.apply('doomed', task('doomed', 300));
       await suite.waitFor('doomed', (run) => run.status === 'running', 'doomed running');
+      await suite.server.api('PUT', '/api/projects/main/budget', { amount: 1000, period: 'day' });
       const amount = Number(((await budget(suite.server)).spent + 0.002).toFixed(4));
       expect((await suite.server.api('PUT', '/api/projects/main/budget', { amount, period: 'day', on_exceed: 'stop_all' })).status).to.equal(200);
       await spentAtLeast(amount);
@@ -105,6 +106,21 @@ for (const kind of DATABASE_KINDS) {
       const fleet = await suite.cli(['fleet']);
       expect(fleet.stdout).to.not.match(/idle|busy/);
       await suite.server.api('DELETE', '/api/projects/main/budget');
+    });
+
+    it('orchestrator cost reports what each run and fleet cost, in a table and as JSON with the total', async () => {
+      const json = await suite.cli(['cost', '--by', 'run', '--since', '1d', '--json']);
+      expect(json.code, show(json)).to.equal(0);
+      const report = JSON.parse(json.stdout) as CostReport;
+      const doomed = report.rows.find((row) => row.name === 'doomed')!;
+      expect(doomed.dollars).to.be.greaterThan(0);
+      expect((await suite.run('doomed'))!.cost).to.be.closeTo(doomed.dollars, 1e-9);
+      expect(report.total).to.be.closeTo(report.rows.reduce((sum, row) => sum + row.dollars, 0) + report.others.dollars, 1e-9);
+      const table = await suite.cli(['cost', '--by', 'fleet', '--since', '1d']);
+      expect(table.stdout).to.match(/^l4\s+\d+[sm]\s+\$0\.\d+$/m);
+      expect(table.stdout).to.match(/^total \$0\.\d+ for project main from .* UTC$/m);
+      const bad = await suite.cli(['cost', '--month', '2026-13']);
+      expect([bad.code, bad.stderr]).to.deep.equal([1, 'error: --month: expected YYYY-MM, such as 2026-11, got "2026-13"\n']);
     });
   });
 

@@ -107,7 +107,7 @@ for (const kind of DATABASE_KINDS) {
         expect((await api('POST', '/api/projects/main/fleets/apply', fleet('crashes'))).status).to.be.oneOf([200, 201]);
         await eventually(async () => (await instancesOf(api, 'crashes')).find((i) => i.status === 'idle'), 30_000, 'the instance to be up');
         for (let kill_ = 0; kill_ < 5; kill_++) {
-          // Killed at a different point of the 5 s accrual period each time, down for a moment, then started again.
+          // Killed at a different point of the 15 s accrual period each time, down for a moment, then started again.
           await new Promise((r) => setTimeout(r, 700 + kill_ * 900));
           await kill();
           await new Promise((r) => setTimeout(r, 300));
@@ -148,9 +148,9 @@ for (const kind of DATABASE_KINDS) {
 
     describe('a run on part of an instance', () => {
       let server: TestServer;
-      // The ledger's periodic count (every 5 s) is longer than the run: the run's share comes from the count made when it
+      // The ledger's periodic count (every 15 s) is longer than the run: the run's share comes from the count made when it
       // took the instance and when it gave it back.
-      before(async () => { server = await startTestServer(kind, gpucloudConfig(emulator.url, emulator.apiKey)); });
+      before(async () => { server = await startTestServer(kind, gpucloudConfig(emulator.url, emulator.apiKey), { ledgerIntervalMs: 15_000 }); });
       after(async () => { await server.stop(); });
 
       it('is charged its GPU share of the instance while it holds it, and the rest goes to the fleet', async () => {
@@ -161,7 +161,14 @@ for (const kind of DATABASE_KINDS) {
           const { body } = await server.api('GET', '/api/projects/main/runs/half');
           return body.status === 'done' ? body : null;
         }, 30_000, 'the run to be done');
+        const metric = async (name: string) => {
+          const text = await (await fetch(`${server.url}/metrics`, { headers: { authorization: `Bearer ${server.adminToken}` } })).text();
+          return Number(new RegExp(`^${name}\\{project="main",backend="gpucloud"\\} (\\S+)$`, 'm').exec(text)?.[1]);
+        };
+        expect(await metric('orchestrator_price_per_hour_dollars')).to.equal(5);
         const { ledger } = await endAndCompare(server.api, emulator, 'pair');
+        expect(await metric('orchestrator_price_per_hour_dollars')).to.equal(0);
+        expect(await metric('orchestrator_spent_dollars_total')).to.be.closeTo(ledger, 1e-9);
         const held = (Date.parse(run.finishedAt) - Date.parse(run.startedAt)) / 1000;
         const perSecond = 2 * H100_PER_SECOND;
         const report = (await server.api('GET', '/api/projects/main/costs?by=run&since=1d')).body as CostReport;

@@ -1,5 +1,5 @@
 import type { CAC } from 'cac';
-import { COST_GROUPS, costWindow, type CostReport } from '../../api/costs.js';
+import { COST_GROUPS, costWindow, DEFAULT_COST_ROWS, type CostReport } from '../../api/costs.js';
 import { formatDollars } from '../../api/offer.js';
 import { optionText } from '../args.js';
 import { connectOnServer } from '../connect.js';
@@ -23,7 +23,8 @@ export function registerCost(cli: CAC): void {
     .option('--since <age>', 'From this long ago until now: 24h, 7d, 2w (default 30d)')
     .option('--month <YYYY-MM>', 'One calendar month (UTC), such as 2026-11')
     .option('--by <group>', `Group by ${COST_GROUPS.join(', ')}`)
-    .option('--json', 'Print JSON: total dollars and the rows')
+    .option('--limit <rows>', `The dearest rows to show (default ${DEFAULT_COST_ROWS}; 0 for all); the rest are summed in one line`)
+    .option('--json', 'Print JSON: total dollars, the rows, and the others summed')
     .option('--project <name>', 'Project to use (default: the default project; an admin may name any)')
     .example('orchestrator cost --since 7d --by user')
     .example('orchestrator cost --month 2026-11 --by fleet --json')
@@ -38,7 +39,8 @@ export function registerCost(cli: CAC): void {
         throw new CliError(`--${(error as Error).message}`);
       }
       const client = connectOnServer();
-      const query = new URLSearchParams({ by, ...(since === undefined ? {} : { since }), ...(month === undefined ? {} : { month }) });
+      const limit = optionText(['limit']);
+      const query = new URLSearchParams({ by, ...(since === undefined ? {} : { since }), ...(month === undefined ? {} : { month }), ...(limit === undefined ? {} : { limit }) });
       const report = await client.get<CostReport>(client.projectPath(`/costs?${query}`));
       if (flags.json === true) {
         printJson(report);
@@ -49,7 +51,8 @@ export function registerCost(cli: CAC): void {
         process.stdout.write(`project ${report.project} has cost nothing from ${window}\n`);
         return;
       }
-      process.stdout.write(renderTable([by, 'instance time', 'cost'], report.rows.map((row) => [row.name, formatSeconds(row.seconds), formatDollars(row.dollars)])));
+      const others = report.others.count > 0 ? [[`(${report.others.count} more)`, formatSeconds(report.others.seconds), formatDollars(report.others.dollars)]] : [];
+      process.stdout.write(renderTable([by, 'instance time', 'cost'], [...report.rows.map((row) => [row.name, formatSeconds(row.seconds), formatDollars(row.dollars)]), ...others]));
       process.stdout.write(`total ${formatDollars(report.total)} for project ${report.project} from ${window}${by === 'run' || by === 'user' ? ' (- is time no run held, charged to its fleet)' : ''}\n`);
     }));
 }

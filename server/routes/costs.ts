@@ -1,5 +1,5 @@
 import Router from '@koa/router';
-import { budgetProblems, COST_GROUPS, costWindow, type Budget, type CostGroup } from '../../api/costs.js';
+import { budgetProblems, COST_GROUPS, costWindow, DEFAULT_COST_ROWS, type Budget, type CostGroup } from '../../api/costs.js';
 import { budgetView, deleteBudget, setBudget } from '../../store/budgets.js';
 import { CHANNELS } from '../../store/channels.js';
 import { costReport } from '../../store/ledger.js';
@@ -23,7 +23,9 @@ export function costRoutes(server: ServerContext): Router {
     } catch (error) {
       throw badRequest((error as Error).message);
     }
-    ctx.body = await costReport(db, project, by as CostGroup, window.since, window.until);
+    const limit = typeof ctx.query.limit === 'string' ? Number(ctx.query.limit) : DEFAULT_COST_ROWS;
+    if (!Number.isInteger(limit) || limit < 0) throw badRequest(`limit: expected a whole number of rows (0 for all), got ${JSON.stringify(ctx.query.limit)}`);
+    ctx.body = await costReport(db, project, by as CostGroup, window.since, window.until, limit);
   });
 
   router.get('/budget', async (ctx) => {

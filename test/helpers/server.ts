@@ -46,7 +46,7 @@ export async function startTestServer(kind: DatabaseKind, config: string, option
   const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
   const start = () => startServer({
     port: 0, dir, databaseUrl: scratch?.url, adminToken: 'test-admin-token', logLevel: 'error',
-    instanceTimings: FAST_TIMINGS, controllerIntervalMs: 200, ...options,
+    instanceTimings: FAST_TIMINGS, controllerIntervalMs: 200, ledgerIntervalMs: 1000, ...options,
   });
   let server = await start();
   const api = async (method: string, path: string, body?: unknown, token = server.adminToken) => {
