@@ -254,6 +254,7 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
   const pricePerHour = plannedPrice(placement, offers[0]?.pricePerHour ?? null);
   const budget = await budgetView(db, project);
   const holding = budget.holding !== null && newInstances(placement).length > 0 ? budget.holding : null;
+  const problem = planProblem(spec, placement, existing && !existingService && !existingSchedule && !FINISHED_RUN_STATUSES.includes(existing.status) ? existing : null, existingService);
   return {
     action: existingService || existingSchedule ? 'update' : existing ? 'replace' : 'create',
     name: spec.name ?? null,
@@ -277,7 +278,7 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
     offers,
     offersTotal: matching.length,
     offerErrors: [...new Set([...listings.values()].flatMap((listing) => listing.errors))],
-    ...(holding ? { problem: holding, blocking: null } : planProblem(spec, placement, existing && !existingService && !existingSchedule && !FINISHED_RUN_STATUSES.includes(existing.status) ? existing : null, existingService)),
+    ...(problem.problem === null && holding ? { problem: holding, blocking: null } : problem),
     ...(nextTickAt && spec.type === 'task' && spec.schedule ? { schedule: { cron: cronExpressions(spec.schedule), nextRunAt: nextTickAt.toISOString() } } : {}),
   };
 }
