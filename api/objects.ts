@@ -68,6 +68,8 @@ export const Instance = Type.Object({
   gpu: Type.Union([GpuInfo, Type.Null()]),
   region: Type.Union([Type.String(), Type.Null()]),
   pricePerHour: Type.Union([Type.Number(), Type.Null()]),
+  /** Dollars the instance has cost so far, from the ledger. */
+  cost: Type.Number(),
   run: Type.Union([Type.String(), Type.Null()]),
   idleSince: NullableTimestamp,
   createdAt: Timestamp,
@@ -168,6 +170,8 @@ export const Run = Type.Object({
   instance: Type.Union([Type.String(), Type.Null()]),
   gpu: Type.Union([GpuInfo, Type.Null()]),
   pricePerHour: Type.Union([Type.Number(), Type.Null()]),
+  /** Dollars the run has cost so far, from the ledger (a service's: its replicas'; a multi-node task's: its nodes'). */
+  cost: Type.Number(),
   exitCode: Type.Union([Type.Integer(), Type.Null()]),
   queuePosition: Type.Union([Type.Integer(), Type.Null()]),
   /** A service's replicas and where it is published; null for other kinds. */
@@ -260,6 +264,17 @@ export const RunPlan = Type.Object({
   }), Type.Null()]),
   /** Runs of the project queued before this one (as high a priority, submitted earlier). */
   queuedBefore: Type.Integer({ minimum: 0 }),
+  /** Dollars per hour the run would pay: its instance's price, or the cheapest offer's for a new one (all nodes'); null when unknown. */
+  pricePerHour: Type.Union([Type.Number(), Type.Null()]),
+  /** The project's budget, and how long it lasts at the project's current burn plus this run; null without a budget. */
+  budget: Type.Union([Type.Object({
+    amount: Type.Number(),
+    period: Type.String(),
+    spent: Type.Number(),
+    burnPerHour: Type.Number(),
+    /** `3h 20m`, `spent`, or `for ever at this rate`. */
+    lastsFor: Type.String(),
+  }), Type.Null()]),
   /** How the instance it would land on runs jobs, where that is known before it runs. */
   runtime: Type.Union([JobRuntime, Type.Null()]),
   /** Fields of the spec that will not do what they say (see api/not-acted-on.ts). */

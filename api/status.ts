@@ -23,8 +23,15 @@ export const RunTerminationReason = Type.Union([
   Type.Literal('submit_failed'),
   Type.Literal('interrupted'),
   Type.Literal('gpu_underutilized'),
+  Type.Literal('budget_exceeded'),
 ]);
 export type RunTerminationReason = Static<typeof RunTerminationReason>;
+
+/** Why a run that was asked to stop ended: its user stopped or aborted it, or its project's budget (recorded when asked) did. */
+export function stopReason(run: { desired: string; terminationReason: string | null }): RunTerminationReason {
+  if (run.desired === 'abort') return 'aborted_by_user';
+  return run.terminationReason === 'budget_exceeded' ? 'budget_exceeded' : 'stopped_by_user';
+}
 
 export const InstanceStatus = Type.Union([
   Type.Literal('pending'), Type.Literal('provisioning'), Type.Literal('idle'),
@@ -43,6 +50,7 @@ export const InstanceTerminationReason = Type.Union([
   Type.Literal('terminated_by_backend'),
   Type.Literal('above_max_nodes'),
   Type.Literal('interrupted'),
+  Type.Literal('budget_exceeded'),
 ]);
 export type InstanceTerminationReason = Static<typeof InstanceTerminationReason>;
 

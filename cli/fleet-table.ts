@@ -1,5 +1,5 @@
 import type { Fleet } from '../api/objects.js';
-import { formatGpuInfo, formatPrice, formatTime } from './format.js';
+import { formatCost, formatGpuInfo, formatPrice, formatTime } from './format.js';
 import { renderTable } from './table.js';
 
 const SHORT_ID_CHARS = 8;
@@ -20,16 +20,17 @@ export function renderFleets(fleets: readonly Fleet[], history = false, width?: 
       formatGpuInfo(instance.gpu),
       instance.statusMessage ? `${instance.status}: ${instance.statusMessage}` : instance.status,
       formatPrice(instance.pricePerHour),
+      formatCost(instance.cost),
       instance.blocks ? `blocks ${instance.blocks.busy}/${instance.blocks.total} busy` : instance.run ?? '-',
     ]);
-    if (instanceRows.length === 0) return [[fleet.name, ...identity, '-', fleetBackends(fleet), '-', `${fleetStatus} (no instances)`, '-', '-']];
-    const fleetRow = fleetStatus === 'active' ? [] : [[fleet.name, ...identity, '-', fleetBackends(fleet), '-', fleetStatus, '-', '-']];
+    if (instanceRows.length === 0) return [[fleet.name, ...identity, '-', fleetBackends(fleet), '-', `${fleetStatus} (no instances)`, '-', '-', '-']];
+    const fleetRow = fleetStatus === 'active' ? [] : [[fleet.name, ...identity, '-', fleetBackends(fleet), '-', fleetStatus, '-', '-', '-']];
     return [
       ...fleetRow,
       ...instanceRows.map((row, index) => (index === 0 && fleetRow.length === 0 ? [fleet.name, ...identity, ...row] : ['', ...blankIdentity, ...row])),
     ];
   });
-  return renderTable(['fleet', ...(history ? ['id', 'created'] : []), 'instance', 'backend', 'gpu', 'status', '$/h', 'run'], rows, width);
+  return renderTable(['fleet', ...(history ? ['id', 'created'] : []), 'instance', 'backend', 'gpu', 'status', '$/h', 'cost', 'run'], rows, width);
 }
 
 function fleetBackends(fleet: Fleet): string {

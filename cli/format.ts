@@ -20,6 +20,11 @@ export function inOneUnit(column: readonly string[]): readonly string[] {
 }
 
 /** `$2.50` per hour; `-` when unknown. */
+/** Dollars spent so far; `-` for nothing (a run still queued, a local instance). */
+export function formatCost(dollars: number): string {
+  return dollars === 0 ? '-' : formatDollars(dollars);
+}
+
 export function formatPrice(pricePerHour: number | null | undefined): string {
   return pricePerHour === null || pricePerHour === undefined ? '-' : formatDollars(pricePerHour);
 }

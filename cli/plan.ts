@@ -2,6 +2,7 @@ import { formatUtc } from '../api/cron.js';
 import { fieldsNotActedOn, type FieldNotActedOn } from '../api/not-acted-on.js';
 import { dstackDefaultsNote } from '../api/resources.js';
 import type { FleetPlan, RunPlan } from '../api/objects.js';
+import { formatDollars } from '../api/offer.js';
 import type { FleetSpec, RunSpec } from '../api/spec.js';
 import { formatGpuInfo, formatPrice, formatSize, formatSpot, formatTimeLeft } from './format.js';
 import { outputWidth, renderTable } from './table.js';
@@ -91,6 +92,8 @@ export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.Write
   } else if (plan.offers.length > 0) {
     text += field('offers', nodes > 1 ? 'new instances from the cheapest that are available' : 'a new instance from the cheapest that is available') + offersTable(plan.offers, plan.offersTotal, stream);
   }
+  if (plan.pricePerHour !== null) text += field('price', `${formatPrice(plan.pricePerHour)}/h`);
+  if (plan.budget) text += field('budget', budgetLine(plan.budget, plan.pricePerHour));
   if (plan.runtime === 'process') {
     text += field('runtime', 'process: the commands run on the machine itself, without a container, so what they call (python, uv, CUDA) must be installed there; to run them in an image (yours, or the default one), use a backend with runtime: docker');
   }
@@ -98,6 +101,14 @@ export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.Write
   text += offerErrors(plan);
   if (plan.problem) text += field('problem', plan.problem);
   return text;
+}
+
+/** `$401.20 of $500 this month spent; at $12.50/h ($10/h now + this run) the rest lasts 7h 54m`. */
+function budgetLine(budget: NonNullable<RunPlan['budget']>, pricePerHour: number | null): string {
+  const spent = `${formatDollars(budget.spent)} of ${formatDollars(budget.amount)} per ${budget.period} spent`;
+  if (budget.lastsFor === 'spent') return `${spent}: new instances wait until it resets or is raised (unless on_exceed is warn)`;
+  const burn = budget.burnPerHour + (pricePerHour ?? 0);
+  return `${spent}; at ${formatPrice(burn)}/h (${formatPrice(budget.burnPerHour)}/h now + this run) the rest lasts ${budget.lastsFor}`;
 }
 
 /** The cron expressions, the next run and how soon it is. */

@@ -3,6 +3,7 @@ import { offerSatisfies, priceRefusal } from '../api/resources.js';
 import { BackendError } from '../backends/backend.js';
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
+import { actingSpentBudget } from '../store/budgets.js';
 import { recordEvent } from '../store/events.js';
 import { forgetFleetCluster, setFleetStatus, toFleet, type FleetRecord } from '../store/fleets.js';
 import { insertInstance, listFleetInstances } from '../store/instances.js';
@@ -42,6 +43,11 @@ export class FleetController extends LeasedController<FleetRecord> {
     const missing = fleet.nodesMin - live.filter((i) => i.status !== 'terminating').length;
     if (missing <= 0) {
       if (fleet.statusMessage) await setFleetStatus(this.db, fleet.id, this.owner, 'active', '');
+      return FLEET_RECHECK_MS;
+    }
+    const spent = await actingSpentBudget(this.db, fleet.projectId);
+    if (spent) {
+      await setFleetStatus(this.db, fleet.id, this.owner, 'active', `cannot reach nodes.min=${fleet.nodesMin}: ${spent.reason}`);
       return FLEET_RECHECK_MS;
     }
     const listing = await this.pool.offers(fleet.projectId, fleet.backends);

@@ -8,6 +8,8 @@ import type { Db, Row } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
 import { getFleetById, isClusterFleet, recordFleetCluster, type FleetCluster, type FleetRecord } from '../store/fleets.js';
 import { getInstance, idleSharedInstance, toInstance, updateInstance, type InstanceRecord } from '../store/instances.js';
+import { actingSpentBudget } from '../store/budgets.js';
+import { openAccrual } from '../store/ledger.js';
 import { getRun } from '../store/runs.js';
 import type { BackendPool } from './backend-pool.js';
 import { LeasedController } from './leased.js';
@@ -81,6 +83,8 @@ export class InstanceController extends LeasedController<InstanceRecord> {
 
   private async provision(instance: InstanceRecord, fleet: FleetRecord): Promise<number> {
     if (fleet.status !== 'active' && !instance.runId) return this.end(instance, 'fleet_deleted', `fleet ${fleet.name} was deleted`);
+    const stopping = instance.runId ? null : await this.budgetStopsAll(instance);
+    if (stopping) return this.end(instance, 'budget_exceeded', stopping);
     const backend = await this.pool.backend(instance.projectId, instance.backend);
     if (!backend) return this.end(instance, 'provisioning_failed', `backend ${instance.backend} is not configured for this project`);
     const listing = await this.pool.offers(instance.projectId, [instance.backend]);
@@ -105,9 +109,14 @@ export class InstanceController extends LeasedController<InstanceRecord> {
           ...(instance.requirement.shmSizeMib === null ? {} : { shmSizeMib: instance.requirement.shmSizeMib }),
           ...(cluster ? { clusterId: cluster.id } : {}),
         });
-        await updateInstance(this.db, instance.id, this.owner, {
-          status: 'provisioning', offer, backend_instance_id: created.id, provisioning_started_at: new Date(),
-          status_message: `${offer.gpu.count ? `${offer.gpu.count}x ${offer.gpu.name}` : 'no GPU'} in ${offer.region} at ${formatDollars(offer.pricePerHour)}/h`,
+        // The ledger counts the instance from here, when the backend accepted it; both written or neither.
+        const acceptedAt = new Date();
+        await this.db.transaction(async (tx) => {
+          const written = await updateInstance(tx, instance.id, this.owner, {
+            status: 'provisioning', offer, backend_instance_id: created.id, provisioning_started_at: acceptedAt,
+            status_message: `${offer.gpu.count ? `${offer.gpu.count}x ${offer.gpu.name}` : 'no GPU'} in ${offer.region} at ${formatDollars(offer.pricePerHour)}/h`,
+          });
+          if (written) await openAccrual(tx, instance.id, offer.pricePerHour, acceptedAt);
         });
         await this.event(instance, 'Provisioning', `created at ${instance.backend} as ${created.id} (${offer.offerId}, ${formatDollars(offer.pricePerHour)}/h)`);
         return 250;
@@ -216,6 +225,8 @@ export class InstanceController extends LeasedController<InstanceRecord> {
 
   private async idle(instance: InstanceRecord, fleet: FleetRecord): Promise<number> {
     if (fleet.status !== 'active') return this.stopIdle(instance, 'fleet_deleted', `fleet ${fleet.name} was deleted`);
+    const stopping = await this.budgetStopsAll(instance);
+    if (stopping) return this.stopIdle(instance, 'budget_exceeded', stopping);
     const [{ live }] = await this.db.query<{ live: number }>(`SELECT count(*)::int AS live FROM instances WHERE fleet_id = $1 AND status NOT IN ('terminated', 'terminating')`, [fleet.id]);
     if (fleet.nodesMax !== null && live > fleet.nodesMax) return this.stopIdle(instance, 'above_max_nodes', `fleet ${fleet.name} allows at most ${fleet.nodesMax} nodes`);
     if (fleet.idleSeconds === null || live <= fleet.nodesMin) return this.timings.healthIntervalMs;
@@ -312,6 +323,12 @@ export class InstanceController extends LeasedController<InstanceRecord> {
         }
       }
     }
+  }
+
+  /** The reason the instance ends when its project's budget is spent with on_exceed stop_all; null otherwise. */
+  private async budgetStopsAll(instance: InstanceRecord): Promise<string | null> {
+    const spent = await actingSpentBudget(this.db, instance.projectId);
+    return spent?.budget.on_exceed === 'stop_all' ? spent.reason : null;
   }
 
   private event(instance: InstanceRecord, reason: string, message: string): Promise<void> {

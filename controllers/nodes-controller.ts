@@ -1,5 +1,5 @@
 import type { Logger } from 'winston';
-import { FINISHED_RUN_STATUSES, type RunStatus, type RunTerminationReason } from '../api/status.js';
+import { FINISHED_RUN_STATUSES, stopReason, type RunStatus, type RunTerminationReason } from '../api/status.js';
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
@@ -78,7 +78,7 @@ export class NodesController extends LeasedController<RunRecord> {
     }
     if (live.length > 0) return LOOK_MS;
     if (run.desired !== 'run') {
-      const reason = abort ? 'aborted_by_user' : 'stopped_by_user';
+      const reason = stopReason(run);
       await this.end(run, nodes, 'terminated', reason, 'every node stopped', null);
     } else if (firstEnded!.terminationReason === 'provisioning_failed' && nodes.every((node) => node.startedAt === null)) {
       await this.requeue(run, `node ${firstEnded!.replica}: ${firstEnded!.statusMessage}; every node back in the queue`);

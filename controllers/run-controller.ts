@@ -5,7 +5,7 @@ import { parsePortMapping, parseVolumeMount } from '../api/mappings.js';
 import { blockCount, blockGpus } from '../api/blocks.js';
 import { jobContainer } from '../api/run-container.js';
 import { fillJobSecrets, jobSecretNames } from '../api/interpolation.js';
-import type { RunStatus, RunTerminationReason } from '../api/status.js';
+import { stopReason, type RunStatus, type RunTerminationReason } from '../api/status.js';
 import { AgentClient, AgentError, AgentUnreachableError } from '../agent/client.js';
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
@@ -110,7 +110,7 @@ export class RunController extends LeasedController<RunRecord> {
   private async provisioning(run: RunRecord, instance: InstanceRecord | null): Promise<number> {
     if (run.desired !== 'run') {
       if (instance) await releaseInstanceFromRun(this.db, instance.id, run.id);
-      await this.finish(run, null, 'terminated', run.desired === 'abort' ? 'aborted_by_user' : 'stopped_by_user', 'stopped before its job started', null);
+      await this.finish(run, null, 'terminated', stopReason(run), 'stopped before its job started', null);
       return RUNNING_POLL_MS;
     }
     if (!instance || instance.status === 'terminated' || instance.status === 'terminating') {
@@ -161,7 +161,7 @@ export class RunController extends LeasedController<RunRecord> {
     if (job.state === 'stopped' && run.status !== 'terminating' && run.desired === 'run') {
       await this.finish(run, instance, 'failed', 'instance_terminated', 'the instance stopped the job without being asked to (its agent shut down?)', job.exitCode);
     } else if (run.status === 'terminating' || job.state === 'stopped') {
-      const reason: RunTerminationReason = run.desired === 'abort' ? 'aborted_by_user' : run.desired === 'stop' ? 'stopped_by_user' : run.terminationReason ?? 'max_duration_exceeded';
+      const reason: RunTerminationReason = run.desired !== 'run' ? stopReason(run) : run.terminationReason ?? 'max_duration_exceeded';
       await this.finish(run, instance, 'terminated', reason, `stopped (${reason.replaceAll('_', ' ')})`, job.exitCode);
     } else if (job.state === 'exited' && job.exitCode === 0) {
       await this.finish(run, instance, 'done', 'done_by_user_code', 'exited with code 0', 0);

@@ -12,6 +12,7 @@ import { insertNode, nodeCount, NODE_JOB } from '../store/nodes.js';
 import { blocksHeld, type BlocksHeld } from '../store/runs.js';
 import { SERVICE_PARENT } from '../store/services.js';
 import type { BackendPool, OfferListing } from './backend-pool.js';
+import { BudgetGate, type NewInstance } from './budget-gate.js';
 import type { Controller } from './manager.js';
 import { chooseFleets, type RunPlaces } from './placement-filter.js';
 import { retryDecision } from './retry-policy.js';
@@ -47,6 +48,12 @@ type SinglePlacement =
   | { kind: 'wait'; message: string; noFleet?: true };
 
 type Placement = SinglePlacement | { kind: 'nodes'; fleet: FleetRecord; nodes: NodeChoice[] };
+
+/** The instances a placement would create, which a project's budget may hold back. */
+export function newInstances(placement: Placement): NewInstance[] {
+  const choices = placement.kind === 'nodes' ? placement.nodes : [placement];
+  return choices.flatMap((choice) => (choice.kind === 'provision' ? [{ fleetId: choice.fleet.id, requirement: choice.requirement }] : []));
+}
 
 /**
  * The queue: one pass takes the submitted runs in order (priority, then first come first served)
@@ -94,13 +101,16 @@ export class Scheduler implements Controller {
     const held = await blocksHeld(tx, projectId);
     let changed = false;
     const reasons = { ids: [] as string[], messages: [] as string[] };
+    const budget = await BudgetGate.open(tx, projectId, offers);
     for (const run of runs) {
       if (run.desired !== 'run') {
         await this.finishUnplaced(tx, projectId, run, 'terminated', run.desired === 'abort' ? 'aborted_by_user' : 'stopped_by_user', 'stopped before it started');
         changed = true;
         continue;
       }
-      const placement = run.nodes > 1 ? placeNodes(run, fleets, instances, offers) : place(run, fleets, instances, offers, held);
+      const placed = run.nodes > 1 ? placeNodes(run, fleets, instances, offers) : place(run, fleets, instances, offers, held);
+      const budgetHold = budget?.admit(newInstances(placed)) ?? null;
+      const placement: Placement = budgetHold ? { kind: 'wait', message: budgetHold } : placed;
       if (placement.kind === 'wait') {
         if (placement.message !== run.status_message) {
           reasons.ids.push(run.id);

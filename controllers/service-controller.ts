@@ -2,7 +2,7 @@ import type { Logger } from 'winston';
 import { serviceSettings, type ServiceSettings } from '../api/service-settings.js';
 import type { RolloutStall } from '../api/services.js';
 import type { ServiceSpec } from '../api/spec.js';
-import { FINISHED_RUN_STATUSES, type RunStatus, type RunTerminationReason } from '../api/status.js';
+import { FINISHED_RUN_STATUSES, stopReason, type RunStatus, type RunTerminationReason } from '../api/status.js';
 import { AgentClient } from '../agent/client.js';
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
@@ -379,7 +379,7 @@ export class ServiceController extends LeasedController<ServiceRecord> {
     if (!abort) await this.drain(service, live, settings);
     if (service.status !== 'terminating') await this.transition(service, 'terminating', abort ? 'aborting' : 'draining and stopping replicas');
     if (live.length === 0) {
-      await this.finish(service, 'terminated', abort ? 'aborted_by_user' : 'stopped_by_user', 'every replica stopped');
+      await this.finish(service, 'terminated', stopReason(service), 'every replica stopped');
     }
     await this.db.notify(CHANNELS.runs);
     return 250;

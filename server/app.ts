@@ -4,6 +4,7 @@ import type { ServerContext } from './context.js';
 import { consoleMiddleware } from './console-assets.js';
 import { errorMiddleware } from './http-errors.js';
 import { applyRoutes } from './routes/apply.js';
+import { costRoutes } from './routes/costs.js';
 import { fleetRoutes } from './routes/fleets.js';
 import { gatewayApiRoutes } from './routes/gateway-api.js';
 import { gatewayRoutes } from './routes/gateways.js';
@@ -28,7 +29,7 @@ export function createApp(server: ServerContext): Koa {
   });
   app.use(errorMiddleware(server.logger));
   app.use(consoleMiddleware(server.consoleDir));
-  for (const router of [projectRoutes(server), applyRoutes(server), fleetRoutes(server), gatewayRoutes(server), runRoutes(server), runMetricsRoutes(server), logRoutes(server), serviceRoutes(server), sshKeyRoutes(server), secretRoutes(server), liveRoutes(server), webhookRoutes(server)]) {
+  for (const router of [projectRoutes(server), applyRoutes(server), fleetRoutes(server), gatewayRoutes(server), runRoutes(server), runMetricsRoutes(server), logRoutes(server), serviceRoutes(server), sshKeyRoutes(server), secretRoutes(server), liveRoutes(server), webhookRoutes(server), costRoutes(server)]) {
     authenticateEveryRoute(router, server.db);
     app.use(router.routes());
     app.use(router.allowedMethods());

@@ -3,6 +3,7 @@ import { Value } from '@sinclair/typebox/value';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { LineCounter, parseDocument, type Document } from 'yaml';
+import { Budget, budgetProblems } from '../api/costs.js';
 import { parseDuration } from '../api/duration.js';
 import { parseSize } from '../api/quantity.js';
 import { BackendConfig, GpucloudBackendConfig, KubernetesBackendConfig, LocalBackendConfig } from '../backends/config.js';
@@ -43,6 +44,8 @@ export const ServerConfig = Type.Object({
   projects: Type.Array(Type.Object({
     name: Type.String({ pattern: '^[a-z][-a-z0-9]{0,39}$' }),
     backends: Type.Array(BackendConfig),
+    /** What the project may spend per calendar period, and what happens once it has (docs/costs.md). */
+    budget: Type.Optional(Budget),
   }, { additionalProperties: false }), { minItems: 1 }),
   logs: Type.Optional(LogsConfig),
   metrics: Type.Optional(MetricsConfig),
@@ -65,6 +68,11 @@ projects:
   #   creds:
   #     type: api_key
   #     api_key: <your gpucloud API key>
+  # What the project may spend per calendar period (UTC), and what happens once it has (docs/costs.md).
+  # budget:
+  #   amount: 500
+  #   period: month
+  #   on_exceed: stop_new
 # Past this much log text a run's oldest lines are dropped (\`orchestrator logs\` says how many).
 # logs:
 #   max_size_per_run: 100MB
@@ -154,7 +162,7 @@ function plainValue(document: Document, path: string): unknown {
 const BACKEND_SCHEMAS = { gpucloud: GpucloudBackendConfig, local: LocalBackendConfig, kubernetes: KubernetesBackendConfig } as const;
 const Outline = Type.Object({
   server_url: Type.Optional(ServerUrl),
-  projects: Type.Array(Type.Object({ name: ServerConfig.properties.projects.items.properties.name, backends: Type.Array(Type.Unknown()) },
+  projects: Type.Array(Type.Object({ name: ServerConfig.properties.projects.items.properties.name, backends: Type.Array(Type.Unknown()), budget: Type.Optional(Type.Unknown()) },
     { additionalProperties: false }), { minItems: 1 }),
   logs: Type.Optional(LogsConfig),
   metrics: Type.Optional(MetricsConfig),
@@ -194,6 +202,9 @@ function configProblems(value: unknown): Problem[] {
   if (watchedProject !== undefined && !projects.includes(watchedProject)) {
     add(['kubernetes', 'watch', 'project'], `no project ${JSON.stringify(watchedProject)} in this file; expected one of: ${projects.join(', ')}`);
   }
+  (value as ServerConfig).projects.forEach((project, p) => {
+    if (project.budget !== undefined) budgetProblems(project.budget).forEach(({ path: field, message }) => add(['projects', p, 'budget', ...field], message));
+  });
   (value as ServerConfig).projects.forEach((project, p) => project.backends.forEach((backend, b) => {
     const at = ['projects', p, 'backends', b];
     const type = (backend as { type?: unknown })?.type;

@@ -6,10 +6,12 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import winston from 'winston';
 import { BackendPool } from '../controllers/backend-pool.js';
+import { BudgetController } from '../controllers/budget-controller.js';
 import { FleetController } from '../controllers/fleet-controller.js';
 import { GatewayController } from '../controllers/gateway-controller.js';
 import { DEFAULT_INSTANCE_TIMINGS, InstanceController, type InstanceTimings } from '../controllers/instance-controller.js';
 import { ControllerManager } from '../controllers/manager.js';
+import { LedgerController } from '../controllers/ledger-controller.js';
 import { NodesController } from '../controllers/nodes-controller.js';
 import { RunController } from '../controllers/run-controller.js';
 import { ScheduleController } from '../controllers/schedule-controller.js';
@@ -17,6 +19,7 @@ import { Scheduler } from '../controllers/scheduler.js';
 import { ServiceController } from '../controllers/service-controller.js';
 import { DEFAULT_WEBHOOK_TIMINGS, WebhookDeliveryController, type WebhookTimings } from '../controllers/webhook-delivery.js';
 import { Gateway } from '../gateway/gateway.js';
+import { applyConfigBudget } from '../store/budgets.js';
 import { DataDirInUseError } from '../store/data-dir-lock.js';
 import type { Db } from '../store/db.js';
 import { openDatabase } from '../store/open.js';
@@ -49,6 +52,8 @@ export interface ServerOptions {
   instanceTimings?: Partial<InstanceTimings>;
   /** Webhook timeouts and retry backoff; tests shorten them. */
   webhookTimings?: Partial<WebhookTimings>;
+  /** How often the ledger counts the instances' time (default 5 s). */
+  ledgerIntervalMs?: number;
   /** The built web console to serve at / (default: dist/console of the checkout). */
   consoleDir?: string;
 }
@@ -85,7 +90,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     if (!(error instanceof DataDirInUseError)) throw error;
     throw new StartupError(`the embedded database in ${error.dataDir} is in use by the server with pid ${error.pid}; stop it, or use --server-dir / ORCHESTRATOR_DATABASE_URL`);
   });
-  for (const project of config.projects) await upsertProject(db, project.name, project.backends);
+  for (const project of config.projects) {
+    const { id } = await upsertProject(db, project.name, project.backends);
+    await applyConfigBudget(db, id, project.budget);
+  }
   const fromEnvironment = process.env.ORCHESTRATOR_SERVER_ADMIN_TOKEN || undefined;
   const adminTokenSource = options.adminToken ? 'option' : fromEnvironment ? 'environment' : 'generated';
   const adminToken = options.adminToken || fromEnvironment || storedAdminToken(dir);
@@ -124,6 +132,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     new ServiceController(db, owner, logger, secrets),
     new NodesController(db, owner, logger),
     new ScheduleController(db, owner, logger),
+    new LedgerController(db, logger, options.ledgerIntervalMs),
+    new BudgetController(db, logger),
     new GatewayController(db, owner, logger, {
       serverUrl: `http://${reachable}:${listening.port}`, instanceServerUrl: advertisedServerUrl(config) ?? `http://${reachable}:${listening.port}`, stateDir: join(dir, 'gateways'),
     }, pool),

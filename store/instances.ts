@@ -43,11 +43,11 @@ export const toInstance = (r: Row): InstanceRecord => ({
 });
 
 /** `blocks`: how many blocks runs hold and how many there are, for an instance of a fleet split into blocks. */
-export function instanceView(i: InstanceRecord, fleetName: string, runName: string | null, blocks: Instance['blocks'] = null): Instance {
+export function instanceView(i: InstanceRecord, fleetName: string, runName: string | null, cost: number, blocks: Instance['blocks'] = null): Instance {
   return {
     id: i.id, name: i.name, fleet: fleetName, backend: i.backend, status: i.status, statusMessage: i.statusMessage,
     terminationReason: i.terminationReason, gpu: i.offer?.gpu ?? null, region: i.offer?.region ?? null,
-    pricePerHour: i.offer?.pricePerHour ?? null, run: runName, idleSince: i.idleSince?.toISOString() ?? null,
+    pricePerHour: i.offer?.pricePerHour ?? null, cost, run: runName, idleSince: i.idleSince?.toISOString() ?? null,
     createdAt: i.createdAt.toISOString(), terminatedAt: i.terminatedAt?.toISOString() ?? null, blocks,
   };
 }
@@ -88,17 +88,17 @@ export async function listFleetInstances(db: Queryable, fleetId: string): Promis
 
 export async function listInstanceViews(db: Queryable, projectId: string, options: { fleetId?: string; includeTerminated: boolean }): Promise<Instance[]> {
   const rows = await db.query(
-    `SELECT i.*, f.name AS fleet_name, f.spec AS fleet_spec, r.name AS run_name,
+    `SELECT i.*, f.name AS fleet_name, f.spec AS fleet_spec, r.name AS run_name, coalesce(a.dollars, 0)::float8 AS cost,
        (SELECT coalesce(sum(cardinality(held.blocks)), 0)::int FROM runs held
         WHERE held.instance_id = i.id AND held.blocks IS NOT NULL AND held.status NOT IN ('terminated', 'failed', 'done')) AS blocks_busy
      FROM instances i
-     JOIN fleets f ON f.id = i.fleet_id LEFT JOIN runs r ON r.id = i.run_id
+     JOIN fleets f ON f.id = i.fleet_id LEFT JOIN runs r ON r.id = i.run_id LEFT JOIN instance_accruals a ON a.instance_id = i.id
      WHERE i.project_id = $1 AND ($2::text IS NULL OR i.fleet_id = $2) AND ($3 OR i.status <> 'terminated')
      ORDER BY i.created_at`,
     [projectId, options.fleetId ?? null, options.includeTerminated]);
   return rows.map((r) => {
     const instance = toInstance(r);
-    return instanceView(instance, r.fleet_name, r.run_name, blocksView(r.fleet_spec, instance.offer, r.blocks_busy));
+    return instanceView(instance, r.fleet_name, r.run_name, r.cost, blocksView(r.fleet_spec, instance.offer, r.blocks_busy));
   });
 }
 

@@ -319,6 +319,115 @@ CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
 `,
   },
   {
+    version: 14,
+    name: 'ledger: each instance accrues its price from its creation at the backend to its confirmed termination, in hourly pieces per run that held it',
+    sql: `
+CREATE TABLE instance_accruals (
+  instance_id text PRIMARY KEY REFERENCES instances(id) ON DELETE CASCADE,
+  price_per_hour float8 NOT NULL,
+  started_at timestamptz NOT NULL,
+  accrued_until timestamptz NOT NULL,
+  closed boolean NOT NULL DEFAULT false,
+  seconds float8 NOT NULL DEFAULT 0,
+  dollars float8 NOT NULL DEFAULT 0
+);
+CREATE INDEX instance_accruals_open ON instance_accruals (instance_id) WHERE NOT closed;
+CREATE TABLE cost_hours (
+  hour timestamptz NOT NULL,
+  instance_id text NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
+  run_id text NOT NULL DEFAULT '',
+  project_id text NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+  seconds float8 NOT NULL,
+  dollars float8 NOT NULL,
+  PRIMARY KEY (instance_id, hour, run_id)
+);
+CREATE INDEX cost_hours_project ON cost_hours (project_id, hour);
+CREATE INDEX cost_hours_run ON cost_hours (run_id) WHERE run_id <> '';
+-- Counts the instances' time since their last count: each one's to the run given beside it (the run holding it, its GPU
+-- share: the GPUs it asked for over the instance's, or the whole; a replica's or node's to its service or task) and the
+-- rest to its fleet (run_id ''), split at hour
+-- boundaries; closes the accounts of terminated instances. Under the accounts' row locks, so no second counts twice.
+CREATE FUNCTION ledger_count(p_instances text[], p_runs text[]) RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+  counted integer;
+BEGIN
+  WITH due AS (
+    SELECT a.instance_id, a.price_per_hour, a.accrued_until AS from_t,
+      greatest(a.accrued_until, CASE WHEN i.status = 'terminated' THEN coalesce(i.terminated_at, now()) ELSE now() END) AS until_t,
+      i.status = 'terminated' AS closing, i.project_id, coalesce(r.service_id, r.id, '') AS holder,
+      CASE WHEN h.run_id IS NULL THEN 0
+           WHEN coalesce((i.offer->'gpu'->>'count')::float8, 0) = 0 OR coalesce((r.requirement->'gpu'->'count'->>'min')::float8, 0) = 0 THEN 1
+           ELSE least(1, (r.requirement->'gpu'->'count'->>'min')::float8 / (i.offer->'gpu'->>'count')::float8) END AS run_share
+    FROM unnest(p_instances, p_runs) h(instance_id, run_id)
+    JOIN instance_accruals a ON a.instance_id = h.instance_id
+    JOIN instances i ON i.id = h.instance_id
+    LEFT JOIN runs r ON r.id = h.run_id
+    WHERE NOT a.closed
+    FOR UPDATE OF a
+  ), moved AS (
+    UPDATE instance_accruals a SET accrued_until = d.until_t, closed = d.closing,
+      seconds = a.seconds + EXTRACT(EPOCH FROM d.until_t - d.from_t),
+      dollars = a.dollars + EXTRACT(EPOCH FROM d.until_t - d.from_t) * d.price_per_hour / 3600
+    FROM due d WHERE a.instance_id = d.instance_id
+    RETURNING 1
+  ), pieces AS (
+    SELECT d.instance_id, d.project_id, d.holder, d.run_share, d.price_per_hour, h AS piece_hour,
+      EXTRACT(EPOCH FROM least(h + interval '1 hour', d.until_t) - greatest(h, d.from_t))::float8 AS secs
+    FROM due d, generate_series(date_trunc('hour', d.from_t), d.until_t, interval '1 hour') h
+    WHERE d.until_t > d.from_t AND least(h + interval '1 hour', d.until_t) > greatest(h, d.from_t)
+  ), shares AS (
+    SELECT piece_hour, instance_id, holder, project_id, secs * run_share AS secs, price_per_hour FROM pieces WHERE run_share > 0
+    UNION ALL
+    SELECT piece_hour, instance_id, '', project_id, secs * (1 - run_share), price_per_hour FROM pieces WHERE run_share < 1
+  ), written AS (
+    INSERT INTO cost_hours (hour, instance_id, run_id, project_id, seconds, dollars)
+    SELECT piece_hour, instance_id, holder, project_id, sum(secs), sum(secs * price_per_hour / 3600) FROM shares
+    GROUP BY piece_hour, instance_id, holder, project_id
+    ON CONFLICT ON CONSTRAINT cost_hours_pkey DO UPDATE
+      SET seconds = cost_hours.seconds + excluded.seconds, dollars = cost_hours.dollars + excluded.dollars
+    RETURNING 1
+  )
+  SELECT (SELECT count(*) FROM moved) + 0 * (SELECT count(*) FROM written) INTO counted;
+  RETURN counted;
+END $$;
+-- A run taking or giving back an instance: the time until now is the holder's before the holder changes.
+CREATE FUNCTION ledger_holder_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM ledger_count(ARRAY[OLD.id], ARRAY[OLD.run_id]);
+  RETURN NEW;
+END $$;
+CREATE TRIGGER instances_holder_changed BEFORE UPDATE OF run_id ON instances FOR EACH ROW
+  WHEN (OLD.run_id IS DISTINCT FROM NEW.run_id) EXECUTE FUNCTION ledger_holder_changed();
+INSERT INTO instance_accruals (instance_id, price_per_hour, started_at, accrued_until)
+  SELECT id, coalesce((offer->>'pricePerHour')::float8, 0), provisioning_started_at, provisioning_started_at
+  FROM instances WHERE provisioning_started_at IS NOT NULL AND offer IS NOT NULL;
+`,
+  },
+  {
+    version: 15,
+    name: 'budgets: a project\'s budget per calendar period, and the alerts already given in each period',
+    sql: `
+CREATE TABLE project_budgets (
+  project_id text PRIMARY KEY REFERENCES projects(id) ON DELETE CASCADE,
+  amount float8 NOT NULL,
+  period text NOT NULL,
+  on_exceed text NOT NULL,
+  alerts jsonb NOT NULL,
+  source text NOT NULL,
+  spent float8 NOT NULL DEFAULT 0,
+  period_start timestamptz,
+  updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE budget_notices (
+  project_id text NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+  period_start timestamptz NOT NULL,
+  reason text NOT NULL,
+  percent integer NOT NULL,
+  PRIMARY KEY (project_id, period_start, reason, percent)
+);
+`,
+  },
+  {
     version: 16,
     name: 'webhooks: per project, with a sealed signing secret and a cursor over events; deliveries as a leased queue, and their tries',
     sql: `
@@ -390,6 +499,22 @@ export async function migrate(db: Db): Promise<number[]> {
   });
 }
 
+/** The statements of a migration, split at `;` ending a line, except inside a $$-quoted function body. */
 function splitStatements(sql: string): string[] {
-  return sql.split(/;\s*\n/).map((s) => s.trim()).filter((s) => s.length > 0);
+  const statements: string[] = [];
+  let current = '';
+  sql.split('$$').forEach((part, index) => {
+    if (index % 2 === 1) {
+      current += `$$${part}$$`;
+      return;
+    }
+    const [first, ...rest] = part.split(/;\s*\n/);
+    current += first;
+    for (const piece of rest) {
+      statements.push(current);
+      current = piece;
+    }
+  });
+  statements.push(current);
+  return statements.map((s) => s.trim()).filter((s) => s.length > 0);
 }

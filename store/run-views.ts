@@ -7,6 +7,7 @@ import { FINISHED_RUN_STATUSES } from '../api/status.js';
 import type { Queryable, Row } from './db.js';
 import { gatewayModelsUrl, gatewayOfService, gatewayUrl, listGateways, type GatewayRecord } from './gateways.js';
 import { FINISHED, toRun } from './runs.js';
+import { runCosts } from './ledger.js';
 import { isMultiNodeParent, nodeViews } from './nodes.js';
 import { replicaViewsOf } from './services.js';
 
@@ -27,13 +28,13 @@ export function sshHostAlias(project: string, run: string, replica?: number): st
   return ['orchestrator', project, run, ...(replica === undefined ? [] : [String(replica)])].join('.');
 }
 
-function runView(r: Row, service: ServiceInfo | null, ssh: RunSsh | null, queuePosition: number | null): Run {
+function runView(r: Row, service: ServiceInfo | null, ssh: RunSsh | null, queuePosition: number | null, cost: number): Run {
   const run = toRun(r);
   return {
     id: run.id, project: r.project_name, user: r.user_name, name: run.name, kind: run.kind, status: run.status,
     statusMessage: run.statusMessage, terminationReason: run.terminationReason, priority: run.priority,
     generation: run.generation, attempt: run.attempt, spec: run.spec, fleet: r.fleet_name ?? null, instance: r.instance_name ?? null,
-    gpu: r.instance_offer?.gpu ?? null, pricePerHour: r.instance_offer?.pricePerHour ?? null, exitCode: run.exitCode,
+    gpu: r.instance_offer?.gpu ?? null, pricePerHour: r.instance_offer?.pricePerHour ?? null, cost, exitCode: run.exitCode,
     queuePosition, service, ssh, submittedAt: run.submittedAt.toISOString(),
     startedAt: run.startedAt?.toISOString() ?? null, finishedAt: run.finishedAt?.toISOString() ?? null,
     inactivityStopAt: run.status === 'running' ? run.inactivityStopAt?.toISOString() ?? null : null,
@@ -111,9 +112,9 @@ function parentSsh(r: Row, jobs: readonly ReachableJob[]): RunSsh | null {
 }
 
 /** A multi-node task's view: its nodes, the GPUs of each, the price of all, and SSH into each. */
-async function multiNodeView(db: Queryable, r: Row, ssh: RunSsh | null, queuePosition: number | null): Promise<Run> {
+async function multiNodeView(db: Queryable, r: Row, ssh: RunSsh | null, queuePosition: number | null, cost: number): Promise<Run> {
   const nodes = await nodeViews(db, r.id);
-  const view = runView(r, null, ssh, queuePosition);
+  const view = runView(r, null, ssh, queuePosition, cost);
   if (nodes.length === 0) return view;
   const prices = nodes.map((node) => node.pricePerHour ?? 0);
   return { ...view, nodes, gpu: nodes[0]!.gpu, pricePerHour: nodes.some((node) => node.pricePerHour !== null) ? prices.reduce((a, b) => a + b, 0) : null };
@@ -128,10 +129,11 @@ async function withServices(db: Queryable, rows: Row[]): Promise<Run[]> {
   const multiNode = new Set(rows.filter((r) => isMultiNodeParent(toRun(r))).map((r) => r.id as string));
   const finished = (r: Row) => FINISHED_RUN_STATUSES.includes(r.status);
   const services = rows.filter(isService);
-  const [positions, replicas, reachable] = await Promise.all([
+  const [positions, replicas, reachable, costs] = await Promise.all([
     queuePositions(db, rows),
     replicaViewsOf(db, services.map((r) => r.id as string), services.filter(finished).map((r) => r.id as string)),
     reachableJobsOf(db, rows.filter((r) => (isService(r) || multiNode.has(r.id)) && !finished(r)).map((r) => r.id as string)),
+    runCosts(db, rows.map((r) => r.id as string)),
   ]);
   const gatewaysOf = new Map<string, Promise<GatewayRecord[]>>();
   const projectGateways = (projectId: string) => {
@@ -140,8 +142,9 @@ async function withServices(db: Queryable, rows: Row[]): Promise<Run[]> {
   };
   return Promise.all(rows.map(async (r) => {
     const position = positions.get(r.id) ?? null;
-    if (multiNode.has(r.id)) return multiNodeView(db, r, parentSsh(r, reachable.get(r.id) ?? []), position);
-    if (!isService(r)) return runView(r, null, taskSsh(r), position);
+    const cost = costs.get(r.id) ?? 0;
+    if (multiNode.has(r.id)) return multiNodeView(db, r, parentSsh(r, reachable.get(r.id) ?? []), position, cost);
+    if (!isService(r)) return runView(r, null, taskSsh(r), position, cost);
     const model = serviceSettings(r.spec as ServiceSpec).model?.name ?? null;
     const spec = r.spec as ServiceSpec;
     const gateway = finished(r) ? undefined : gatewayOfService(await projectGateways(r.project_id), spec);
@@ -155,6 +158,6 @@ async function withServices(db: Queryable, rows: Row[]): Promise<Run[]> {
       gatewayUrl: gateway ? gatewayUrl(gateway, r.name, spec.https) : null,
       gatewayModelUrl: gateway && model !== null ? gatewayModelsUrl(gateway) : null,
     };
-    return runView(r, service, parentSsh(r, reachable.get(r.id) ?? []), position);
+    return runView(r, service, parentSsh(r, reachable.get(r.id) ?? []), position, cost);
   }));
 }

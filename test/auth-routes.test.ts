@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import type Router from '@koa/router';
 import type { ServerContext } from '../server/context.js';
 import { applyRoutes } from '../server/routes/apply.js';
+import { costRoutes } from '../server/routes/costs.js';
 import { fleetRoutes } from '../server/routes/fleets.js';
 import { liveRoutes } from '../server/routes/live.js';
 import { logRoutes } from '../server/routes/logs.js';
@@ -18,7 +19,7 @@ import { LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server
 function everyRoute(): Array<{ method: string; path: string }> {
   const context = { db: {}, pool: {}, logger: {}, version: 'test' } as unknown as ServerContext;
   const routers: Router[] = [projectRoutes(context), applyRoutes(context), fleetRoutes(context), runRoutes(context), runMetricsRoutes(context), logRoutes(context),
-    serviceRoutes(context), metricsRoutes(context), secretRoutes(context), liveRoutes(context)];
+    serviceRoutes(context), metricsRoutes(context), secretRoutes(context), liveRoutes(context), costRoutes(context)];
   return routers.flatMap((router) => router.stack
     .filter((layer) => layer.methods.length > 0)
     .flatMap((layer) => layer.methods.filter((m) => m !== 'HEAD').map((method) => ({

@@ -74,9 +74,9 @@ for (const kind of DATABASE_KINDS) {
       expect(hello.stdout).to.contain(`GPUs on this machine: ${instance.gpu!.count}\n`);
 
       const table = await cli(['fleet']);
-      expect(table.stdout).to.match(new RegExp(`^gpucloud\\s+${instance.name}\\s+gpucloud\\s+L4:24GB:1\\s+idle\\s+\\$0\\.80\\s+-$`, 'm'));
+      expect(table.stdout).to.match(new RegExp(`^gpucloud\\s+${instance.name}\\s+gpucloud\\s+L4:24GB:1\\s+idle\\s+\\$0\\.80\\s+\\$0\\.0\\d+\\s+-$`, 'm'));
       const ps = await cli(['ps', '-a']);
-      expect(ps.stdout).to.match(/^hello\s+task\s+done\s+L4:24GB:1\s+\$0\.80\s+\d+s ago/m);
+      expect(ps.stdout).to.match(/^hello\s+task\s+done\s+L4:24GB:1\s+\$0\.80\s+\$0\.0\d+\s+\d+s ago/m);
     });
 
     it('shows a running task\'s CPU, memory and GPU use, and refuses once it has stopped', async () => {

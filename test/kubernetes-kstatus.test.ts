@@ -27,7 +27,7 @@ interface Resource {
 function run(kind: string, fields: Partial<Run>): Run {
   return {
     id: 'r1', project: 'main', user: 'kubernetes', name: 'r', kind, status: 'running', statusMessage: '', terminationReason: null,
-    priority: 0, generation: 1, attempt: 1, spec: {}, fleet: 'local', instance: 'local-1', gpu: null, pricePerHour: null, exitCode: null,
+    priority: 0, generation: 1, attempt: 1, spec: {}, fleet: 'local', instance: 'local-1', gpu: null, pricePerHour: null, cost: 0, exitCode: null,
     queuePosition: null, service: null, ssh: null, submittedAt: submitted.toISOString(), startedAt: null, finishedAt: null, inactivityStopAt: null,
     ...fields,
   };

@@ -28,7 +28,7 @@ function serviceRun(replicas: Replica[]): Run {
   return {
     id: 'r1', project: 'main', user: 'admin', name: 'echo-llm', kind: 'service', status: 'running', statusMessage: '2 of 3 replicas ready',
     terminationReason: null, priority: 0, generation: 2, attempt: 1, spec: { type: 'service', name: 'echo-llm', port: 8000 }, fleet: null, instance: null,
-    gpu: null, pricePerHour: null, exitCode: null, queuePosition: null, submittedAt: new Date(Date.now() - 65_000).toISOString(),
+    gpu: null, pricePerHour: null, cost: 0, exitCode: null, queuePosition: null, submittedAt: new Date(Date.now() - 65_000).toISOString(),
     startedAt: null, finishedAt: null, inactivityStopAt: null,
     service: { desiredReplicas: 3, replicas, stableGeneration: 1, stall: null, path: '/proxy/services/main/echo-llm/', model: 'echo', modelPath: '/proxy/models/main/v1/', gatewayUrl: null, gatewayModelUrl: null },
     ssh: null,
@@ -44,9 +44,9 @@ describe('how the CLI shows a service', () => {
 
   it('ps lists each replica under its service, with the ready and desired counts and the requests per second', () => {
     const stats = { run: 'echo-llm', requestsPerSecond: 2.345 } as ServiceStats;
-    const table = renderTable(['name', 'kind', 'status', 'gpu', '$/h', 'submitted', 'message'], psRows([serviceRun(replicas)], new Map([['echo-llm', stats]])), 200);
+    const table = renderTable(['name', 'kind', 'status', 'gpu', '$/h', 'cost', 'submitted', 'message'], psRows([serviceRun(replicas)], new Map([['echo-llm', stats]])), 200);
     const lines = table.split('\n');
-    expect(lines[1]).to.match(/^echo-llm\s+service\s+running \(1\/3 ready, 2\.35 req\/s\)\s+-\s+-\s+1m ago\s+2 of 3 replicas ready$/);
+    expect(lines[1]).to.match(/^echo-llm\s+service\s+running \(1\/3 ready, 2\.35 req\/s\)\s+-\s+-\s+-\s+1m ago\s+2 of 3 replicas ready$/);
     expect(lines[2]).to.match(/^ {2}replica 0\s+ready\s+-\s+-\s+-\s+running on local-0$/);
     expect(lines[3]).to.match(/^ {2}replica 1\s+draining \(gen 1\)\s+-\s+-\s+-\s+on local-1: replaced by generation 2$/);
     expect(lines[4]).to.match(/^ {2}replica 2\s+provisioning\s+-\s+-\s+-\s+waiting: fleet local is at its maximum of 2 nodes: 2 busy$/);

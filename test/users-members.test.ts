@@ -55,6 +55,8 @@ const ALLOWED: Record<string, Caller[]> = {
   'GET /api/projects/:project/members': MEMBERS,
   'POST /api/projects/:project/members': PROJECT_ADMINS,
   'DELETE /api/projects/:project/members/:user': PROJECT_ADMINS,
+  'PUT /api/projects/:project/budget': PROJECT_ADMINS,
+  'DELETE /api/projects/:project/budget': PROJECT_ADMINS,
   'GET /api/projects/:project/secrets/:name': PROJECT_ADMINS,
   'PUT /api/projects/:project/secrets/:name': PROJECT_ADMINS,
   'DELETE /api/projects/:project/secrets/:name': PROJECT_ADMINS,

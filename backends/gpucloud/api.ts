@@ -50,6 +50,8 @@ export const GpucloudInstance = Type.Object({
   internal_ip: Type.Optional(Type.String()),
   created_at: Type.String(),
   updated_at: Type.String(),
+  /** When billing stopped: the termination was accepted, or the machine ended by itself; absent while it is billed. */
+  billed_until: Type.Optional(Type.String()),
 });
 export type GpucloudInstance = Static<typeof GpucloudInstance>;
 
@@ -79,6 +81,21 @@ export type CreateClusterBody = Static<typeof CreateClusterBody>;
 
 export const InstanceList = Type.Object({ instances: Type.Array(GpucloudInstance) });
 export type InstanceList = Static<typeof InstanceList>;
+
+/** What one instance has been billed: from its creation until its termination was accepted (or now). */
+export const InstanceUsage = Type.Object({
+  instance_id: Type.String(),
+  name: Type.String(),
+  price_per_hour: Type.Number({ minimum: 0 }),
+  started_at: Type.String(),
+  ended_at: Type.Union([Type.String(), Type.Null()]),
+  billed_seconds: Type.Number({ minimum: 0 }),
+  dollars: Type.Number({ minimum: 0 }),
+});
+export type InstanceUsage = Static<typeof InstanceUsage>;
+
+export const UsageList = Type.Object({ usage: Type.Array(InstanceUsage), total_dollars: Type.Number({ minimum: 0 }) });
+export type UsageList = Static<typeof UsageList>;
 
 export const CreateInstanceBody = Type.Object({
   offer_id: Type.String({ minLength: 1, maxLength: 200 }),

@@ -6,9 +6,9 @@ import { startAgentProcess } from '../../agent/launch.js';
 import { DECLARED_GPU_UTILIZATION_FILE } from '../../api/agent.js';
 import { stopProcessGroup, signalProcessGroup } from '../processes.js';
 import { adoptAgent, spawnedAgent, type AgentProcess } from './agent-process.js';
-import type { CreateClusterBody, CreateInstanceBody, ErrorCode, GpuModel, GpucloudCluster, GpucloudInstance, GpucloudOffer } from './api.js';
+import type { CreateClusterBody, CreateInstanceBody, ErrorCode, GpuModel, GpucloudCluster, GpucloudInstance, GpucloudOffer, InstanceUsage, UsageList } from './api.js';
 import { buildCatalog, agentGpuSpec, GPU_SHAPES, NO_GPU_MODEL, REGIONS, type CatalogOffer } from './catalog.js';
-import type { SavedState } from './emulator-state.js';
+import type { SavedInstance, SavedState } from './emulator-state.js';
 import { FaultControl } from './faults.js';
 
 /** An answer the API gives instead of a result: HTTP status, error code and message. */
@@ -210,6 +210,19 @@ export class EmulatedCloud {
     this.clusters.delete(id);
     this.save();
     return cluster;
+  }
+
+  /** Each instance's bill by the cloud's own clock: from its creation until billing stopped, or until now. */
+  usage(now = new Date()): UsageList {
+    const usage = [...this.machines.values()].map(({ record }): InstanceUsage => {
+      const until = record.billed_until ? new Date(record.billed_until) : now;
+      const seconds = Math.max(0, (until.getTime() - new Date(record.created_at).getTime()) / 1000);
+      return {
+        instance_id: record.id, name: record.name, price_per_hour: record.price_per_hour, started_at: record.created_at,
+        ended_at: record.billed_until ?? null, billed_seconds: seconds, dollars: (seconds * record.price_per_hour) / 3600,
+      };
+    });
+    return { usage, total_dollars: usage.reduce((sum, u) => sum + u.dollars, 0) };
   }
 
   get(id: string): GpucloudInstance {
@@ -507,6 +520,7 @@ export class EmulatedCloud {
     machine.record.status = status;
     machine.record.status_reason = reason;
     machine.record.updated_at = new Date().toISOString();
+    if (status !== 'provisioning' && status !== 'running') machine.record.billed_until ??= machine.record.updated_at;
     this.save();
     if (status !== 'provisioning' && status !== 'running') {
       this.options.log(`instance ${machine.record.id} ${status}${reason ? `: ${reason}` : ''}`);

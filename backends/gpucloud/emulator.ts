@@ -89,6 +89,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
         },
       },
     },
+    { pattern: /^\/v1\/usage$/, methods: { GET: async () => ({ status: 200, body: cloud.usage() }) } },
     {
       pattern: /^\/v1\/instances\/([^/]+)$/,
       methods: {

@@ -1,10 +1,12 @@
 import type { CAC } from 'cac';
+import { BUDGET_PERIODS, ON_EXCEED } from '../../api/costs.js';
 import type { Project } from '../../api/objects.js';
 import { optionText } from '../args.js';
 import { ApiClient } from '../client.js';
 import { checkProjectName, configPath, loadConfig, normalizeUrl, saveConfig, withDefault, withProject } from '../config.js';
 import { action, CliError } from '../errors.js';
 import { printJson } from '../format.js';
+import { budgetAction } from '../budget.js';
 import { renderTable } from '../table.js';
 
 interface ProjectFlags {
@@ -12,22 +14,29 @@ interface ProjectFlags {
   json?: boolean;
 }
 
-const ACTIONS = ['add', 'list', 'set-default'];
+const ACTIONS = ['add', 'list', 'set-default', 'budget'];
 
 export function registerProject(cli: CAC): void {
-  cli.command('project [action] [name]', 'Manage the servers and projects this client talks to: add, list, set-default')
+  cli.command('project [action] [name]', 'Manage the servers and projects this client talks to: add, list, set-default; budget [set|remove] shows or changes a project\'s budget')
     .option('--name <name>', 'add: the project\'s name on the server')
     .option('--url <url>', 'add: the server\'s URL, e.g. http://127.0.0.1:3000')
     .option('--token <token>', 'add: your token on that server')
     .option('--default', 'add: make it the default project')
-    .option('--json', 'list: print JSON (without tokens)')
+    .option('--json', 'list, budget: print JSON (without tokens)')
+    .option('--amount <dollars>', 'budget set: dollars per period')
+    .option('--period <period>', `budget set: ${BUDGET_PERIODS.join(', ')} (calendar, UTC)`)
+    .option('--on-exceed <action>', `budget set: ${ON_EXCEED.join(', ')} (default warn)`)
+    .option('--alerts <percents>', 'budget set: percentages that record an alert, such as 50,80,100')
+    .option('--project <name>', 'budget: the project (default: the default project)')
     .example('orchestrator project add --name main --url http://127.0.0.1:3000 --token TOKEN')
     .example('orchestrator project set-default main')
+    .example('orchestrator project budget set --amount 500 --period month --on-exceed stop_new')
     .action(action(async (verb: string | undefined, name: string | undefined, flags: ProjectFlags) => {
       switch (verb ?? 'list') {
         case 'add': return addProject(flags);
         case 'list': return listProjects(flags);
         case 'set-default': return setDefault(name);
+        case 'budget': return budgetAction(name, flags);
         default: throw new CliError(`unknown project action "${verb}"; use one of ${ACTIONS.join(', ')}`);
       }
     }));

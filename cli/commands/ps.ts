@@ -5,7 +5,7 @@ import { ApiRequestError, type ApiClient } from '../client.js';
 import { connect } from '../connect.js';
 import { action } from '../errors.js';
 import { isFinished } from '../follow.js';
-import { formatAge, formatGpuInfo, formatPrice, formatTimeLeft, printJson } from '../format.js';
+import { formatAge, formatCost, formatGpuInfo, formatPrice, formatTimeLeft, printJson } from '../format.js';
 import { refreshSshConfig, sshConfigWarning } from '../ssh-config.js';
 import { outputWidth, renderTable, WIDE_OPTION } from '../table.js';
 import { formatRate, serviceStatsPath } from './service.js';
@@ -46,7 +46,7 @@ function replicaRow(run: Run, replica: Replica, now: number): string[] {
   const state = replica.generation === run.generation ? replica.state : `${replica.state} (gen ${replica.generation})`;
   const message = replica.instance && !replica.statusMessage.includes(replica.instance)
     ? [`on ${replica.instance}`, replica.statusMessage].filter(Boolean).join(': ') : replica.statusMessage;
-  return [`  replica ${replica.replica}`, '', state, '-', '-', replica.startedAt ? formatAge(replica.startedAt, now) : '-', message];
+  return [`  replica ${replica.replica}`, '', state, '-', '-', '', replica.startedAt ? formatAge(replica.startedAt, now) : '-', message];
 }
 
 /** A node's row, under its multi-node task: its job's status (with its exit code when it failed) and the instance it runs on. */
@@ -54,14 +54,14 @@ function nodeRow(node: RunNode, now: number): string[] {
   const status = node.status === 'failed' && node.exitCode !== null && node.exitCode !== 0 ? `${node.status} (${node.exitCode})` : node.status;
   const message = node.instance && !node.statusMessage.includes(node.instance)
     ? [`on ${node.instance}`, node.statusMessage].filter(Boolean).join(': ') : node.statusMessage;
-  return [`  node ${node.rank}`, '', status, formatGpuInfo(node.gpu), formatPrice(node.pricePerHour), node.startedAt ? formatAge(node.startedAt, now) : '-', message];
+  return [`  node ${node.rank}`, '', status, formatGpuInfo(node.gpu), formatPrice(node.pricePerHour), '', node.startedAt ? formatAge(node.startedAt, now) : '-', message];
 }
 
 /** The rows of `ps`: one per run, and below a service one per replica, below a multi-node task one per node. `stats` holds the services' recent requests where known. */
 export function psRows(runs: readonly Run[], stats: ReadonlyMap<string, ServiceStats>, now = Date.now()): string[][] {
   return runs.flatMap((run) => [
     [run.name, run.kind, runStatusText(run, stats.get(run.name)), `${run.nodes?.length && run.gpu?.count ? `${run.nodes.length}×` : ''}${formatGpuInfo(run.gpu)}`,
-      formatPrice(run.pricePerHour), formatAge(run.submittedAt, now), run.statusMessage],
+      formatPrice(run.pricePerHour), formatCost(run.cost), formatAge(run.submittedAt, now), run.statusMessage],
     ...(run.service?.replicas ?? []).map((replica) => replicaRow(run, replica, now)),
     ...(run.nodes ?? []).map((node) => nodeRow(node, now)),
   ]);
@@ -101,6 +101,6 @@ export function registerPs(cli: CAC): void {
         process.stdout.write(flags.all ? 'no runs\n' : 'no active runs; orchestrator ps -a shows finished ones too\n');
         return;
       }
-      process.stdout.write(renderTable(['name', 'kind', 'status', 'gpu', '$/h', 'submitted', 'message'], psRows(runs, await liveServiceStats(client, runs)), outputWidth(process.stdout, flags.wide === true)));
+      process.stdout.write(renderTable(['name', 'kind', 'status', 'gpu', '$/h', 'cost', 'submitted', 'message'], psRows(runs, await liveServiceStats(client, runs)), outputWidth(process.stdout, flags.wide === true)));
     }));
 }

@@ -1,6 +1,7 @@
 import Router from '@koa/router';
 import type { Context, Next } from 'koa';
-import { Gauge, Registry } from 'prom-client';
+import { Counter, Gauge, Registry } from 'prom-client';
+import { spendFigures } from '../../store/ledger.js';
 import { instanceCounts, liveServices, runCounts } from '../../store/metrics.js';
 import { serviceWindows } from '../../store/service-stats.js';
 import { authMiddleware, requireAdmin } from '../auth.js';
@@ -28,7 +29,14 @@ async function scrape(server: ServerContext): Promise<Registry> {
   const inflight = gauge('orchestrator_service_inflight', 'The most requests in flight at once during the last minute, held ones included', ['project', 'run']);
   const replicas = gauge('orchestrator_service_replicas', 'Replicas ready (in rotation) and desired', ['project', 'run', 'state']);
 
-  const [runRows, instanceRows, services] = await Promise.all([runCounts(db), instanceCounts(db), liveServices(db)]);
+  const pricePerHour = gauge('orchestrator_price_per_hour_dollars', 'Dollars per hour of the instances the ledger counts now (from creation at the backend to confirmed termination)', ['project', 'backend']);
+  const spent = new Counter({ name: 'orchestrator_spent_dollars_total', help: 'Dollars the ledger has counted, all time', labelNames: ['project', 'backend'], registers: [registry] });
+
+  const [runRows, instanceRows, services, spend] = await Promise.all([runCounts(db), instanceCounts(db), liveServices(db), spendFigures(db)]);
+  for (const figures of spend) {
+    pricePerHour.set({ project: figures.project, backend: figures.backend }, figures.perHour);
+    spent.inc({ project: figures.project, backend: figures.backend }, figures.spent);
+  }
   for (const { project, kind, status, count } of runRows) runs.set({ project, kind, status }, count);
   for (const { project, backend, status, count } of instanceRows) instances.set({ project, backend, status }, count);
   const windows = await serviceWindows(db, services.map((s) => s.id), METRICS_WINDOW_SECONDS);

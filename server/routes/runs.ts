@@ -4,6 +4,7 @@ import { cronExpressions, formatUtc, nextTick } from '../../api/cron.js';
 import { isDnsLabel } from '../../api/names.js';
 import { randomRunName } from '../run-names.js';
 import { fieldsNotActedOn, type JobRuntime } from '../../api/not-acted-on.js';
+import { budgetRunway } from '../../api/costs.js';
 import type { RunPlan } from '../../api/objects.js';
 import { blockCount, blockShare } from '../../api/blocks.js';
 import { describeRequirement, describeRequirementInWords, intersectRequirements, normalizeResources, offerSatisfies } from '../../api/resources.js';
@@ -15,10 +16,11 @@ import { fixedJobRuntime } from '../../backends/registry.js';
 import { CHANNELS } from '../../store/channels.js';
 import { agentOf } from '../../controllers/run-controller.js';
 import { retryDecision } from '../../controllers/retry-policy.js';
-import { place, placeNodes } from '../../controllers/scheduler.js';
+import { newInstances, place, placeNodes } from '../../controllers/scheduler.js';
 import type { OfferListing } from '../../controllers/backend-pool.js';
 import { chooseFleets } from '../../controllers/placement-filter.js';
 import type { Queryable } from '../../store/db.js';
+import { budgetView } from '../../store/budgets.js';
 import { recordEvent } from '../../store/events.js';
 import { listActiveFleets, type FleetDesired, type FleetRecord } from '../../store/fleets.js';
 import { toInstance } from '../../store/instances.js';
@@ -221,6 +223,14 @@ function blocksPlan(placement: Extract<ReturnType<typeof place>, { kind: 'blocks
   };
 }
 
+/** What the placement pays per hour: the instance's price, or `cheapest` for each new one. */
+function plannedPrice(placement: ReturnType<typeof placeNodes>, cheapest: number | null): number | null {
+  const choices = placement.kind === 'nodes' ? placement.nodes : placement.kind === 'instance' || placement.kind === 'provision' ? [placement] : [];
+  if (choices.length === 0) return null;
+  const prices = choices.map((choice) => (choice.kind === 'instance' ? choice.instance.offer?.pricePerHour ?? null : cheapest));
+  return prices.some((p) => p === null) ? null : prices.reduce((sum: number, p) => sum + p!, 0);
+}
+
 async function queuedBefore(db: Queryable, projectId: string, priority: number): Promise<number> {
   const [{ count }] = await db.query<{ count: number }>(
     `SELECT count(*)::int AS count FROM runs WHERE project_id = $1 AND status = 'submitted' AND NOT deleted AND priority >= $2`,
@@ -255,6 +265,10 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
   const existingSchedule = nextTickAt !== undefined && existing !== null && isLiveSchedule(existing);
   const before = await queuedBefore(db, project.id, spec.priority ?? 0);
   const runtime = await landingRuntime(project, placement, candidates);
+  const pricePerHour = plannedPrice(placement, offers[0]?.pricePerHour ?? null);
+  const budget = await budgetView(db, project);
+  const holding = budget.holding !== null && newInstances(placement).length > 0 ? budget.holding : null;
+  const problem = planProblem(spec, placement, existing && !existingService && !existingSchedule && !FINISHED_RUN_STATUSES.includes(existing.status) ? existing : null, existingService);
   return {
     action: existingService || existingSchedule ? 'update' : existing ? 'replace' : 'create',
     name: spec.name ?? null,
@@ -268,12 +282,17 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
       pricePerHour: placement.instance.offer?.pricePerHour ?? null,
     },
     queuedBefore: before,
+    pricePerHour,
+    budget: budget.budget && {
+      amount: budget.budget.amount, period: budget.budget.period, spent: budget.spent, burnPerHour: budget.burnPerHour,
+      lastsFor: budgetRunway(budget.budget.amount - budget.spent, budget.burnPerHour + (pricePerHour ?? 0)),
+    },
     runtime,
     notActedOn: fieldsNotActedOn(spec, runtime),
     offers,
     offersTotal: matching.length,
     offerErrors: [...new Set([...listings.values()].flatMap((listing) => listing.errors))],
-    ...planProblem(spec, placement, existing && !existingService && !existingSchedule && !FINISHED_RUN_STATUSES.includes(existing.status) ? existing : null, existingService),
+    ...(problem.problem === null && holding ? { problem: holding, blocking: null } : problem),
     ...(nextTickAt && spec.type === 'task' && spec.schedule ? { schedule: { cron: cronExpressions(spec.schedule), nextRunAt: nextTickAt.toISOString() } } : {}),
   };
 }

@@ -13,6 +13,8 @@ export interface TestServer extends RunningServer {
   databaseUrl: string | undefined;
   /** Calls the management API as the admin; returns status and parsed JSON. */
   api(method: string, path: string, body?: unknown, token?: string): Promise<{ status: number; body: any }>;
+  /** Closes the server and starts it again on the same folder and database (a new URL); `api` and `stop` follow it. */
+  restart(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -42,10 +44,11 @@ export async function startTestServer(kind: DatabaseKind, config: string, option
   writeFileSync(join(dir, 'config.yml'), config);
   if (kind === 'pglite') cpSync(await pgliteTemplate(), join(dir, 'data'), { recursive: true });
   const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
-  const server = await startServer({
+  const start = () => startServer({
     port: 0, dir, databaseUrl: scratch?.url, adminToken: 'test-admin-token', logLevel: 'error',
-    instanceTimings: FAST_TIMINGS, controllerIntervalMs: 200, ...options,
+    instanceTimings: FAST_TIMINGS, controllerIntervalMs: 200, ledgerIntervalMs: 1000, ...options,
   });
+  let server = await start();
   const api = async (method: string, path: string, body?: unknown, token = server.adminToken) => {
     const response = await fetch(`${server.url}${path}`, {
       method,
@@ -55,11 +58,16 @@ export async function startTestServer(kind: DatabaseKind, config: string, option
     const text = await response.text();
     return { status: response.status, body: text ? JSON.parse(text) : null };
   };
-  return {
+  const handle: TestServer = {
     ...server,
     dir,
     databaseUrl: scratch?.url,
     api,
+    restart: async () => {
+      await server.close();
+      server = await start();
+      Object.assign(handle, { url: server.url, db: server.db, close: server.close });
+    },
     stop: async () => {
       await server.close();
       const local = new LocalBackend({ stateDir: join(dir, 'backends', 'local') });
@@ -68,6 +76,7 @@ export async function startTestServer(kind: DatabaseKind, config: string, option
       rmSync(dir, { recursive: true, force: true });
     },
   };
+  return handle;
 }
 
 export const LOCAL_CONFIG = `projects:
