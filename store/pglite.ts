@@ -23,13 +23,14 @@ export class DataDirWithoutDatabaseError extends Error {
 /**
  * The embedded database: a PGlite data directory, or memory when dataDir is undefined. One process at a time may
  * open a directory (a DataDirInUseError says which holds it): PGlite has no locking of its own, and two at once corrupt it.
+ * `settings` (`name=value`) are for measuring others (bench/embedded.ts).
  */
-export async function openPglite(dataDir?: string): Promise<Db> {
+export async function openPglite(dataDir?: string, settings = STARTUP_SETTINGS): Promise<Db> {
   if (dataDir) mkdirSync(dirname(dataDir), { recursive: true });
   const unlock = dataDir ? lockDataDir(dataDir) : () => undefined;
   const pg = await (async () => {
     if (dataDir && !existsSync(join(dataDir, 'PG_VERSION'))) await initialiseApart(dataDir);
-    return PGlite.create(dataDir, { startParams: [...PGlite.defaultStartParams, ...STARTUP_SETTINGS.flatMap((s) => ['-c', s])] });
+    return PGlite.create(dataDir, { startParams: [...PGlite.defaultStartParams, ...settings.flatMap((s) => ['-c', s])] });
   })().catch((error: unknown) => {
     unlock();
     throw error;
