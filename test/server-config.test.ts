@@ -155,7 +155,8 @@ describe('server configuration', function () {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('refuses a second server on the same folder in one line naming the first one\'s pid, before opening the database; a killed server\'s hold is taken over', async () => {
+  it('refuses a second server on the same folder in one line naming the first one\'s pid, before opening the database; a killed server\'s hold is taken over', async function () {
+    this.timeout(120_000); // two new databases, each about 10 s of initdb on a quiet machine
     const dir = tempDir();
     const other = tempDir();
     try {
