@@ -6,11 +6,15 @@ import { AGENT_TOKEN_VARIABLE } from '../api/agent.js';
 
 /** How to start the `orchestrator` command from this installation, built (dist/) or from source through tsx. */
 export function orchestratorCommand(): { command: string; args: string[] } {
-  const built = fileURLToPath(new URL('../cli/main.js', import.meta.url));
-  if (existsSync(built)) return { command: process.execPath, args: [built] };
-  const source = fileURLToPath(new URL('../cli/main.ts', import.meta.url));
+  return nodeCommandFor(new URL('../cli/main.js', import.meta.url), new URL('../cli/main.ts', import.meta.url));
+}
+
+/** How to run one of this installation's modules as a Node process: its built file when there is one, else its source through tsx. */
+export function nodeCommandFor(built: URL, source: URL): { command: string; args: string[] } {
+  const builtPath = fileURLToPath(built);
+  if (existsSync(builtPath)) return { command: process.execPath, args: [builtPath] };
   // By its path: the command may run in a folder (a job's) from which the package is not found.
-  return { command: process.execPath, args: ['--import', pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href, source] };
+  return { command: process.execPath, args: ['--import', pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href, fileURLToPath(source)] };
 }
 
 export interface AgentLaunch {

@@ -23,6 +23,7 @@ import { applyConfigBudget } from '../store/budgets.js';
 import { DataDirInUseError } from '../store/data-dir-lock.js';
 import type { Db } from '../store/db.js';
 import { openDatabase } from '../store/open.js';
+import { DataDirWithoutDatabaseError } from '../store/pglite.js';
 import { newToken, upsertProject, upsertUser } from '../store/projects.js';
 import { SecretBox } from '../store/secrets.js';
 import { EventLog } from './event-log.js';
@@ -87,6 +88,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   // A second server on this machine is told by its port or its data directory, before it opens the database.
   await ensurePortFree(host, port);
   const db = await openDatabase({ url: databaseUrl, dataDir: join(dir, 'data') }).catch((error: unknown) => {
+    if (error instanceof DataDirWithoutDatabaseError) throw new StartupError(error.message);
     if (!(error instanceof DataDirInUseError)) throw error;
     throw new StartupError(`the embedded database in ${error.dataDir} is in use by the server with pid ${error.pid}; stop it, or use --server-dir / ORCHESTRATOR_DATABASE_URL`);
   });

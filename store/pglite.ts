@@ -1,16 +1,37 @@
 import { PGlite, type Transaction } from '@electric-sql/pglite';
-import { mkdirSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, renameSync, rmdirSync, rmSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { nodeCommandFor } from '../agent/launch.js';
 import { lockDataDir } from './data-dir-lock.js';
 import type { Db, Queryable, Row } from './db.js';
 
 /**
+ * Settings the embedded database starts with, over initdb's: shared buffers are taken from the process's memory
+ * at start whether used or not, and initdb's 128 MB would make most of the server's footprint (bench/README.md).
+ */
+const STARTUP_SETTINGS = ['shared_buffers=16MB'];
+
+/** The data directory holds files but no database: something else's folder, which a new database must not be mixed into. */
+export class DataDirWithoutDatabaseError extends Error {
+  constructor(readonly dataDir: string) {
+    super(`${dataDir} holds files but no database (no PG_VERSION); move it away, or use --server-dir / ORCHESTRATOR_DATABASE_URL`);
+    this.name = 'DataDirWithoutDatabaseError';
+  }
+}
+
+/**
  * The embedded database: a PGlite data directory, or memory when dataDir is undefined. One process at a time may
  * open a directory (a DataDirInUseError says which holds it): PGlite has no locking of its own, and two at once corrupt it.
+ * `settings` (`name=value`) are for measuring others (bench/embedded.ts).
  */
-export async function openPglite(dataDir?: string): Promise<Db> {
-  if (dataDir) mkdirSync(dataDir, { recursive: true });
+export async function openPglite(dataDir?: string, settings = STARTUP_SETTINGS): Promise<Db> {
+  if (dataDir) mkdirSync(dirname(dataDir), { recursive: true });
   const unlock = dataDir ? lockDataDir(dataDir) : () => undefined;
-  const pg = await PGlite.create(dataDir).catch((error: unknown) => {
+  const pg = await (async () => {
+    if (dataDir && !existsSync(join(dataDir, 'PG_VERSION'))) await initialiseApart(dataDir);
+    return PGlite.create(dataDir, { startParams: [...PGlite.defaultStartParams, ...settings.flatMap((s) => ['-c', s])] });
+  })().catch((error: unknown) => {
     unlock();
     throw error;
   });
@@ -30,4 +51,30 @@ export async function openPglite(dataDir?: string): Promise<Db> {
       unlock();
     },
   };
+}
+
+/**
+ * Makes the data directory in a process of its own (store/pglite-initdb.ts says why), beside it, and moves it into
+ * place once complete: a server killed meanwhile leaves no half-made directory that would pass for a database.
+ */
+async function initialiseApart(dataDir: string): Promise<void> {
+  try {
+    rmdirSync(dataDir);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOTEMPTY') throw new DataDirWithoutDatabaseError(dataDir);
+    if (code !== 'ENOENT') throw error;
+  }
+  const making = `${dataDir}.initdb`;
+  rmSync(making, { recursive: true, force: true });
+  const { command, args } = nodeCommandFor(new URL('./pglite-initdb.js', import.meta.url), new URL('./pglite-initdb.ts', import.meta.url));
+  const child = spawn(command, [...args, making], { stdio: ['ignore', 'ignore', 'pipe', 'ipc'] });
+  let stderr = '';
+  child.stderr!.setEncoding('utf8').on('data', (text: string) => { stderr += text; });
+  const code = await new Promise<number | null>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', resolve);
+  });
+  if (code !== 0) throw new Error(`initialising the embedded database in ${dataDir} failed (exit ${code}): ${stderr.trim()}`);
+  renameSync(making, dataDir);
 }

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -28,6 +28,17 @@ function configError(text: string): string {
 }
 
 const started: ChildProcess[] = [];
+
+/** The pids of the processes whose command line names `text`. */
+function processesNaming(text: string): number[] {
+  return readdirSync('/proc').filter((entry) => /^\d+$/.test(entry)).filter((pid) => {
+    try {
+      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(text);
+    } catch {
+      return false;
+    }
+  }).map(Number);
+}
 
 interface ServerProcess {
   stdout: string;
@@ -144,7 +155,8 @@ describe('server configuration', function () {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('refuses a second server on the same folder in one line naming the first one\'s pid, before opening the database; a killed server\'s hold is taken over', async () => {
+  it('refuses a second server on the same folder in one line naming the first one\'s pid, before opening the database; a killed server\'s hold is taken over', async function () {
+    this.timeout(120_000); // two new databases, each about 10 s of initdb on a quiet machine
     const dir = tempDir();
     const other = tempDir();
     try {
@@ -165,6 +177,50 @@ describe('server configuration', function () {
     } finally {
       rmSync(dir, { recursive: true, force: true });
       rmSync(other, { recursive: true, force: true });
+    }
+  });
+
+  it('makes a new embedded database apart and moves it into place whole: a server killed meanwhile leaves neither a half-made database nor its initdb, and the next start makes it', async function () {
+    this.timeout(180_000);
+    const dir = tempDir();
+    try {
+      const killed = spawn(process.execPath, ['dist/cli/main.js', 'server', '--port', String(await freePort())], {
+        env: { ...process.env, ORCHESTRATOR_SERVER_DIR: dir, ORCHESTRATOR_DATABASE_URL: '', ORCHESTRATOR_LOG_LEVEL: 'error' }, stdio: 'ignore',
+      });
+      started.push(killed);
+      const making = join(dir, 'data.initdb');
+      for (let waited = 0; !existsSync(making); waited += 20) {
+        expect(waited, 'the server made no data.initdb beside data').to.be.below(60_000);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      killed.kill('SIGKILL');
+      for (let waited = 0; processesNaming(making).length > 0; waited += 100) {
+        expect(waited, 'the initdb process outlived its server').to.be.below(10_000);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      expect(existsSync(join(dir, 'data', 'PG_VERSION'))).to.equal(false);
+
+      const after = await serverProcess(dir, await freePort());
+      expect(after.code, after.stderr).to.equal(null);
+      await after.stop();
+      expect(existsSync(join(dir, 'data', 'PG_VERSION'))).to.equal(true);
+      expect(existsSync(making)).to.equal(false);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses to make its database in a data folder that holds other files, and leaves them be', async () => {
+    const dir = tempDir();
+    try {
+      mkdirSync(join(dir, 'data'));
+      writeFileSync(join(dir, 'data', 'notes.txt'), 'mine\n');
+      const server = await serverProcess(dir, await freePort());
+      expect(server.code).to.equal(1);
+      expect(server.stderr).to.equal(`error: ${join(dir, 'data')} holds files but no database (no PG_VERSION); move it away, or use --server-dir / ORCHESTRATOR_DATABASE_URL\n`);
+      expect(readFileSync(join(dir, 'data', 'notes.txt'), 'utf8')).to.equal('mine\n');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

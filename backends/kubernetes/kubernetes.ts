@@ -1,4 +1,4 @@
-import { ApiException, CoreV1Api, type KubeConfig, type V1Pod } from '@kubernetes/client-node';
+import type { ApiException, CoreV1Api, KubeConfig, V1Pod } from '@kubernetes/client-node';
 import type { Offer } from '../../api/offer.js';
 import { agentVersion } from '../../agent/version.js';
 import {
@@ -6,6 +6,7 @@ import {
   type Backend, type BackendInstance, type CreateInstanceRequest,
 } from '../backend.js';
 import { configurationWithTimeout, loadKubeConfig, statusCodeOf } from './api-configuration.js';
+import { kubernetesClient } from './client.js';
 import { nodeGpuModel } from './gpu-labels.js';
 import { holdsResources, nodeOffers, parseOfferId } from './offers.js';
 import {
@@ -60,7 +61,7 @@ export class KubernetesBackend implements Backend {
       throw new BackendError(`the kubernetes backend cannot load ${where}: ${(error as Error).message}`);
     }
     if (!config.getCurrentCluster()) throw new BackendError(`the kubernetes backend's ${where} names no cluster; give kubeconfig in config.yml`);
-    this.core = new CoreV1Api(configurationWithTimeout(config, REQUEST_TIMEOUT_MS));
+    this.core = new (kubernetesClient().CoreV1Api)(configurationWithTimeout(config, REQUEST_TIMEOUT_MS));
     this.settings = {
       namespace: options.namespace ?? DEFAULT_NAMESPACE,
       image: options.image ?? defaultAgentImage(),
@@ -174,7 +175,7 @@ export class KubernetesBackend implements Backend {
       return await work();
     } catch (error) {
       const status = statusCodeOf(error);
-      const detail = error instanceof ApiException ? apiMessage(error) : (error as Error).message;
+      const detail = error instanceof kubernetesClient().ApiException ? apiMessage(error) : (error as Error).message;
       const message = `kubernetes: cannot ${what} in ${status === undefined ? 'the cluster' : `namespace ${this.settings.namespace}`}: ${detail}`;
       const failure = status === 401 || status === 403 ? new BackendAuthError(message) : new BackendError(message, status === undefined || status >= 500 || status === 429);
       failure.cause = error;

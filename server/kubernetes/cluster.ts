@@ -1,8 +1,7 @@
-import {
-  CoreV1Api, CustomObjectsApi, KubeConfig, ListWatch, Watch, type KubernetesObject, type V1Namespace,
-} from '@kubernetes/client-node';
+import type { CoreV1Api, CustomObjectsApi, KubeConfig, KubernetesObject, ListWatch, V1Namespace, Watch } from '@kubernetes/client-node';
 import { CRD_GROUP, CRD_NAMES, CRD_VERSION } from '../../api/crd.js';
 import { configurationWithTimeout, statusCodeOf } from '../../backends/kubernetes/api-configuration.js';
+import { kubernetesClient } from '../../backends/kubernetes/client.js';
 import type { ResourceStatus } from '../../api/kubernetes.js';
 import type { SpecType } from '../../api/spec.js';
 
@@ -20,23 +19,22 @@ const REQUEST_TIMEOUT_MS = 30_000;
 const MAX_EVENT_MESSAGE = 1024;
 
 /**
- * Watches that also ask for bookmarks, so that a watch resumed after a quiet spell starts from a recent
- * resourceVersion, and that say when the API server has accepted one (the informer's own `connect` comes before).
+ * A watch that also asks for bookmarks, so that a watch resumed after a quiet spell starts from a recent
+ * resourceVersion, and that says when the API server has accepted one (the informer's own `connect` comes before).
  */
-class BookmarkingWatch extends Watch {
-  constructor(config: KubeConfig, private readonly onWatching: () => void) {
-    super(config);
-  }
-
-  override async watch(path: string, queryParams: Record<string, unknown>, callback: (phase: string, apiObj: any, watchObj?: any) => void, done: (err: any) => void): Promise<AbortController> {
+function bookmarkingWatch(config: KubeConfig, onWatching: () => void): Watch {
+  const watch = new (kubernetesClient().Watch)(config);
+  const plainWatch = watch.watch.bind(watch);
+  watch.watch = async (path, queryParams, callback, done) => {
     let ended = false;
-    const controller = await super.watch(path, { ...queryParams, allowWatchBookmarks: true }, callback, (error) => {
+    const controller = await plainWatch(path, { ...queryParams, allowWatchBookmarks: true }, callback, (error) => {
       ended = true;
       done(error);
     });
-    if (!ended) this.onWatching();
+    if (!ended) onWatching();
     return controller;
-  }
+  };
+  return watch;
 }
 
 /** The calls the source controller makes: list+watch of the custom resources and namespaces, their status and finalizers. */
@@ -46,6 +44,7 @@ export class Cluster {
 
   constructor(private readonly config: KubeConfig) {
     const configuration = configurationWithTimeout(config, REQUEST_TIMEOUT_MS);
+    const { CoreV1Api, CustomObjectsApi } = kubernetesClient();
     this.objects = new CustomObjectsApi(configuration);
     this.core = new CoreV1Api(configuration);
   }
@@ -62,11 +61,11 @@ export class Cluster {
     const list = () => namespace === null
       ? this.objects.listClusterCustomObject({ group: CRD_GROUP, version: CRD_VERSION, plural })
       : this.objects.listNamespacedCustomObject({ group: CRD_GROUP, version: CRD_VERSION, namespace, plural });
-    return new ListWatch<CustomResource>(path, new BookmarkingWatch(this.config, onWatching), list, false);
+    return new (kubernetesClient().ListWatch<CustomResource>)(path, bookmarkingWatch(this.config, onWatching), list, false);
   }
 
   namespaceInformer(onWatching: () => void): ListWatch<V1Namespace> {
-    return new ListWatch<V1Namespace>('/api/v1/namespaces', new BookmarkingWatch(this.config, onWatching), () => this.core.listNamespace(), false);
+    return new (kubernetesClient().ListWatch<V1Namespace>)('/api/v1/namespaces', bookmarkingWatch(this.config, onWatching), () => this.core.listNamespace(), false);
   }
 
   /** The object as the API server has it now; null when it is gone. */
