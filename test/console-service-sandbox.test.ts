@@ -14,6 +14,11 @@ const HOSTILE_PAGE = `<!doctype html><title>a public service</title><body><scrip
 (async () => {
   const result = { origin: self.origin };
   try {
+    result.storage = localStorage.length;
+  } catch (error) {
+    result.storage = error.name;
+  }
+  try {
     result.own = await (await fetch('own')).text();
   } catch (error) {
     result.own = error.name;
@@ -70,14 +75,14 @@ for (const kind of DATABASE_KINDS) {
 
     after(() => endConsoleSuite(browser, server));
 
-    it('runs in an opaque origin: it cannot read the session or act as the admin, and still reaches its own API that answers CORS', async () => {
+    it('runs in an opaque origin: it cannot read the session or act as the admin, has no storage, and still reaches its own API that answers CORS', async () => {
       const context = await browser.newContext();
       const signedIn = await context.request.post(`${server.url}/api/session`, { data: { token: server.adminToken } });
       expect(signedIn.status()).to.equal(201);
       const page = await context.newPage();
       await page.goto(`${server.url}/proxy/services/main/page/`);
       const result = JSON.parse(await page.locator('body[data-result]').getAttribute('data-result', { timeout: 20_000 }) ?? '{}');
-      expect(result).to.deep.equal({ origin: 'null', own: 'the service answered', session: 'TypeError' });
+      expect(result).to.deep.equal({ origin: 'null', storage: 'SecurityError', own: 'the service answered', session: 'TypeError' });
       const users = (await server.api('GET', '/api/users')).body as Array<{ name: string }>;
       expect(users.map((user) => user.name)).not.to.include('intruder');
       // The admin's session is untouched: the console still answers it.
