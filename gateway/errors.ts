@@ -34,8 +34,11 @@ export function errorBody(error: GatewayError, shape: ErrorShape): string {
   return JSON.stringify(body);
 }
 
-/** Answers with the error unless an answer has begun, in which case the connection is cut: the client sees a truncated answer, never a wrong one. */
-export function sendError(res: ServerResponse, error: GatewayError, shape: ErrorShape): void {
+/**
+ * Answers with the error unless an answer has begun, in which case the connection is cut: the client sees a truncated answer, never a wrong one.
+ * `answerHeaders`: those the gateway puts on every answer (ProxyCore's).
+ */
+export function sendError(res: ServerResponse, error: GatewayError, shape: ErrorShape, answerHeaders: Record<string, string> = {}): void {
   if (res.headersSent) {
     res.destroy();
     return;
@@ -43,7 +46,7 @@ export function sendError(res: ServerResponse, error: GatewayError, shape: Error
   const body = errorBody(error, shape);
   // A body refused part way is not read to its end: the connection cannot carry another request.
   const closing = error.status === 413 ? { connection: 'close' } : {};
-  res.writeHead(error.status, { ...error.headers, ...closing, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  res.writeHead(error.status, { ...answerHeaders, ...error.headers, ...closing, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
   res.end(body);
 }
 

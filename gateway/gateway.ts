@@ -13,6 +13,14 @@ import { serviceExchange, SERVICES_PREFIX } from './service-proxy.js';
 import { ServiceStatsRecorder } from './stats.js';
 import { storeRoutes } from './store-routes.js';
 
+/**
+ * Services share the server's origin with the console, whose session cookie the browser holds: every answer of the
+ * in-server gateway puts a page in a sandbox with an opaque origin, which can neither read the console's API nor make
+ * the browser send that cookie. No allow-same-origin; everything else a service's web UI needs stays allowed.
+ */
+export const SERVICE_SANDBOX_CSP = 'sandbox allow-scripts allow-forms allow-popups allow-popups-to-escape-sandbox allow-downloads allow-modals';
+const SANDBOX_HEADERS = { 'content-security-policy': SERVICE_SANDBOX_CSP };
+
 export interface GatewayOptions {
   db: Db;
   logger: Logger;
@@ -31,7 +39,7 @@ export class Gateway {
     const { db, logger, source } = options;
     this.table = new RoutingTable(storeRoutes(db), logger);
     this.stats = new ServiceStatsRecorder((seconds) => recordServiceSeconds(db, source, seconds), logger);
-    this.core = new ProxyCore(this.table, this.stats, () => db.notify(CHANNELS.runs), logger);
+    this.core = new ProxyCore(this.table, this.stats, () => db.notify(CHANNELS.runs), logger, SANDBOX_HEADERS);
     this.access = new AccessCache(db);
   }
 
@@ -59,10 +67,10 @@ export class Gateway {
     try {
       if (shape === 'api') return await this.core.web(req, res, await serviceExchange(this.access, this.table, req));
       const request = await modelRequest(this.access, this.table, serverModelCall(req), req);
-      if (request.kind === 'list') return sendModelList(res, request.body);
+      if (request.kind === 'list') return sendModelList(res, request.body, SANDBOX_HEADERS);
       return await this.core.web(req, res, request.exchange);
     } catch (error) {
-      sendError(res, this.known(req, error), shape);
+      sendError(res, this.known(req, error), shape, SANDBOX_HEADERS);
     }
   }
 

@@ -68,9 +68,9 @@ export async function modelRequest(access: CallerAccess, table: RoutingTable, ca
   return { kind: 'forward', exchange: { route: service, path: `${servicePath}${query}`, servicePath, body, errorShape: 'openai' } };
 }
 
-export function sendModelList(res: ServerResponse, list: ModelList): void {
+export function sendModelList(res: ServerResponse, list: ModelList, answerHeaders: Record<string, string> = {}): void {
   const body = JSON.stringify(list);
-  res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  res.writeHead(200, { ...answerHeaders, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
   res.end(body);
 }
 

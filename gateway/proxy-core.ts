@@ -106,12 +106,16 @@ export class ProxyCore {
     await this.wake().catch((error: Error) => this.logger.warn(`gateway: waking the service controller failed: ${error.message}`));
   });
 
-  /** `wake` tells the service controllers that a request waits for a replica: a NOTIFY in a server, a call to it in a gateway process. */
+  /**
+   * `wake` tells the service controllers that a request waits for a replica: a NOTIFY in a server, a call to it in a gateway process.
+   * `answerHeaders` go on every answer, the service's and the core's own, beside any of the same name the service sent.
+   */
   constructor(
     private readonly table: RoutingTable,
     private readonly stats: ServiceStatsRecorder,
     private readonly wake: () => Promise<void>,
     private readonly logger: Logger,
+    private readonly answerHeaders: Record<string, string> = {},
   ) {
     const events: Plugin = (server) => {
       server.on('proxyReqWs', (proxyReq: ClientRequest, req: IncomingMessage) => this.onProxyReqWs(proxyReq, req));
@@ -322,7 +326,8 @@ export class ProxyCore {
     }
     flight.settled = true;
     flight.counted.answered(proxyRes.statusCode ?? 502);
-    res.writeHead(proxyRes.statusCode ?? 502, proxyRes.statusMessage, responseHeaders(proxyRes.rawHeaders));
+    // Raw pairs, so that a header the service sent twice (Set-Cookie, its own CSP beside ours) goes out twice.
+    res.writeHead(proxyRes.statusCode ?? 502, proxyRes.statusMessage, [...responseHeaders(proxyRes.rawHeaders), ...Object.entries(this.answerHeaders).flat()]);
     if (refusal) {
       res.end(refusal.body);
       return;
@@ -390,7 +395,7 @@ export class ProxyCore {
     if (res.headersSent) flight.counted.failed();
     else flight.counted.answered(error.status);
     if (res.destroyed) return;
-    sendError(res, error, flight.exchange.errorShape);
+    sendError(res, error, flight.exchange.errorShape, this.answerHeaders);
   }
 }
 

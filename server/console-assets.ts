@@ -41,6 +41,9 @@ export function consoleMiddleware(buildDir = consoleBuildDir()) {
     ctx.set('content-security-policy', CONSOLE_CSP);
     ctx.set('x-content-type-options', 'nosniff');
     ctx.set('referrer-policy', 'no-referrer');
+    // Services share this origin, sandboxed (gateway/gateway.ts): neither their pages nor another site may frame the console or embed its files.
+    ctx.set('x-frame-options', 'DENY');
+    ctx.set('cross-origin-resource-policy', 'same-origin');
     const asset = ASSET_PATH.exec(ctx.path);
     if (ctx.path.startsWith('/assets/')) {
       if (!asset) return;

@@ -156,7 +156,7 @@ for (const kind of DATABASE_KINDS) {
       }
     });
 
-    it('serves the console at / and at every page, index.html uncached, hashed files for a year, under a CSP without inline scripts', async () => {
+    it('serves the console at / and at every page, index.html uncached, hashed files for a year, under a CSP without inline scripts, never framed', async () => {
       for (const path of ['/', '/projects/main/runs', '/projects/main/runs/some-run']) {
         const page = await fetch(`${server.url}${path}`);
         expect(page.status, path).to.equal(200);
@@ -164,6 +164,10 @@ for (const kind of DATABASE_KINDS) {
         expect(page.headers.get('cache-control')).to.equal('no-cache');
         const csp = page.headers.get('content-security-policy')!;
         expect(csp).to.include("script-src 'self'").and.not.to.include('unsafe-inline').and.not.to.include('unsafe-eval');
+        // Services are proxied on this origin: none of their pages (nor another site's) may frame the console.
+        expect(csp).to.include("frame-ancestors 'none'");
+        expect(page.headers.get('x-frame-options')).to.equal('DENY');
+        expect(page.headers.get('cross-origin-resource-policy')).to.equal('same-origin');
         const html = await page.text();
         expect(html).not.to.match(/<script>|<script [^>]*>[^<]/);
         const assets = [...html.matchAll(/(?:src|href)="(\/assets\/[^"]+)"/g)].map((match) => match[1]);

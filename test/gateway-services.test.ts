@@ -23,6 +23,10 @@ createServer(async (req, res) => {
   const url = new URL(req.url, 'http://upstream');
   const at = (name) => url.pathname.endsWith('/' + name);
   if (at('silent')) return;
+  if (at('own-csp')) {
+    res.writeHead(200, { 'content-type': 'text/html', 'content-security-policy': "img-src 'self'" });
+    return res.end('<p>a page with its own policy</p>');
+  }
   if (at('stall')) {
     res.writeHead(200, { 'content-type': 'text/plain' });
     res.write('first bytes');
@@ -53,6 +57,9 @@ const base64 = (text: string | Buffer) => Buffer.from(text).toString('base64');
 const upstreamFiles = [{ path: 'server.mjs', contentBase64: base64(UPSTREAM) }];
 const exampleFiles = (name: string) => [{ path: 'server.mjs', contentBase64: base64(readFileSync(join(SERVICES_DIR, name, 'server.mjs'))) }];
 const service = (name: string, fields: Record<string, unknown>) => ({ type: 'service', name, port: 8000, files: ['server.mjs'], commands: ['node server.mjs'], ...fields });
+
+/** What the server's proxy puts every service's page in: an opaque origin, away from the console's. */
+const SANDBOX = 'sandbox allow-scripts allow-forms allow-popups allow-popups-to-escape-sandbox allow-downloads allow-modals';
 
 interface Seen {
   replica: string;
@@ -174,6 +181,17 @@ for (const kind of DATABASE_KINDS) {
         expect(mixed.headers).not.to.have.property('x-csrf-token');
         const sessionOnly = await seen('app/', { headers: { ...admin(), cookie: 'orchestrator_session=the-session' } });
         expect(sessionOnly.headers).not.to.have.property('cookie');
+      });
+
+      it('sandboxes every answer from the proxy, keeping a service\'s own Content-Security-Policy beside the sandbox', async () => {
+        const sandbox = (response: Response) => response.headers.get('content-security-policy');
+        expect(sandbox(await proxied('open/'))).to.equal(SANDBOX);
+        expect(sandbox(await proxied('app/', { headers: admin() }))).to.equal(SANDBOX);
+        expect(sandbox(await proxied('nope/')), 'the gateway\'s own refusal').to.equal(SANDBOX);
+        expect(sandbox(await proxied('app/')), 'the gateway\'s own refusal').to.equal(SANDBOX);
+        const own = await rawGet(server.url, '/proxy/services/main/open/own-csp');
+        expect(own.status).to.equal(200);
+        expect(own.headers['content-security-policy']).to.equal(`img-src 'self', ${SANDBOX}`);
       });
 
       it('answers 404 for an unknown service and for names that are not names, without forwarding anything', async () => {
@@ -327,6 +345,7 @@ for (const kind of DATABASE_KINDS) {
         }
         const anonymous = await (await fetch(`${server.url}/proxy/models/main/models`)).json() as ModelList;
         expect(anonymous.data).to.deep.equal([]);
+        expect((await fetch(`${server.url}/proxy/models/main/models`)).headers.get('content-security-policy')).to.equal(SANDBOX);
         const listed = await openai(memberToken).models.list();
         expect(listed.data.map((model) => model.id)).to.deep.equal(['echo']);
       });
@@ -335,6 +354,8 @@ for (const kind of DATABASE_KINDS) {
         const client = openai(memberToken);
         const whole = await client.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'hello through the gateway' }] });
         expect(whole.choices[0]!.message.content).to.equal('echo: hello through the gateway');
+        const { response } = await client.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'hi' }] }).withResponse();
+        expect(response.headers.get('content-security-policy')).to.equal(SANDBOX);
         const stream = await client.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'one two three four' }], stream: true });
         const pieces: string[] = [];
         for await (const chunk of stream) {
