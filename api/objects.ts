@@ -60,6 +60,8 @@ export const Instance = Type.Object({
   gpu: Type.Union([GpuInfo, Type.Null()]),
   region: Type.Union([Type.String(), Type.Null()]),
   pricePerHour: Type.Union([Type.Number(), Type.Null()]),
+  /** The host of an SSH fleet this instance is (`10.0.0.5`, `10.0.0.5:2222`); null for other backends. */
+  host: Type.Optional(Type.Union([Type.String(), Type.Null()])),
   run: Type.Union([Type.String(), Type.Null()]),
   idleSince: NullableTimestamp,
   createdAt: Timestamp,

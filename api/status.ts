@@ -43,6 +43,7 @@ export const InstanceTerminationReason = Type.Union([
   Type.Literal('terminated_by_backend'),
   Type.Literal('above_max_nodes'),
   Type.Literal('interrupted'),
+  Type.Literal('removed_from_fleet'),
 ]);
 export type InstanceTerminationReason = Static<typeof InstanceTerminationReason>;
 

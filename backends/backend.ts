@@ -23,6 +23,10 @@ export interface BackendInstance {
   reason?: string;
   /** The backend took a spot instance back: it is terminated (or about to be) through no fault of its own. */
   interrupted?: boolean;
+  /** The machine as the backend found it, where it learns that only once it has one (an SSH host's GPUs). */
+  offer?: Offer;
+  /** The address the fleet's other instances reach this one at, where it is not the agent's (an SSH host behind a tunnel). */
+  internalIp?: string;
 }
 
 export interface Backend {

@@ -2,7 +2,7 @@ import type { Logger } from 'winston';
 import type { InstanceStatus, InstanceTerminationReason } from '../api/status.js';
 import { formatDollars } from '../api/offer.js';
 import { offerSatisfies } from '../api/resources.js';
-import { BackendAuthError, NoCapacityError, type Backend, type BackendInstance } from '../backends/backend.js';
+import { BackendAuthError, BackendError, NoCapacityError, type Backend, type BackendInstance } from '../backends/backend.js';
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
@@ -81,6 +81,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
 
   private async provision(instance: InstanceRecord, fleet: FleetRecord): Promise<number> {
     if (fleet.status !== 'active' && !instance.runId) return this.end(instance, 'fleet_deleted', `fleet ${fleet.name} was deleted`);
+    if (instance.sshHost) return this.installOnHost(instance, instance.sshHost.name);
     const backend = await this.pool.backend(instance.projectId, instance.backend);
     if (!backend) return this.end(instance, 'provisioning_failed', `backend ${instance.backend} is not configured for this project`);
     const listing = await this.pool.offers(instance.projectId, [instance.backend]);
@@ -116,11 +117,39 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     return this.end(instance, 'no_capacity', `no capacity: all ${matching.length} matching ${instance.backend} offers are out of capacity`);
   }
 
+  /**
+   * An SSH fleet's host: connecting and learning the host happen now, so that SSH's own error is the host's failure
+   * at once; a host that cannot be reached yet is tried again until the provisioning timeout.
+   */
+  private async installOnHost(instance: InstanceRecord, host: string): Promise<number> {
+    const backend = (await this.pool.backendOf(instance))!;
+    try {
+      const placeholder = { backend: 'ssh' as const, offerId: host, gpu: { name: '', memoryMib: 0, count: 0 }, cpus: 1, memoryMib: 0, diskMib: 0, region: host, pricePerHour: 0, availability: 'available' as const };
+      const created = await backend.create({ offer: placeholder, idempotencyKey: instance.id, name: instance.name, agentToken: instance.agentToken });
+      const gpu = created.offer?.gpu;
+      await updateInstance(this.db, instance.id, this.owner, {
+        status: 'provisioning', offer: created.offer ?? null, backend_instance_id: created.id, provisioning_started_at: new Date(),
+        internal_ip: created.internalIp ?? null, status_message: `installing the agent on ${host} (${gpu?.count ? `${gpu.count}x ${gpu.name}` : 'no GPU'})`,
+      });
+      await this.event(instance, 'Provisioning', `installing the agent on ${host} over SSH`);
+      return 250;
+    } catch (error) {
+      if (!(error instanceof BackendError)) throw error;
+      if (!error.retryable) return this.end(instance, 'provisioning_failed', error.message);
+      if (Date.now() - instance.createdAt.getTime() > this.timings.provisioningTimeoutMs) return this.end(instance, 'provisioning_timeout', error.message);
+      if (instance.statusMessage !== error.message) {
+        await updateInstance(this.db, instance.id, this.owner, { status_message: error.message });
+        await this.event(instance, 'Unreachable', `${error.message}; trying again`);
+      }
+      return 5000;
+    }
+  }
+
   private async awaitBoot(instance: InstanceRecord): Promise<number> {
     if (instance.provisioningStartedAt && Date.now() - instance.provisioningStartedAt.getTime() > this.timings.provisioningTimeoutMs) {
       return this.stop(instance, 'provisioning_timeout', `not ready after ${this.timings.provisioningTimeoutMs / 1000}s`);
     }
-    const backend = await this.pool.backend(instance.projectId, instance.backend);
+    const backend = await this.pool.backendOf(instance);
     if (!backend) return this.stop(instance, 'provisioning_failed', `backend ${instance.backend} is no longer configured`);
     const remote = await backend.get(instance.backendInstanceId!);
     if (remote.status === 'terminated' || remote.status === 'failed') {
@@ -133,6 +162,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     const written = await updateInstance(this.db, instance.id, this.owner, {
       status, agent_url: remote.agentUrl, idle_since: status === 'idle' ? new Date() : null, status_message: '',
       ssh_host_key: health.sshHostKey ?? null,
+      ...(remote.offer ? { offer: remote.offer } : {}), ...(remote.internalIp ? { internal_ip: remote.internalIp } : {}),
     });
     if (written) {
       await this.event(instance, 'Ready', `agent healthy at ${remote.agentUrl}; ${status}`);
@@ -148,7 +178,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
       if (!instance.unreachableSince) await updateInstance(this.db, instance.id, this.owner, { unreachable_since: since, status_message: 'agent not answering' });
       const remote = await this.remoteInstance(instance);
       if (remote?.interrupted) return this.end(instance, 'interrupted', remote.reason ?? 'the backend took its spot capacity back');
-      if (remote?.status === 'terminated' || remote?.status === 'failed') return this.end(instance, 'terminated_by_backend', 'the backend reports the instance gone');
+      if (remote?.status === 'terminated' || remote?.status === 'failed') return this.end(instance, 'terminated_by_backend', remote.reason ?? 'the backend reports the instance gone');
       // The agent may be reached another way now (the kubernetes backend's relay of a restarted server listens on another port).
       if (remote?.status === 'running' && remote.agentUrl && remote.agentUrl !== instance.agentUrl) {
         await updateInstance(this.db, instance.id, this.owner, { agent_url: remote.agentUrl });
@@ -203,17 +233,20 @@ export class InstanceController extends LeasedController<InstanceRecord> {
   }
 
   private async terminate(instance: InstanceRecord): Promise<number> {
+    let leftBehind = '';
     if (instance.backendInstanceId) {
-      const backend = await this.pool.backend(instance.projectId, instance.backend);
+      const backend = await this.pool.backendOf(instance);
       try {
         if (backend) await backend.terminate(instance.backendInstanceId);
       } catch (error) {
         if (error instanceof BackendAuthError) return this.refused(instance, 'terminate', error);
-        throw error;
+        // A host that cannot be reached cannot be cleaned: said, rather than kept terminating for ever.
+        if (!(instance.sshHost && error instanceof BackendError)) throw error;
+        leftBehind = `; the agent could not be uninstalled from ${instance.sshHost.name} (${error.message})`;
       }
     }
     const current = await getInstance(this.db, instance.id);
-    const message = current && !isRefusal(current.statusMessage) ? current.statusMessage : '';
+    const message = `${current && !isRefusal(current.statusMessage) ? current.statusMessage : ''}${leftBehind}`;
     return this.end(current ?? instance, current?.terminationReason ?? 'fleet_deleted', message);
   }
 
@@ -241,6 +274,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     const written = await updateInstance(this.db, instance.id, this.owner, {
       status: 'terminated', termination_reason: reason, status_message: message, terminated_at: new Date(),
     });
+    if (instance.sshHost) await this.pool.releaseHost(instance.id);
     if (written) {
       await this.event(instance, 'Terminated', `${reason}${message ? `: ${message}` : ''}`);
       await this.db.notify(CHANNELS.runs);
@@ -251,7 +285,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
 
   private async remoteInstance(instance: InstanceRecord): Promise<BackendInstance | null> {
     if (!instance.backendInstanceId) return null;
-    const backend = await this.pool.backend(instance.projectId, instance.backend);
+    const backend = await this.pool.backendOf(instance);
     return backend ? await backend.get(instance.backendInstanceId).catch(() => null) : null;
   }
 

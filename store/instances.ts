@@ -1,6 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Instance } from '../api/objects.js';
 import type { Offer } from '../api/offer.js';
+import type { SshHost } from '../api/ssh-fleet.js';
 import type { ResourceRequirement } from '../api/resources.js';
 import type { InstanceStatus, InstanceTerminationReason } from '../api/status.js';
 import type { Queryable, Row } from './db.js';
@@ -26,6 +27,10 @@ export interface InstanceRecord {
   unreachableSince: Date | null;
   /** The agent's SSH host key as it reports it, in OpenSSH's one-line form; null until it does. */
   sshHostKey: string | null;
+  /** The host of an SSH fleet this instance is, as the fleet named it when the instance was made; null for other backends. */
+  sshHost: SshHost | null;
+  /** The address the fleet's other instances reach this one at, where it differs from the agent's (an SSH host's, reached through a tunnel). */
+  internalIp: string | null;
   createdAt: Date;
   terminatedAt: Date | null;
 }
@@ -35,14 +40,14 @@ export const toInstance = (r: Row): InstanceRecord => ({
   offer: r.offer, backendInstanceId: r.backend_instance_id, agentUrl: r.agent_url, agentToken: r.agent_token,
   status: r.status, statusMessage: r.status_message, terminationReason: r.termination_reason, runId: r.run_id,
   idleSince: r.idle_since, provisioningStartedAt: r.provisioning_started_at, unreachableSince: r.unreachable_since,
-  sshHostKey: r.ssh_host_key, createdAt: r.created_at, terminatedAt: r.terminated_at,
+  sshHostKey: r.ssh_host_key, sshHost: r.ssh_host ?? null, internalIp: r.internal_ip ?? null, createdAt: r.created_at, terminatedAt: r.terminated_at,
 });
 
 export function instanceView(i: InstanceRecord, fleetName: string, runName: string | null): Instance {
   return {
     id: i.id, name: i.name, fleet: fleetName, backend: i.backend, status: i.status, statusMessage: i.statusMessage,
     terminationReason: i.terminationReason, gpu: i.offer?.gpu ?? null, region: i.offer?.region ?? null,
-    pricePerHour: i.offer?.pricePerHour ?? null, run: runName, idleSince: i.idleSince?.toISOString() ?? null,
+    pricePerHour: i.offer?.pricePerHour ?? null, host: i.sshHost?.name ?? null, run: runName, idleSince: i.idleSince?.toISOString() ?? null,
     createdAt: i.createdAt.toISOString(), terminatedAt: i.terminatedAt?.toISOString() ?? null,
   };
 }
@@ -54,6 +59,7 @@ export interface NewInstance {
   backend: string;
   requirement: ResourceRequirement;
   runId: string | null;
+  sshHost?: SshHost;
 }
 
 /** A pending instance: the instance controller provisions it. A run that reserves it owns it from the start. */
@@ -61,9 +67,9 @@ export async function insertInstance(db: Queryable, n: NewInstance): Promise<Ins
   const id = randomUUID();
   const [{ count }] = await db.query<{ count: number }>('SELECT count(*)::int AS count FROM instances WHERE fleet_id = $1', [n.fleetId]);
   const rows = await db.query(
-    `INSERT INTO instances (id, project_id, fleet_id, name, backend, requirement, agent_token, status, run_id)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8) RETURNING *`,
-    [id, n.projectId, n.fleetId, `${n.fleetName}-${count}`, n.backend, n.requirement, randomBytes(24).toString('base64url'), n.runId]);
+    `INSERT INTO instances (id, project_id, fleet_id, name, backend, requirement, agent_token, status, run_id, ssh_host)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9::jsonb) RETURNING *`,
+    [id, n.projectId, n.fleetId, `${n.fleetName}-${count}`, n.backend, n.requirement, randomBytes(24).toString('base64url'), n.runId, n.sshHost ?? null]);
   return toInstance(rows[0]);
 }
 
@@ -87,7 +93,7 @@ export async function listInstanceViews(db: Queryable, projectId: string, option
 }
 
 type InstanceColumn = 'status' | 'status_message' | 'termination_reason' | 'offer' | 'backend_instance_id' | 'agent_url'
-  | 'run_id' | 'idle_since' | 'provisioning_started_at' | 'unreachable_since' | 'terminated_at' | 'ssh_host_key';
+  | 'run_id' | 'idle_since' | 'provisioning_started_at' | 'unreachable_since' | 'terminated_at' | 'ssh_host_key' | 'internal_ip';
 
 /** Writes the changes only while `owner` still holds the instance's lease; false when it lost it. */
 export function updateInstance(db: Queryable, id: string, owner: string, patch: Partial<Record<InstanceColumn, unknown>>): Promise<boolean> {

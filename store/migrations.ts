@@ -318,6 +318,22 @@ CREATE TABLE console_sessions (
 CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
 `,
   },
+  {
+    version: 18,
+    name: 'SSH fleets: the host each instance is, its internal address, the host keys seen first, and when a fleet was last applied',
+    sql: `
+ALTER TABLE instances ADD COLUMN ssh_host jsonb;
+ALTER TABLE instances ADD COLUMN internal_ip text;
+ALTER TABLE fleets ADD COLUMN applied_at timestamptz NOT NULL DEFAULT now();
+CREATE TABLE ssh_host_keys (
+  fleet_id text NOT NULL REFERENCES fleets(id) ON DELETE CASCADE,
+  address text NOT NULL,
+  public_key text NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (fleet_id, address)
+);
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;

@@ -56,11 +56,11 @@ export async function listNodes(db: Queryable, parentId: string): Promise<RunRec
  * A node that already ran and ended keeps its address, so that a sibling starting after it still learns it.
  */
 export async function nodeAddresses(db: Queryable, parentId: string): Promise<string[] | null> {
-  const rows = await db.query<{ agent_url: string | null }>(
-    `SELECT i.agent_url FROM runs r LEFT JOIN instances i ON i.id = r.instance_id
+  const rows = await db.query<{ agent_url: string | null; internal_ip: string | null }>(
+    `SELECT i.agent_url, i.internal_ip FROM runs r LEFT JOIN instances i ON i.id = r.instance_id
      WHERE r.service_id = $1 AND NOT r.deleted ORDER BY r.replica`, [parentId]);
   if (rows.some((row) => !row.agent_url)) return null;
-  return rows.map((row) => instanceAddress(row.agent_url!));
+  return rows.map((row) => row.internal_ip ?? instanceAddress(row.agent_url!));
 }
 
 /**

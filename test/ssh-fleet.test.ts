@@ -1,0 +1,206 @@
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Fleet, Instance, Run } from '../api/objects.js';
+import { addProject, makeHome, runCli, show } from './helpers/cli.js';
+import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
+import { makeKeyPair, SSHD, TestSshd, type KeyPair } from './helpers/sshd.js';
+
+const FIXTURES = join(import.meta.dirname, 'fixtures', 'nvidia-smi');
+
+/** An nvidia-smi that answers the detection query as an H100 did (test/fixtures/nvidia-smi), for a host "with a GPU". */
+function fakeNvidiaSmi(dir: string): string {
+  const bin = join(dir, 'gpu-bin');
+  mkdirSync(bin);
+  copyFileSync(join(FIXTURES, 'h100-name-memory.csv'), join(bin, 'name,memory.total.csv'));
+  copyFileSync(join(FIXTURES, 'h100-usage-idle.csv'), join(bin, 'index,name,utilization.gpu,memory.used,memory.total.csv'));
+  writeFileSync(join(bin, 'nvidia-smi'), '#!/bin/sh\nexec cat "$(dirname "$0")/${1#--query-gpu=}.csv"\n');
+  chmodSync(join(bin, 'nvidia-smi'), 0o755);
+  return bin;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The pids of the agents and supervisors installed on a test host, from the pid files the install writes. */
+function installedPids(sshd: TestSshd): number[] {
+  const agents = join(sshd.hostDir, 'agents');
+  if (!existsSync(agents)) return [];
+  return readdirSync(agents).flatMap((id) => ['agent.pid', 'supervisor.pid']
+    .map((file) => join(agents, id, file)).filter(existsSync).map((file) => Number(readFileSync(file, 'utf8').trim())));
+}
+
+/** The sshd processes serving the sessions the server holds open: the children of the host's listener. */
+function sessionPids(sshd: TestSshd): number[] {
+  const listener = Number(readFileSync(join(sshd.dir, 'sshd.pid'), 'utf8').trim());
+  return execFileSync('ps', ['-o', 'pid=', '--ppid', String(listener)], { encoding: 'utf8' }).split('\n').map(Number).filter(Boolean);
+}
+
+describe('SSH fleets on real OpenSSH servers', function () {
+  this.timeout(240_000);
+  let server: TestServer;
+  let home: ReturnType<typeof makeHome>;
+  let work: string;
+  let key: KeyPair;
+  let plain: TestSshd;
+  let gpu: TestSshd;
+  let jump: TestSshd;
+  let stranger: TestSshd;
+  const cli = (args: string[]) => runCli(args, { home: home.home, cwd: work, timeoutMs: 180_000 });
+  const fleet = async (name: string): Promise<Fleet | null> => {
+    const answer = await server.api('GET', `/api/projects/main/fleets/${name}`);
+    return answer.status === 200 ? answer.body as Fleet : null;
+  };
+  const hostOf = (f: Fleet | null, sshd: TestSshd): Instance | undefined => f?.instances.find((i) => i.host === `${sshd.address}:${sshd.port}`);
+  const writeFleet = (name: string, hosts: string) => {
+    const file = join(work, `${name}.yml`);
+    writeFileSync(file, `type: fleet\nname: ${name}\nssh_config:\n  user: root\n  identity_file: ${key.privateKey}\n  hosts:\n${hosts}`);
+    return file;
+  };
+  const hostEntry = (sshd: TestSshd, extra = '') => `    - hostname: ${sshd.address}\n      port: ${sshd.port}\n${extra}`;
+  const viaJump = () => `      proxy_jump:\n        hostname: ${jump.address}\n        port: ${jump.port}\n`;
+
+  before(async function () {
+    if (!existsSync(SSHD)) throw new Error(`${SSHD} is missing: scripts/test-setup.sh installs openssh-server`);
+    work = mkdtempSync(join(tmpdir(), 'orch-ssh-fleet-'));
+    key = makeKeyPair(work, 'fleet-key');
+    const other = makeKeyPair(work, 'other-key');
+    plain = new TestSshd({ address: '127.0.0.2', authorized: [key.publicKey] });
+    gpu = new TestSshd({ address: '127.0.0.3', authorized: [key.publicKey], path: [fakeNvidiaSmi(work)] });
+    jump = new TestSshd({ address: '127.0.0.4', authorized: [key.publicKey], logLevel: 'DEBUG1' });
+    stranger = new TestSshd({ address: '127.0.0.5', authorized: [other.publicKey] });
+    await Promise.all([plain, gpu, jump, stranger].map((sshd) => sshd.start()));
+    server = await startTestServer('pglite', LOCAL_CONFIG);
+    home = makeHome();
+    await addProject(home.home, server.url);
+  });
+
+  after(async function () {
+    if (server) {
+      for (const f of (await server.api('GET', '/api/projects/main/fleets')).body as Fleet[]) await server.api('DELETE', `/api/projects/main/fleets/${f.name}`);
+      await eventually(async () => ((await server.api('GET', '/api/projects/main/instances')).body as unknown[]).length === 0, 60_000, 'every instance to end').catch(() => undefined);
+      await server.stop();
+    }
+    for (const sshd of [plain, gpu, jump, stranger]) {
+      if (!sshd) continue;
+      for (const pid of installedPids(sshd)) if (isAlive(pid)) process.kill(pid, 'SIGKILL');
+      await sshd.remove();
+    }
+    home?.remove();
+    if (work) rmSync(work, { recursive: true, force: true });
+  });
+
+  it('installs the agent on each host, one through a head node, and fails only the host that refuses the key', async () => {
+    const file = writeFleet('own', hostEntry(plain) + hostEntry(gpu, viaJump()) + hostEntry(stranger));
+    const applied = await cli(['apply', '-f', file, '-y']);
+    expect(applied.code, show(applied)).to.equal(0);
+    expect(applied.stderr).to.contain(`hosts`);
+    expect(applied.stderr).to.contain(`root@${gpu.address}:${gpu.port} via ${jump.address}`);
+    const ready = await eventually(async () => {
+      const f = await fleet('own');
+      const [a, b, c] = [hostOf(f, plain), hostOf(f, gpu), hostOf(f, stranger)];
+      return a?.status === 'idle' && b?.status === 'idle' && c?.status === 'terminated' ? f : null;
+    }, 120_000, 'two hosts idle and the third failed');
+    expect(hostOf(ready, gpu)!.gpu).to.deep.include({ name: 'H100', count: 1 });
+    expect(hostOf(ready, plain)!.gpu).to.deep.include({ count: 0 });
+    expect(hostOf(ready, stranger)!.statusMessage).to.contain(`root@${stranger.address}:${stranger.port} refused the key ${key.privateKey}`);
+    expect(jump.log, 'the head node carried the connection to the host behind it').to.match(new RegExp(`target ${gpu.address.replace(/\./g, '\\.')} port ${gpu.port}`));
+
+    const table = await cli(['fleet']);
+    expect(table.code, show(table)).to.equal(0);
+    expect(table.stdout, table.stdout).to.match(new RegExp(`ssh ${gpu.address}:${gpu.port}\\s+H100:79.65GB:1\\s+idle`));
+    expect(table.stdout).to.contain(`ssh ${stranger.address}:${stranger.port}`);
+    expect(table.stdout).to.contain('refused the key');
+    expect(readdirSync(join(gpu.hostDir, 'agents')), 'the agent of the host behind the head node').to.have.length(1);
+    const [id] = readdirSync(join(plain.hostDir, 'agents'));
+    const agentPort = new URL(JSON.parse(readFileSync(join(plain.hostDir, 'agents', id!, 'agent.out'), 'utf8')).url).port;
+    const listening = execFileSync('ss', ['-Hltn'], { encoding: 'utf8' }).split('\n').map((line) => line.trim().split(/\s+/)[3]).filter((a) => a?.endsWith(`:${agentPort}`));
+    expect(listening, 'the agent listens on the host\'s loopback only').to.deep.equal([`127.0.0.1:${agentPort}`]);
+  });
+
+  it('runs a 2-node task across two hosts, which reach each other at their own addresses', async () => {
+    const file = join(work, 'pair.yml');
+    writeFileSync(file, 'type: task\nname: pair\nnodes: 2\ncommands:\n  - echo "rank=$ORCHESTRATOR_NODE_RANK master=$ORCHESTRATOR_MASTER_NODE_IP ips=$(echo $ORCHESTRATOR_NODES_IPS)"\n');
+    const result = await cli(['apply', '-f', file, '-y']);
+    expect(result.code, show(result)).to.equal(0);
+    const runs = await eventually(async () => {
+      const all = (await server.api('GET', '/api/projects/main/runs?all=true')).body as Run[];
+      const pair = all.find((r) => r.name === 'pair');
+      return pair && ['done', 'failed', 'terminated'].includes(pair.status) ? pair : null;
+    }, 60_000, 'the task to end');
+    expect(runs.status, JSON.stringify(runs)).to.equal('done');
+    const logs = await cli(['logs', 'pair']);
+    expect(logs.stdout).to.match(/rank=0 master=127\.0\.0\.[23] ips=127\.0\.0\.[23] 127\.0\.0\.[23]/);
+    expect(logs.stdout).to.contain(plain.address);
+    expect(logs.stdout).to.contain(gpu.address);
+  });
+
+  it('brings the agent back when its process dies', async () => {
+    const [id] = readdirSync(join(plain.hostDir, 'agents'));
+    const pidFile = join(plain.hostDir, 'agents', id!, 'agent.pid');
+    const before = Number(readFileSync(pidFile, 'utf8'));
+    process.kill(before, 'SIGKILL');
+    await eventually(async () => {
+      const now = Number(readFileSync(pidFile, 'utf8'));
+      return now !== before && isAlive(now) && hostOf(await fleet('own'), plain)?.status === 'idle';
+    }, 30_000, 'a new agent, and the host idle');
+    const file = join(work, 'after.yml');
+    writeFileSync(file, 'type: task\nname: after\nnodes: 2\ncommands:\n  - echo ran on $ORCHESTRATOR_NODE_RANK\n');
+    const result = await cli(['apply', '-f', file, '-y']);
+    expect(result.code, show(result)).to.equal(0);
+    expect(result.stderr).to.match(/^done: /m);
+  });
+
+  it('drains and uninstalls a host removed from ssh_config, and installs one added back', async () => {
+    const pids = installedPids(gpu);
+    expect(pids).to.have.length(2);
+    const without = await cli(['apply', '-f', writeFleet('own', hostEntry(plain) + hostEntry(stranger)), '-y']);
+    expect(without.code, show(without)).to.equal(0);
+    await eventually(async () => hostOf(await fleet('own'), gpu) === undefined, 60_000, 'the host gone from the fleet');
+    expect(existsSync(gpu.hostDir), 'nothing installed left on the host').to.equal(false);
+    expect(pids.filter(isAlive), 'no agent or supervisor left').to.deep.equal([]);
+    expect(hostOf(await fleet('own'), plain)?.status).to.equal('idle');
+
+    const back = await cli(['apply', '-f', writeFleet('own', hostEntry(plain) + hostEntry(gpu, viaJump()) + hostEntry(stranger)), '-y']);
+    expect(back.code, show(back)).to.equal(0);
+    await eventually(async () => hostOf(await fleet('own'), gpu)?.status === 'idle', 90_000, 'the host added back idle');
+  });
+
+  it('fleet delete stops every agent and leaves nothing behind on the hosts', async () => {
+    const pids = [...installedPids(plain), ...installedPids(gpu)];
+    expect(pids).to.have.length(4);
+    const deleted = await cli(['fleet', 'delete', 'own', '-y']);
+    expect(deleted.code, show(deleted)).to.equal(0);
+    await eventually(async () => (await fleet('own')) === null, 60_000, 'the fleet gone');
+    expect(existsSync(plain.hostDir), 'nothing installed left on the first host').to.equal(false);
+    expect(existsSync(gpu.hostDir), 'nothing installed left on the second host').to.equal(false);
+    expect(pids.filter(isAlive)).to.deep.equal([]);
+  });
+
+  it('stops a host whose host key changed, with the reason, and never trusts the new key by itself', async () => {
+    const file = writeFleet('keys', hostEntry(plain));
+    const applied = await cli(['apply', '-f', file, '-y']);
+    expect(applied.code, show(applied)).to.equal(0);
+    await eventually(async () => hostOf(await fleet('keys'), plain)?.status === 'idle', 90_000, 'the host idle');
+    const sessions = sessionPids(plain);
+    expect(sessions, 'the server keeps a session open').not.to.deep.equal([]);
+    await plain.stop();
+    await plain.start();
+    for (const pid of sessions) process.kill(pid, 'SIGTERM');
+    const failed = await eventually(async () => {
+      const host = hostOf(await fleet('keys'), plain);
+      return host?.status === 'terminated' && /host key/.test(host.statusMessage) ? host : null;
+    }, 60_000, 'the host stopped for its key');
+    expect(failed.statusMessage).to.contain(`the host key of ${plain.address}:${plain.port} changed: recorded SHA256:`);
+    const table = await cli(['fleet']);
+    expect(table.stdout).to.contain('host key');
+  });
+});
