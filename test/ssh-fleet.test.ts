@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Fleet, Instance, Run } from '../api/objects.js';
 import { addProject, makeHome, runCli, show } from './helpers/cli.js';
+import { freePort } from './helpers/ports.js';
 import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 import { makeKeyPair, SSHD, TestSshd, type KeyPair } from './helpers/sshd.js';
 
@@ -18,6 +19,17 @@ function fakeNvidiaSmi(dir: string): string {
   copyFileSync(join(FIXTURES, 'h100-usage-idle.csv'), join(bin, 'index,name,utilization.gpu,memory.used,memory.total.csv'));
   writeFileSync(join(bin, 'nvidia-smi'), '#!/bin/sh\nexec cat "$(dirname "$0")/${1#--query-gpu=}.csv"\n');
   chmodSync(join(bin, 'nvidia-smi'), 0o755);
+  return bin;
+}
+
+/** An `id` that says uid 1000 and a `sudo` that wants a password: a host whose user may not become root. */
+function notRoot(dir: string): string {
+  const bin = join(dir, 'user-bin');
+  mkdirSync(bin);
+  writeFileSync(join(bin, 'id'), '#!/bin/sh\n[ "$1" = -u ] && { echo 1000; exit 0; }\nexec /usr/bin/id "$@"\n');
+  writeFileSync(join(bin, 'sudo'), '#!/bin/sh\necho "sudo: a password is required" >&2\nexit 1\n');
+  chmodSync(join(bin, 'id'), 0o755);
+  chmodSync(join(bin, 'sudo'), 0o755);
   return bin;
 }
 
@@ -54,19 +66,24 @@ describe('SSH fleets on real OpenSSH servers', function () {
   let gpu: TestSshd;
   let jump: TestSshd;
   let stranger: TestSshd;
+  let noSudo: TestSshd;
+  /** A host whose sshd is not running: nothing answers at its address and port. */
+  let down: { address: string; port: number };
   const cli = (args: string[]) => runCli(args, { home: home.home, cwd: work, timeoutMs: 180_000 });
   const fleet = async (name: string): Promise<Fleet | null> => {
     const answer = await server.api('GET', `/api/projects/main/fleets/${name}`);
     return answer.status === 200 ? answer.body as Fleet : null;
   };
-  const hostOf = (f: Fleet | null, sshd: TestSshd): Instance | undefined => f?.instances.find((i) => i.host === `${sshd.address}:${sshd.port}`);
+  const hostOf = (f: Fleet | null, sshd: { address: string; port: number }): Instance | undefined => f?.instances.find((i) => i.host === `${sshd.address}:${sshd.port}`);
   const writeFleet = (name: string, hosts: string) => {
     const file = join(work, `${name}.yml`);
     writeFileSync(file, `type: fleet\nname: ${name}\nssh_config:\n  user: root\n  identity_file: ${key.privateKey}\n  hosts:\n${hosts}`);
     return file;
   };
-  const hostEntry = (sshd: TestSshd, extra = '') => `    - hostname: ${sshd.address}\n      port: ${sshd.port}\n${extra}`;
+  const hostEntry = (sshd: { address: string; port: number }, extra = '') => `    - hostname: ${sshd.address}\n      port: ${sshd.port}\n${extra}`;
   const viaJump = () => `      proxy_jump:\n        hostname: ${jump.address}\n        port: ${jump.port}\n`;
+  /** The fleet `own`: the two hosts that work (the second behind the head node, unless left out), and three that fail. */
+  const ownHosts = (withGpu = true) => [hostEntry(plain), withGpu ? hostEntry(gpu, viaJump()) : '', hostEntry(stranger), hostEntry(noSudo), hostEntry(down)].join('');
 
   before(async function () {
     if (!existsSync(SSHD)) throw new Error(`${SSHD} is missing: scripts/test-setup.sh installs openssh-server`);
@@ -77,7 +94,9 @@ describe('SSH fleets on real OpenSSH servers', function () {
     gpu = new TestSshd({ address: '127.0.0.3', authorized: [key.publicKey], path: [fakeNvidiaSmi(work)] });
     jump = new TestSshd({ address: '127.0.0.4', authorized: [key.publicKey], logLevel: 'DEBUG1' });
     stranger = new TestSshd({ address: '127.0.0.5', authorized: [other.publicKey] });
-    await Promise.all([plain, gpu, jump, stranger].map((sshd) => sshd.start()));
+    noSudo = new TestSshd({ address: '127.0.0.6', authorized: [key.publicKey], path: [notRoot(work)] });
+    down = { address: '127.0.0.7', port: await freePort() };
+    await Promise.all([plain, gpu, jump, stranger, noSudo].map((sshd) => sshd.start()));
     server = await startTestServer('pglite', LOCAL_CONFIG);
     home = makeHome();
     await addProject(home.home, server.url);
@@ -89,7 +108,7 @@ describe('SSH fleets on real OpenSSH servers', function () {
       await eventually(async () => ((await server.api('GET', '/api/projects/main/instances')).body as unknown[]).length === 0, 60_000, 'every instance to end').catch(() => undefined);
       await server.stop();
     }
-    for (const sshd of [plain, gpu, jump, stranger]) {
+    for (const sshd of [plain, gpu, jump, stranger, noSudo]) {
       if (!sshd) continue;
       for (const pid of installedPids(sshd)) if (isAlive(pid)) process.kill(pid, 'SIGKILL');
       await sshd.remove();
@@ -98,8 +117,8 @@ describe('SSH fleets on real OpenSSH servers', function () {
     if (work) rmSync(work, { recursive: true, force: true });
   });
 
-  it('installs the agent on each host, one through a head node, and fails only the host that refuses the key', async () => {
-    const file = writeFleet('own', hostEntry(plain) + hostEntry(gpu, viaJump()) + hostEntry(stranger));
+  it('installs the agent on each host, one through a head node, and fails only the hosts that refuse the key, sudo or the connection', async () => {
+    const file = writeFleet('own', ownHosts());
     const applied = await cli(['apply', '-f', file, '-y']);
     expect(applied.code, show(applied)).to.equal(0);
     expect(applied.stderr).to.contain(`hosts`);
@@ -112,6 +131,12 @@ describe('SSH fleets on real OpenSSH servers', function () {
     expect(hostOf(ready, gpu)!.gpu).to.deep.include({ name: 'H100', count: 1 });
     expect(hostOf(ready, plain)!.gpu).to.deep.include({ count: 0 });
     expect(hostOf(ready, stranger)!.statusMessage).to.contain(`root@${stranger.address}:${stranger.port} refused the key ${key.privateKey}`);
+    const failed = await eventually(async () => {
+      const f = await fleet('own');
+      return hostOf(f, noSudo)?.status === 'terminated' && hostOf(f, down)?.statusMessage ? f : null;
+    }, 30_000, 'the host without sudo failed, and the one that is down said why');
+    expect(hostOf(failed, noSudo)!.statusMessage).to.contain('user root is not root and cannot sudo without a password');
+    expect(hostOf(failed, down)!.statusMessage).to.contain(`cannot connect to ${down.address}:${down.port} over SSH: connect ECONNREFUSED`);
     expect(jump.log, 'the head node carried the connection to the host behind it').to.match(new RegExp(`target ${gpu.address.replace(/\./g, '\\.')} port ${gpu.port}`));
 
     const table = await cli(['fleet']);
@@ -162,14 +187,14 @@ describe('SSH fleets on real OpenSSH servers', function () {
   it('drains and uninstalls a host removed from ssh_config, and installs one added back', async () => {
     const pids = installedPids(gpu);
     expect(pids).to.have.length(2);
-    const without = await cli(['apply', '-f', writeFleet('own', hostEntry(plain) + hostEntry(stranger)), '-y']);
+    const without = await cli(['apply', '-f', writeFleet('own', ownHosts(false)), '-y']);
     expect(without.code, show(without)).to.equal(0);
     await eventually(async () => hostOf(await fleet('own'), gpu) === undefined, 60_000, 'the host gone from the fleet');
     expect(existsSync(gpu.hostDir), 'nothing installed left on the host').to.equal(false);
     expect(pids.filter(isAlive), 'no agent or supervisor left').to.deep.equal([]);
     expect(hostOf(await fleet('own'), plain)?.status).to.equal('idle');
 
-    const back = await cli(['apply', '-f', writeFleet('own', hostEntry(plain) + hostEntry(gpu, viaJump()) + hostEntry(stranger)), '-y']);
+    const back = await cli(['apply', '-f', writeFleet('own', ownHosts()), '-y']);
     expect(back.code, show(back)).to.equal(0);
     await eventually(async () => hostOf(await fleet('own'), gpu)?.status === 'idle', 90_000, 'the host added back idle');
   });

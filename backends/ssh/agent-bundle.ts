@@ -17,7 +17,8 @@ export interface AgentFiles {
 
 /** A built installation (npm run build) carries the bundle; from source it is built once per server. */
 const BUILT_BUNDLE = fileURLToPath(new URL('../../agent-bundle/agent.mjs', import.meta.url));
-const ENTRY = fileURLToPath(new URL('../../cli/agent-main.ts', import.meta.url));
+/** The entry from source (through tsx), or as tsc compiled it into dist/. */
+const ENTRY = [new URL('../../cli/agent-main.ts', import.meta.url), new URL('../../cli/agent-main.js', import.meta.url)].map((url) => fileURLToPath(url)).find(existsSync)!;
 
 /** Imported modules made available to CommonJS code inside an ES module bundle. */
 const BANNER = "import { createRequire as __r } from 'node:module'; import { fileURLToPath as __f } from 'node:url'; "
