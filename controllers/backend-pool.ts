@@ -70,7 +70,7 @@ export class BackendPool {
     if (!instance.sshHost) return this.backend(instance.projectId, instance.backend);
     let host = this.hosts.get(instance.id);
     if (!host) {
-      host = new SshHostBackend({ host: instance.sshHost, keys: hostKeyBook(this.db, instance.fleetId), stateDir: join(this.stateDir, 'ssh') });
+      host = new SshHostBackend({ host: instance.sshHost, keys: hostKeyBook(this.db, instance.fleetId), fleetId: instance.fleetId, stateDir: join(this.stateDir, 'ssh') });
       this.hosts.set(instance.id, host);
     }
     return host;

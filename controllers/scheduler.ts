@@ -10,6 +10,7 @@ import { insertInstance, toInstance, type InstanceRecord } from '../store/instan
 import { insertNode, nodeCount, NODE_JOB } from '../store/nodes.js';
 import { SERVICE_PARENT } from '../store/services.js';
 import type { BackendPool, OfferListing } from './backend-pool.js';
+import { isDraining, sshFleetShortfall } from './ssh-placement.js';
 import type { Controller } from './manager.js';
 import { chooseFleets, type RunPlaces } from './placement-filter.js';
 import { retryDecision } from './retry-policy.js';
@@ -233,8 +234,10 @@ export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }
     const offered = choice.fleets.map((f) => `${f.name} (${describeRequirement(f.requirement)})`).join(', ');
     return { kind: 'fail', reason: 'no_fleet_matches', message: `no fleet matches: the run needs ${describeRequirement(run.requirement)}; the fleets offer ${offered}${elsewhere}` };
   }
+  // An SSH host's resources are known once it was reached; until then nothing is placed on it.
   const fits = (i: InstanceRecord, fleet: FleetRecord) => i.fleetId === fleet.id && i.runId === null && choice.allows(i.backend)
-    && (i.offer ? offerSatisfies(i.offer, run.requirement) : intersectRequirements(i.requirement, run.requirement) !== null);
+    && (i.offer ? offerSatisfies(i.offer, run.requirement) : !i.sshHost && intersectRequirements(i.requirement, run.requirement) !== null)
+    && !isDraining(fleet, i);
   const idle = candidates.flatMap(({ fleet }) => instances.filter((i) => i.status === 'idle' && fits(i, fleet)).map((instance) => ({ fleet, instance })))
     .sort((a, b) => (a.instance.offer?.pricePerHour ?? 0) - (b.instance.offer?.pricePerHour ?? 0))[0];
   if (idle) return { kind: 'instance', ...idle, ready: true };
@@ -249,6 +252,12 @@ export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }
     const allowed = listing.offers.filter((o: Offer) => choice.allows(o.backend));
     const matching = allowed.filter((o) => offerSatisfies(o, requirement));
     const fleetInstances = instances.filter((i) => i.fleetId === fleet.id);
+    if (fleet.backends.includes('ssh')) {
+      const shortfall = sshFleetShortfall(fleet, fleetInstances, requirement);
+      reasons.push(shortfall.reason);
+      onlyNoOffers &&= shortfall.fail;
+      continue;
+    }
     if (matching.length === 0 && listing.errors.length === 0 && !fleetInstances.some((i) => i.offer && offerSatisfies(i.offer, run.requirement))) {
       const unoffered = unofferedModels(requirement, allowed);
       reasons.push(`no offers: no ${fleet.backends.join('/')} offer matches ${describeRequirement(requirement)} in fleet ${fleet.name}${unoffered ? ` (${unoffered})` : ''}`);

@@ -4,9 +4,10 @@ import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Fleet, Instance, Run } from '../api/objects.js';
+import { formatSpecError, parseSpecText } from '../api/parse.js';
 import { addProject, makeHome, runCli, show } from './helpers/cli.js';
 import { freePort } from './helpers/ports.js';
-import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
+import { eventually, FAST_TIMINGS, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 import { makeKeyPair, SSHD, TestSshd, type KeyPair } from './helpers/sshd.js';
 
 const FIXTURES = join(import.meta.dirname, 'fixtures', 'nvidia-smi');
@@ -57,7 +58,7 @@ function sessionPids(sshd: TestSshd): number[] {
 }
 
 describe('SSH fleets on real OpenSSH servers', function () {
-  this.timeout(240_000);
+  this.timeout(600_000);
   let server: TestServer;
   let home: ReturnType<typeof makeHome>;
   let work: string;
@@ -69,7 +70,7 @@ describe('SSH fleets on real OpenSSH servers', function () {
   let noSudo: TestSshd;
   /** A host whose sshd is not running: nothing answers at its address and port. */
   let down: { address: string; port: number };
-  const cli = (args: string[]) => runCli(args, { home: home.home, cwd: work, timeoutMs: 180_000 });
+  const cli = (args: string[]) => runCli(args, { home: home.home, cwd: work, timeoutMs: 300_000 });
   const fleet = async (name: string): Promise<Fleet | null> => {
     const answer = await server.api('GET', `/api/projects/main/fleets/${name}`);
     return answer.status === 200 ? answer.body as Fleet : null;
@@ -97,7 +98,8 @@ describe('SSH fleets on real OpenSSH servers', function () {
     noSudo = new TestSshd({ address: '127.0.0.6', authorized: [key.publicKey], path: [notRoot(work)] });
     down = { address: '127.0.0.7', port: await freePort() };
     await Promise.all([plain, gpu, jump, stranger, noSudo].map((sshd) => sshd.start()));
-    server = await startTestServer('pglite', LOCAL_CONFIG);
+    // Copying Node (100MB) to each host takes seconds, more on a busy machine: the provisioning timeout is not what is tested here.
+    server = await startTestServer('pglite', LOCAL_CONFIG, { instanceTimings: { ...FAST_TIMINGS, provisioningTimeoutMs: 600_000, unreachableGraceMs: 60_000 } });
     home = makeHome();
     await addProject(home.home, server.url);
   });
@@ -105,7 +107,7 @@ describe('SSH fleets on real OpenSSH servers', function () {
   after(async function () {
     if (server) {
       for (const f of (await server.api('GET', '/api/projects/main/fleets')).body as Fleet[]) await server.api('DELETE', `/api/projects/main/fleets/${f.name}`);
-      await eventually(async () => ((await server.api('GET', '/api/projects/main/instances')).body as unknown[]).length === 0, 60_000, 'every instance to end').catch(() => undefined);
+      await eventually(async () => ((await server.api('GET', '/api/projects/main/instances')).body as unknown[]).length === 0, 120_000, 'every instance to end').catch(() => undefined);
       await server.stop();
     }
     for (const sshd of [plain, gpu, jump, stranger, noSudo]) {
@@ -127,7 +129,7 @@ describe('SSH fleets on real OpenSSH servers', function () {
       const f = await fleet('own');
       const [a, b, c] = [hostOf(f, plain), hostOf(f, gpu), hostOf(f, stranger)];
       return a?.status === 'idle' && b?.status === 'idle' && c?.status === 'terminated' ? f : null;
-    }, 120_000, 'two hosts idle and the third failed');
+    }, 300_000, 'two hosts idle and the third failed');
     expect(hostOf(ready, gpu)!.gpu).to.deep.include({ name: 'H100', count: 1 });
     expect(hostOf(ready, plain)!.gpu).to.deep.include({ count: 0 });
     expect(hostOf(ready, stranger)!.statusMessage).to.contain(`root@${stranger.address}:${stranger.port} refused the key ${key.privateKey}`);
@@ -160,12 +162,32 @@ describe('SSH fleets on real OpenSSH servers', function () {
       const all = (await server.api('GET', '/api/projects/main/runs?all=true')).body as Run[];
       const pair = all.find((r) => r.name === 'pair');
       return pair && ['done', 'failed', 'terminated'].includes(pair.status) ? pair : null;
-    }, 60_000, 'the task to end');
+    }, 120_000, 'the task to end');
     expect(runs.status, JSON.stringify(runs)).to.equal('done');
     const logs = await cli(['logs', 'pair']);
     expect(logs.stdout).to.match(/rank=0 master=127\.0\.0\.[23] ips=127\.0\.0\.[23] 127\.0\.0\.[23]/);
     expect(logs.stdout).to.contain(plain.address);
     expect(logs.stdout).to.contain(gpu.address);
+  });
+
+  it('places a run on the host that has what it needs, and keeps a run off a host not reached yet', async () => {
+    const gpuTask = join(work, 'on-gpu.yml');
+    writeFileSync(gpuTask, 'type: task\nname: on-gpu\nresources:\n  gpu: H100\ncommands:\n  - echo "on $ORCHESTRATOR_MASTER_NODE_IP"\n');
+    const placed = await cli(['apply', '-f', gpuTask, '-y']);
+    expect(placed.code, show(placed)).to.equal(0);
+    expect(placed.stdout).to.contain(`on ${gpu.address}`);
+    // The host that is down may have one: the run waits for it rather than fail, and is never placed on it.
+    const a100 = join(work, 'on-a100.yml');
+    writeFileSync(a100, 'type: task\nname: on-a100\nresources:\n  gpu: A100\ncommands:\n  - "true"\n');
+    const waiting = await cli(['apply', '-f', a100, '-y', '-d', '--queue']);
+    expect(waiting.code, show(waiting)).to.equal(0);
+    const run = await eventually(async () => {
+      const found = (await server.api('GET', '/api/projects/main/runs/on-a100')).body as Run;
+      return found.statusMessage ? found : null;
+    }, 30_000, 'the run to say why it waits');
+    expect(run).to.deep.include({ status: 'submitted', statusMessage: 'waiting: 1 host of SSH fleet own not reached yet', instance: null });
+    const stopped = await cli(['stop', 'on-a100']);
+    expect(stopped.code, show(stopped)).to.equal(0);
   });
 
   it('brings the agent back when its process dies', async () => {
@@ -189,22 +211,22 @@ describe('SSH fleets on real OpenSSH servers', function () {
     expect(pids).to.have.length(2);
     const without = await cli(['apply', '-f', writeFleet('own', ownHosts(false)), '-y']);
     expect(without.code, show(without)).to.equal(0);
-    await eventually(async () => hostOf(await fleet('own'), gpu) === undefined, 60_000, 'the host gone from the fleet');
+    await eventually(async () => hostOf(await fleet('own'), gpu) === undefined, 120_000, 'the host gone from the fleet');
     expect(existsSync(gpu.hostDir), 'nothing installed left on the host').to.equal(false);
     expect(pids.filter(isAlive), 'no agent or supervisor left').to.deep.equal([]);
     expect(hostOf(await fleet('own'), plain)?.status).to.equal('idle');
 
     const back = await cli(['apply', '-f', writeFleet('own', ownHosts()), '-y']);
     expect(back.code, show(back)).to.equal(0);
-    await eventually(async () => hostOf(await fleet('own'), gpu)?.status === 'idle', 90_000, 'the host added back idle');
+    await eventually(async () => hostOf(await fleet('own'), gpu)?.status === 'idle', 300_000, 'the host added back idle');
   });
 
   it('fleet delete stops every agent and leaves nothing behind on the hosts', async () => {
     const pids = [...installedPids(plain), ...installedPids(gpu)];
-    expect(pids).to.have.length(4);
+    expect(pids, JSON.stringify({ plain: installedPids(plain), gpu: installedPids(gpu), fleet: await fleet('own') })).to.have.length(4);
     const deleted = await cli(['fleet', 'delete', 'own', '-y']);
     expect(deleted.code, show(deleted)).to.equal(0);
-    await eventually(async () => (await fleet('own')) === null, 60_000, 'the fleet gone');
+    await eventually(async () => (await fleet('own')) === null, 120_000, 'the fleet gone');
     expect(existsSync(plain.hostDir), 'nothing installed left on the first host').to.equal(false);
     expect(existsSync(gpu.hostDir), 'nothing installed left on the second host').to.equal(false);
     expect(pids.filter(isAlive)).to.deep.equal([]);
@@ -214,7 +236,7 @@ describe('SSH fleets on real OpenSSH servers', function () {
     const file = writeFleet('keys', hostEntry(plain));
     const applied = await cli(['apply', '-f', file, '-y']);
     expect(applied.code, show(applied)).to.equal(0);
-    await eventually(async () => hostOf(await fleet('keys'), plain)?.status === 'idle', 90_000, 'the host idle');
+    await eventually(async () => hostOf(await fleet('keys'), plain)?.status === 'idle', 300_000, 'the host idle');
     const sessions = sessionPids(plain);
     expect(sessions, 'the server keeps a session open').not.to.deep.equal([]);
     await plain.stop();
@@ -223,9 +245,39 @@ describe('SSH fleets on real OpenSSH servers', function () {
     const failed = await eventually(async () => {
       const host = hostOf(await fleet('keys'), plain);
       return host?.status === 'terminated' && /host key/.test(host.statusMessage) ? host : null;
-    }, 60_000, 'the host stopped for its key');
+    }, 120_000, 'the host stopped for its key');
     expect(failed.statusMessage).to.contain(`the host key of ${plain.address}:${plain.port} changed: recorded SHA256:`);
     const table = await cli(['fleet']);
     expect(table.stdout).to.contain('host key');
+
+    // As the reason says: the host leaves the fleet (its key is forgotten) and comes back, a first contact again.
+    const untrusted = installedPids(plain);
+    expect(untrusted.filter(isAlive), 'the agent on a host that is not trusted is left alone').to.have.length(2);
+    const emptied = await cli(['apply', '-f', writeFleet('keys', hostEntry(stranger)), '-y']);
+    expect(emptied.code, show(emptied)).to.equal(0);
+    const back = await cli(['apply', '-f', writeFleet('keys', hostEntry(plain)), '-y']);
+    expect(back.code, show(back)).to.equal(0);
+    await eventually(async () => hostOf(await fleet('keys'), plain)?.status === 'idle', 300_000, 'the host trusted again, and idle');
+    expect(readdirSync(join(plain.hostDir, 'agents')), 'the agent left behind was replaced').to.have.length(1);
+    expect(untrusted.filter(isAlive)).to.deep.equal([]);
+
+    const a100 = join(work, 'want-a100.yml');
+    writeFileSync(a100, 'type: task\nname: want-a100\nfleets: [keys]\nresources:\n  gpu: A100\ncommands:\n  - "true"\n');
+    const refused = await cli(['apply', '-f', a100, '-y']);
+    expect(refused.code, show(refused)).to.equal(1);
+    expect(refused.stderr).to.contain('no offers: no host of SSH fleet keys has');
+  });
+});
+
+describe('docs/fleets.md', () => {
+  it('has configurations that are valid as written: each fleet and task in it parses without an error', () => {
+    const doc = readFileSync(join(import.meta.dirname, '..', 'docs', 'fleets.md'), 'utf8');
+    const blocks = [...doc.matchAll(/```yaml\n([\s\S]*?)```/g)].map((match) => match[1]!);
+    expect(blocks.length).to.be.at.least(3);
+    for (const block of blocks) {
+      const { specs, errors } = parseSpecText(block, 'fleets.md', {});
+      expect(errors.map(formatSpecError), block).to.deep.equal([]);
+      expect(specs).to.have.length(1);
+    }
   });
 });

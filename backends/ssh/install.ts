@@ -86,7 +86,7 @@ function ptyArchive(pty: NonNullable<AgentFiles['pty']>): Promise<Buffer> {
 }
 
 /** Copies the agent and its Node to the host, without the host downloading anything, and starts it under a supervisor. */
-export async function installAgent(connection: SshConnection, facts: HostFacts, files: AgentFiles, instanceId: string, token: string): Promise<void> {
+export async function installAgent(connection: SshConnection, facts: HostFacts, files: AgentFiles, instanceId: string, token: string, fleetId: string): Promise<void> {
   const dir = instanceDir(facts.baseDir, instanceId);
   await mustRun(connection, 'making the agent\'s folder', `mkdir -p ${quoted(dir)}/node_modules && chmod 700 ${quoted(dir)}`);
   // Under another name first: a Node still running from an earlier install cannot be written over.
@@ -98,6 +98,7 @@ export async function installAgent(connection: SshConnection, facts: HostFacts, 
   const write = (name: string, content: string, mode: string) => mustRun(connection, `writing ${name}`,
     `umask 077 && cat > ${quoted(`${dir}/${name}`)} && chmod ${mode} ${quoted(`${dir}/${name}`)}`, content);
   await write('package.json', `${JSON.stringify({ name: 'orchestrator', version: files.version, type: 'module' })}\n`, '644');
+  await write('fleet', fleetId, '644');
   await write('token', token, '600');
   await write('run-agent.sh', runAgentScript(instanceId, runtime), '755');
   await write('supervise.sh', SUPERVISE_SCRIPT, '755');
@@ -126,6 +127,13 @@ export async function supervisorRuns(connection: SshConnection, facts: Pick<Host
   const { stdout } = await connection.exec(`if [ "$(cat ${dir}/supervisor 2>/dev/null)" = systemd ]; then systemctl is-active --quiet ${unitName(instanceId)} && echo yes; `
     + `else pid=$(cat ${dir}/supervisor.pid 2>/dev/null) && kill -0 "$pid" 2>/dev/null && echo yes; fi; true`);
   return stdout.trim() === 'yes';
+}
+
+/** The instances of the fleet whose agents are installed on the host. */
+export async function fleetAgents(connection: SshConnection, facts: Pick<HostFacts, 'baseDir'>, fleetId: string): Promise<string[]> {
+  const { stdout } = await connection.exec(`for dir in ${quoted(`${facts.baseDir}/agents`)}/*/; do `
+    + `[ "$(cat "$dir/fleet" 2>/dev/null)" = ${quoted(fleetId)} ] && basename "$dir"; done; true`);
+  return stdout.split('\n').filter(Boolean);
 }
 
 /** Whether anything of the instance is on the host. */

@@ -4,12 +4,14 @@ import { BackendError, type Backend, type BackendInstance, type CreateInstanceRe
 import { agentFiles } from './agent-bundle.js';
 import { SshConnection, type HostKeyBook } from './connection.js';
 import { probeHost, type HostFacts } from './host-facts.js';
-import { agentPort, installAgent, isInstalled, startSupervisor, supervisorRuns, uninstallAgent, waitForAgentPort } from './install.js';
+import { agentPort, fleetAgents, installAgent, isInstalled, startSupervisor, supervisorRuns, uninstallAgent, waitForAgentPort } from './install.js';
 import { AgentTunnel } from './tunnel.js';
 
 export interface SshHostBackendOptions {
   host: SshHost;
   keys: HostKeyBook;
+  /** The fleet the host belongs to: an agent of that fleet on the host other than this instance's is a stale one. */
+  fleetId: string;
   /** Folder where the agent bundle is built when the installation has none. */
   stateDir: string;
 }
@@ -45,20 +47,31 @@ export class SshHostBackend implements Backend {
     const connection = await this.connect();
     const facts = await probeHost(connection, this.host, this.host.network ?? undefined);
     this.facts = facts;
-    const files = await agentFiles(this.options.stateDir, facts.arch);
-    if (!files) throw new BackendError(`${this.host.name} is ${facts.arch}, and this server has a Node runtime for ${process.arch} only`, false);
+    if (!(await agentFiles(this.options.stateDir, facts.arch))) throw new BackendError(`${this.host.name} is ${facts.arch}, and this server has a Node runtime for ${process.arch} only`, false);
     if (this.install?.state !== 'running' && await isInstalled(connection, facts, request.idempotencyKey) && await supervisorRuns(connection, facts, request.idempotencyKey)) {
       // Installed by an earlier create whose answer was lost (a crash): the agent runs already.
       this.install = { state: 'done' };
     }
     if (this.install === null || this.install.state === 'failed') {
       this.install = { state: 'running' };
-      installAgent(connection, facts, files, request.idempotencyKey, request.agentToken).then(
+      this.replaceStaleAgents(connection, facts, request).then(
         () => { this.install = { state: 'done' }; },
         (error: Error) => { this.install = { state: 'failed', reason: error.message }; },
       );
     }
     return this.describe(request.idempotencyKey, 'provisioning', null);
+  }
+
+  /**
+   * A host is in its fleet once, so another agent of the fleet on it belongs to an instance that ended without
+   * being uninstalled (the host was away, or its key had changed): it is removed before this one is installed.
+   */
+  private async replaceStaleAgents(connection: SshConnection, facts: HostFacts, request: CreateInstanceRequest): Promise<void> {
+    for (const stale of await fleetAgents(connection, facts, this.options.fleetId)) {
+      if (stale !== request.idempotencyKey) await uninstallAgent(connection, facts, stale);
+    }
+    const files = (await agentFiles(this.options.stateDir, facts.arch))!;
+    await installAgent(connection, facts, files, request.idempotencyKey, request.agentToken, this.options.fleetId);
   }
 
   async get(id: string): Promise<BackendInstance> {
