@@ -7,10 +7,13 @@ import type { Fleet, Instance, Run } from '../api/objects.js';
 import { formatSpecError, parseSpecText } from '../api/parse.js';
 import { addProject, makeHome, runCli, show } from './helpers/cli.js';
 import { freePort } from './helpers/ports.js';
-import { eventually, FAST_TIMINGS, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
+import { startServer } from '../server/server.js';
+import { eventually, FAST_TIMINGS, LOCAL_CONFIG, managementApi, startTestServer, type TestServer } from './helpers/server.js';
 import { makeKeyPair, SSHD, TestSshd, type KeyPair } from './helpers/sshd.js';
 
 const FIXTURES = join(import.meta.dirname, 'fixtures', 'nvidia-smi');
+/** Copying Node (100MB) to each host takes seconds, more on a busy machine, as may an agent's restart: neither timeout is what is tested here. */
+const TIMINGS = { ...FAST_TIMINGS, provisioningTimeoutMs: 600_000, unreachableGraceMs: 60_000 };
 
 /** An nvidia-smi that answers the detection query as an H100 did (test/fixtures/nvidia-smi), for a host "with a GPU". */
 function fakeNvidiaSmi(dir: string): string {
@@ -98,8 +101,7 @@ describe('SSH fleets on real OpenSSH servers', function () {
     noSudo = new TestSshd({ address: '127.0.0.6', authorized: [key.publicKey], path: [notRoot(work)] });
     down = { address: '127.0.0.7', port: await freePort() };
     await Promise.all([plain, gpu, jump, stranger, noSudo].map((sshd) => sshd.start()));
-    // Copying Node (100MB) to each host takes seconds, more on a busy machine: the provisioning timeout is not what is tested here.
-    server = await startTestServer('pglite', LOCAL_CONFIG, { instanceTimings: { ...FAST_TIMINGS, provisioningTimeoutMs: 600_000, unreachableGraceMs: 60_000 } });
+    server = await startTestServer('pglite', LOCAL_CONFIG, { instanceTimings: TIMINGS });
     home = makeHome();
     await addProject(home.home, server.url);
   });
@@ -190,7 +192,20 @@ describe('SSH fleets on real OpenSSH servers', function () {
     expect(stopped.code, show(stopped)).to.equal(0);
   });
 
-  it('brings the agent back when its process dies', async () => {
+  it('lets orchestrator ssh into a run on a host, through the agent\'s tunnel', async () => {
+    const file = join(work, 'box.yml');
+    writeFileSync(file, 'type: task\nname: box\ncommands:\n  - sleep 300\n');
+    const applied = await cli(['apply', '-f', file, '-y', '-d', '--no-ssh-config']);
+    expect(applied.code, show(applied)).to.equal(0);
+    await eventually(async () => ((await server.api('GET', '/api/projects/main/runs/box')).body as Run).status === 'running', 60_000, 'the run to start');
+    const entered = await cli(['ssh', 'box', '--', 'echo', '$ORCHESTRATOR_RUN_NAME', '$ORCHESTRATOR_MASTER_NODE_IP']);
+    expect(entered.code, show(entered)).to.equal(0);
+    expect(entered.stdout).to.match(/^box 127\.0\.0\.[23]\n$/);
+    const stopped = await cli(['stop', 'box']);
+    expect(stopped.code, show(stopped)).to.equal(0);
+  });
+
+  it('brings the agent back when its process dies, and its supervisor too when that is gone', async () => {
     const [id] = readdirSync(join(plain.hostDir, 'agents'));
     const pidFile = join(plain.hostDir, 'agents', id!, 'agent.pid');
     const before = Number(readFileSync(pidFile, 'utf8'));
@@ -199,11 +214,39 @@ describe('SSH fleets on real OpenSSH servers', function () {
       const now = Number(readFileSync(pidFile, 'utf8'));
       return now !== before && isAlive(now) && hostOf(await fleet('own'), plain)?.status === 'idle';
     }, 30_000, 'a new agent, and the host idle');
+
+    // As after a reboot without systemd: the supervisor is gone too. The server starts it again once the agent stops answering.
+    const supervisorFile = join(plain.hostDir, 'agents', id!, 'supervisor.pid');
+    const [supervisor, agent] = [Number(readFileSync(supervisorFile, 'utf8')), Number(readFileSync(pidFile, 'utf8'))];
+    process.kill(supervisor, 'SIGKILL');
+    process.kill(agent, 'SIGKILL');
+    await eventually(async () => {
+      const [nextSupervisor, nextAgent] = [Number(readFileSync(supervisorFile, 'utf8')), Number(readFileSync(pidFile, 'utf8'))];
+      return nextSupervisor !== supervisor && isAlive(nextSupervisor) && nextAgent !== agent && isAlive(nextAgent) && hostOf(await fleet('own'), plain)?.status === 'idle';
+    }, 60_000, 'a new supervisor and agent, and the host idle');
     const file = join(work, 'after.yml');
     writeFileSync(file, 'type: task\nname: after\nnodes: 2\ncommands:\n  - echo ran on $ORCHESTRATOR_NODE_RANK\n');
     const result = await cli(['apply', '-f', file, '-y']);
     expect(result.code, show(result)).to.equal(0);
     expect(result.stderr).to.match(/^done: /m);
+  });
+
+  it('finds its agents again after the server restarts: the tunnels are opened anew and runs go on', async () => {
+    const before = server;
+    const oldUrl = before.url;
+    const agents = [...installedPids(plain), ...installedPids(gpu)];
+    await before.close();
+    const restarted = await startServer({ port: 0, dir: before.dir, adminToken: before.adminToken, logLevel: 'error', instanceTimings: TIMINGS, controllerIntervalMs: 200 });
+    server = { ...restarted, dir: before.dir, databaseUrl: undefined, api: managementApi(restarted), stop: async () => { await restarted.close(); rmSync(before.dir, { recursive: true, force: true }); } };
+    const config = join(home.home, '.orchestrator', 'config.yml');
+    writeFileSync(config, readFileSync(config, 'utf8').replace(oldUrl, restarted.url));
+    expect(agents.filter(isAlive), 'the agents outlive the server').to.have.length(4);
+    const file = join(work, 'again.yml');
+    writeFileSync(file, 'type: task\nname: again\nnodes: 2\ncommands:\n  - echo again on $ORCHESTRATOR_NODE_RANK\n');
+    const result = await cli(['apply', '-f', file, '-y']);
+    expect(result.code, show(result)).to.equal(0);
+    expect(result.stderr).to.match(/^done: /m);
+    expect([...installedPids(plain), ...installedPids(gpu)], 'the same agents, not new installs').to.deep.equal(agents);
   });
 
   it('drains and uninstalls a host removed from ssh_config, and installs one added back', async () => {

@@ -46,20 +46,11 @@ export async function startTestServer(kind: DatabaseKind, config: string, option
     port: 0, dir, databaseUrl: scratch?.url, adminToken: 'test-admin-token', logLevel: 'error',
     instanceTimings: FAST_TIMINGS, controllerIntervalMs: 200, ...options,
   });
-  const api = async (method: string, path: string, body?: unknown, token = server.adminToken) => {
-    const response = await fetch(`${server.url}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : null };
-  };
   return {
     ...server,
     dir,
     databaseUrl: scratch?.url,
-    api,
+    api: managementApi(server),
     stop: async () => {
       await server.close();
       const local = new LocalBackend({ stateDir: join(dir, 'backends', 'local') });
@@ -67,6 +58,19 @@ export async function startTestServer(kind: DatabaseKind, config: string, option
       await scratch?.drop();
       rmSync(dir, { recursive: true, force: true });
     },
+  };
+}
+
+/** Calls a server's management API, as the admin unless another token is given; returns status and parsed JSON. */
+export function managementApi(server: Pick<RunningServer, 'url' | 'adminToken'>): TestServer['api'] {
+  return async (method, path, body, token = server.adminToken) => {
+    const response = await fetch(`${server.url}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : null };
   };
 }
 
