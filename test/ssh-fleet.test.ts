@@ -205,6 +205,20 @@ describe('SSH fleets on real OpenSSH servers', function () {
     expect(stopped.code, show(stopped)).to.equal(0);
   });
 
+  it('serves a service from a host through the server\'s proxy', async () => {
+    const file = join(work, 'web.yml');
+    writeFileSync(file, 'type: service\nname: web\nport: 8000\nauth: false\ncommands:\n  - echo served from $ORCHESTRATOR_MASTER_NODE_IP > index.html\n  - python3 -m http.server 8000\n');
+    const applied = await cli(['apply', '-f', file, '-y', '-d']);
+    expect(applied.code, show(applied)).to.equal(0);
+    const answer = await eventually(async () => {
+      const response = await fetch(`${server.url}/proxy/services/main/web/`).catch(() => null);
+      return response?.status === 200 ? response.text() : null;
+    }, 60_000, 'the service to answer');
+    expect(answer).to.match(/^served from 127\.0\.0\.[23]\n$/);
+    const stopped = await cli(['stop', 'web']);
+    expect(stopped.code, show(stopped)).to.equal(0);
+  });
+
   it('brings the agent back when its process dies, and its supervisor too when that is gone', async () => {
     const [id] = readdirSync(join(plain.hostDir, 'agents'));
     const pidFile = join(plain.hostDir, 'agents', id!, 'agent.pid');
