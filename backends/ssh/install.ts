@@ -164,7 +164,8 @@ export async function waitForAgentPort(connection: SshConnection, facts: Pick<Ho
 
 /**
  * Stops the agent and removes all that was installed for the instance: its supervisor (and systemd unit), its
- * folder (the agent then kills its jobs and exits), and the base folder once no other instance uses it.
+ * folder (the agent then kills its jobs and exits), and the base folder once no other instance uses it. With sudo,
+ * as systemd's agent runs as root and its jobs' files are root's.
  */
 export async function uninstallAgent(connection: SshConnection, facts: Pick<HostFacts, 'baseDir' | 'privileged'>, instanceId: string): Promise<void> {
   const dir = quoted(instanceDir(facts.baseDir, instanceId));
@@ -176,10 +177,10 @@ if [ -f /etc/systemd/system/${unit} ]; then
 fi
 supervisor=$(cat ${dir}/supervisor.pid 2>/dev/null) && kill "$supervisor" 2>/dev/null
 agent=$(cat ${dir}/agent.pid 2>/dev/null)
-rm -rf ${dir}
+${sudo(facts)}rm -rf ${dir}
 if [ -n "$agent" ]; then
-  n=0; while kill -0 "$agent" 2>/dev/null && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
-  kill -KILL "$agent" 2>/dev/null
+  n=0; while ${sudo(facts)}kill -0 "$agent" 2>/dev/null && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+  ${sudo(facts)}kill -KILL "$agent" 2>/dev/null
 fi
 rmdir ${quoted(`${facts.baseDir}/agents`)} 2>/dev/null && rmdir ${quoted(facts.baseDir)} 2>/dev/null
 true`);
