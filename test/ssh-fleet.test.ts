@@ -207,13 +207,18 @@ describe('SSH fleets on real OpenSSH servers', function () {
 
   it('serves a service from a host through the server\'s proxy', async () => {
     const file = join(work, 'web.yml');
-    writeFileSync(file, 'type: service\nname: web\nport: 8000\nauth: false\ncommands:\n  - echo served from $ORCHESTRATOR_MASTER_NODE_IP > index.html\n  - python3 -m http.server 8000\n');
+    // The hosts share this machine's network (process runtime): a free port, not one another test may hold.
+    const port = await freePort();
+    writeFileSync(file, `type: service\nname: web\nport: ${port}\nauth: false\ncommands:\n  - echo served from $ORCHESTRATOR_MASTER_NODE_IP > index.html\n  - python3 -m http.server ${port}\n`);
     const applied = await cli(['apply', '-f', file, '-y', '-d']);
     expect(applied.code, show(applied)).to.equal(0);
     const answer = await eventually(async () => {
       const response = await fetch(`${server.url}/proxy/services/main/web/`).catch(() => null);
       return response?.status === 200 ? response.text() : null;
-    }, 60_000, 'the service to answer');
+    }, 120_000, 'the service to answer').catch(async (error: Error) => {
+      const run = (await server.api('GET', '/api/projects/main/runs/web')).body as Run;
+      throw new Error(`${error.message}; the service: ${JSON.stringify(run)}`);
+    });
     expect(answer).to.match(/^served from 127\.0\.0\.[23]\n$/);
     const stopped = await cli(['stop', 'web']);
     expect(stopped.code, show(stopped)).to.equal(0);
@@ -266,9 +271,15 @@ describe('SSH fleets on real OpenSSH servers', function () {
   it('drains and uninstalls a host removed from ssh_config, and installs one added back', async () => {
     const pids = installedPids(gpu);
     expect(pids).to.have.length(2);
+    const busy = join(work, 'last-on-gpu.yml');
+    writeFileSync(busy, 'type: task\nname: last-on-gpu\nresources:\n  gpu: H100\ncommands:\n  - sleep 6\n');
+    expect((await cli(['apply', '-f', busy, '-y', '-d'])).code).to.equal(0);
+    await eventually(async () => ((await server.api('GET', '/api/projects/main/runs/last-on-gpu')).body as Run).status === 'running', 60_000, 'the run on the host');
     const without = await cli(['apply', '-f', writeFleet('own', ownHosts(false)), '-y']);
     expect(without.code, show(without)).to.equal(0);
+    expect(hostOf(await fleet('own'), gpu)?.status, 'a busy host finishes its run first').to.equal('busy');
     await eventually(async () => hostOf(await fleet('own'), gpu) === undefined, 120_000, 'the host gone from the fleet');
+    expect(((await server.api('GET', '/api/projects/main/runs/last-on-gpu')).body as Run).status, 'its run ended by itself').to.equal('done');
     expect(existsSync(gpu.hostDir), 'nothing installed left on the host').to.equal(false);
     expect(pids.filter(isAlive), 'no agent or supervisor left').to.deep.equal([]);
     expect(hostOf(await fleet('own'), plain)?.status).to.equal('idle');

@@ -41,6 +41,8 @@ exec "$dir/node" "$dir/agent.mjs" agent --host 127.0.0.1 --port 0 --instance-id 
 /** Where systemd is missing: a loop that starts the agent again whenever it ends, until the instance is uninstalled. */
 const SUPERVISE_SCRIPT = `#!/bin/sh
 dir=$(cd "$(dirname "$0")" && pwd)
+running=$(cat "$dir/supervisor.pid" 2>/dev/null)
+if [ -n "$running" ] && [ "$running" != $$ ] && kill -0 "$running" 2>/dev/null; then exit 0; fi
 echo $$ > "$dir/supervisor.pid"
 while [ -f "$dir/token" ]; do
   sh "$dir/run-agent.sh"
@@ -117,8 +119,10 @@ export async function startSupervisor(connection: SshConnection, facts: HostFact
     return;
   }
   // Its own session (setsid) and no descriptor of the SSH channel, so that the channel closes and the loop outlives it.
+  // Its pid is written before this returns, so that the next look sees it running (supervise.sh writes the same).
   await mustRun(connection, 'starting the agent\'s supervisor', `cd ${quoted(dir)} && echo process > supervisor && rm -f agent.out && `
-    + 'if command -v setsid >/dev/null; then setsid nohup sh supervise.sh </dev/null >/dev/null 2>&1 & else nohup sh supervise.sh </dev/null >/dev/null 2>&1 & fi');
+    + 'if command -v setsid >/dev/null; then setsid nohup sh supervise.sh </dev/null >/dev/null 2>&1 & else nohup sh supervise.sh </dev/null >/dev/null 2>&1 & fi; '
+    + 'echo $! > supervisor.pid');
 }
 
 /** The supervisor still runs (or, with systemd, the unit is active): a host that rebooted without systemd has none. */
