@@ -8,8 +8,11 @@ import { insertInstance } from '../store/instances.js';
 import { forgetHostKeys } from '../store/ssh-host-keys.js';
 import { latestHostInstances, stopRemovedHost } from '../store/ssh-hosts.js';
 
-/** Failures that trying again cannot mend by itself: the host waits until the fleet is applied again. */
-const WAITS_FOR_APPLY = ['provisioning_failed', 'provisioning_timeout'];
+/**
+ * Failures that trying again cannot mend by itself (a refused key, no sudo, a changed host key, an agent removed by
+ * hand): the host waits until the fleet is applied again. A host that was unreachable (a reboot) is tried at once.
+ */
+const WAITS_FOR_APPLY = ['provisioning_failed', 'provisioning_timeout', 'terminated_by_backend'];
 
 /** The addresses whose host keys the fleet keeps: its hosts' and their head nodes'. */
 function addresses(hosts: readonly SshHost[]): string[] {
