@@ -207,7 +207,8 @@ export class InstanceController extends LeasedController<InstanceRecord> {
   private async idle(instance: InstanceRecord, fleet: FleetRecord): Promise<number> {
     if (fleet.status !== 'active') return this.stopIdle(instance, 'fleet_deleted', `fleet ${fleet.name} was deleted`);
     const [{ live }] = await this.db.query<{ live: number }>(`SELECT count(*)::int AS live FROM instances WHERE fleet_id = $1 AND status NOT IN ('terminated', 'terminating')`, [fleet.id]);
-    if (fleet.nodesMax !== null && live > fleet.nodesMax) return this.stopIdle(instance, 'above_max_nodes', `fleet ${fleet.name} allows at most ${fleet.nodesMax} nodes`);
+    // An SSH fleet's instances are its hosts, each kept while it is listed: a host being replaced is not one too many.
+    if (!instance.sshHost && fleet.nodesMax !== null && live > fleet.nodesMax) return this.stopIdle(instance, 'above_max_nodes', `fleet ${fleet.name} allows at most ${fleet.nodesMax} nodes`);
     if (fleet.idleSeconds === null || live <= fleet.nodesMin) return this.timings.healthIntervalMs;
     const idleFor = Date.now() - (instance.idleSince ?? new Date()).getTime();
     const left = fleet.idleSeconds * 1000 - idleFor;
