@@ -70,6 +70,8 @@ export const Instance = Type.Object({
   pricePerHour: Type.Union([Type.Number(), Type.Null()]),
   /** Dollars the instance has cost so far, from the ledger. */
   cost: Type.Number(),
+  /** The host of an SSH fleet this instance is (`10.0.0.5`, `10.0.0.5:2222`); null for other backends. */
+  host: Type.Optional(Type.Union([Type.String(), Type.Null()])),
   run: Type.Union([Type.String(), Type.Null()]),
   idleSince: NullableTimestamp,
   createdAt: Timestamp,

@@ -1,6 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
 
-export const BackendType = Type.Union([Type.Literal('gpucloud'), Type.Literal('local'), Type.Literal('kubernetes')]);
+export const BackendType = Type.Union([Type.Literal('gpucloud'), Type.Literal('local'), Type.Literal('kubernetes'), Type.Literal('ssh')]);
 export type BackendType = Static<typeof BackendType>;
 
 /** The GPUs of one machine: `count` cards of one model (count 0 and name '' for a machine without GPUs). */

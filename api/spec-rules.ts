@@ -3,6 +3,7 @@ import { parseDuration } from './duration.js';
 import { parsePortMapping } from './mappings.js';
 import { parseCountRange } from './quantity.js';
 import { entrypointWords } from './run-container.js';
+import { checkFleet } from './fleet-rules.js';
 import type { SpecType } from './spec.js';
 import type { IssueAt, Path } from './validate.js';
 
@@ -73,7 +74,10 @@ function checkScaling(spec: Record<string, unknown>, report: Report): void {
 /** Rules that tie several fields of one spec together, checked after each field on its own. */
 export function checkSpecRules(spec: Record<string, unknown>, report: Report): void {
   const type = spec.type;
-  if (type === 'fleet') return;
+  if (type === 'fleet') {
+    checkFleet(spec, report);
+    return;
+  }
   if (spec.image !== undefined && spec.python !== undefined) {
     report(['python'], 'cannot be combined with image; the image brings its own Python', 'key');
   }
@@ -109,8 +113,7 @@ const NO_CLOUD_CHOICE = 'the scheduler takes the cheapest offer of the fleet\'s 
 
 /** dstack's configuration fields that have no counterpart here, with why; docs/compatibility.md has the whole table. */
 export const UNSUPPORTED: readonly Unsupported[] = [
-  { kinds: ['fleet'], path: ['ssh_config'], message: 'SSH fleets are not supported: a fleet here gets its instances from a backend (gpucloud, or local for this machine)' },
-  { kinds: ['fleet'], path: ['env'], message: 'env on a fleet belongs to dstack\'s SSH fleets, which are not supported; set env on each run' },
+  { kinds: ['fleet'], path: ['env'], message: 'env on a fleet is not supported: set env on each run' },
   { kinds: ['fleet'], path: ['termination_policy'], message: 'termination_policy is deprecated in dstack; use idle_duration' },
   { kinds: ['fleet'], path: ['termination_idle_time'], message: 'termination_idle_time is deprecated in dstack; use idle_duration' },
   { kinds: ['fleet'], path: ['retry'], message: 'retry on a fleet is not supported: a fleet keeps trying to reach its minimum; set retry on runs' },

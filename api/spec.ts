@@ -1,5 +1,6 @@
 import { Type, type Static, type TObject } from '@sinclair/typebox';
 import { BackendType } from './offer.js';
+import { SshConfig } from './ssh-fleet.js';
 
 /**
  * Checks beyond JSON Schema that a field needs, run by api/validate.ts. The key travels in the schema
@@ -216,7 +217,7 @@ const runCommon = {
 export const FleetSpec = Type.Object({
   type: Type.Literal('fleet'),
   name: Name,
-  nodes: Type.Union([Type.String(), Type.Integer()], checked('nodes', 'a number of nodes such as 2 or a range such as 0..2', 'Instances the fleet keeps: n (exactly) or min..max')),
+  nodes: Type.Optional(Type.Union([Type.String(), Type.Integer()], checked('nodes', 'a number of nodes such as 2 or a range such as 0..2', 'Instances the fleet keeps: n (exactly) or min..max'))),
   idle_duration: Type.Optional(durationOrOff('How long an instance may stay idle above the minimum before it is released', DEFAULT_IDLE_DURATION)),
   backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends to provision from; all configured ones when left out' })),
   resources: Type.Optional(Resources),
@@ -228,6 +229,7 @@ export const FleetSpec = Type.Object({
     default: 1, 'x-expected': 'auto or a number of blocks from 1 to 64',
     description: 'Split each instance into this many equal blocks of its GPUs, CPUs and memory, so that several runs share it; auto: one block per GPU',
   })),
+  ssh_config: Type.Optional(SshConfig),
 }, { additionalProperties: false, description: 'A pool of instances that runs are placed on' });
 export type FleetSpec = Static<typeof FleetSpec>;
 

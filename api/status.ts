@@ -51,6 +51,7 @@ export const InstanceTerminationReason = Type.Union([
   Type.Literal('above_max_nodes'),
   Type.Literal('interrupted'),
   Type.Literal('budget_exceeded'),
+  Type.Literal('removed_from_fleet'),
 ]);
 export type InstanceTerminationReason = Static<typeof InstanceTerminationReason>;
 

@@ -41,7 +41,9 @@ export interface BackendInstance {
   reason?: string;
   /** The backend took a spot instance back: it is terminated (or about to be) through no fault of its own. */
   interrupted?: boolean;
-  /** Its address in its cluster's network, which the other instances of the cluster reach it at. */
+  /** The machine as the backend found it, where it learns that only once it has one (an SSH host's GPUs). */
+  offer?: Offer;
+  /** The address the fleet's other instances reach this one at, where it is not the agent's (an SSH host behind a tunnel). */
   internalIp?: string;
 }
 

@@ -16,7 +16,7 @@ export function renderFleets(fleets: readonly Fleet[], history = false, width?: 
     const blankIdentity = identity.map(() => '');
     const instanceRows = fleet.instances.map((instance) => [
       instance.name,
-      instance.backend,
+      instance.host ? `${instance.backend} ${instance.host}` : instance.backend,
       formatGpuInfo(instance.gpu),
       instance.statusMessage ? `${instance.status}: ${instance.statusMessage}` : instance.status,
       formatPrice(instance.pricePerHour),

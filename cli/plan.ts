@@ -1,3 +1,4 @@
+import { sshHosts } from '../api/ssh-fleet.js';
 import { formatUtc } from '../api/cron.js';
 import { fieldsNotActedOn, type FieldNotActedOn } from '../api/not-acted-on.js';
 import { dstackDefaultsNote } from '../api/resources.js';
@@ -61,9 +62,13 @@ export function renderFleetPlan(spec: FleetSpec, plan: FleetPlan, current: Recor
     : plan.action === 'update' ? `update (generation ${plan.currentGeneration} → ${(plan.currentGeneration ?? 0) + 1})`
       : `unchanged (generation ${plan.currentGeneration})`;
   let text = `fleet ${plan.name}: ${action}\n`;
-  text += field('nodes', String(spec.nodes));
-  text += field('backends', spec.backends?.join(', ') ?? 'all configured');
-  text += resourcesField(spec, plan.requirement);
+  if (spec.ssh_config) {
+    text += field('hosts', sshHosts(spec.ssh_config).map((host) => `${host.user}@${host.name}${host.proxyJump ? ` via ${host.proxyJump.hostname}` : ''}`).join(', '));
+  } else {
+    text += field('nodes', String(spec.nodes));
+    text += field('backends', spec.backends?.join(', ') ?? 'all configured');
+    text += resourcesField(spec, plan.requirement);
+  }
   if (plan.action === 'update' && current) {
     fleetChanges(current, spec).forEach((change, index) => { text += field(index === 0 ? 'changes' : '', change); });
   }

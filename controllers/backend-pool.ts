@@ -1,10 +1,15 @@
+import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import { formatDuration } from '../api/duration.js';
 import type { BackendOffersState, BackendType, Offer, OfferListing } from '../api/offer.js';
 import { BackendAuthError, type Backend } from '../backends/backend.js';
 import { createBackend } from '../backends/registry.js';
+import type { HostKeyBook } from '../backends/ssh/connection.js';
+import { SshHostBackend } from '../backends/ssh/ssh.js';
 import type { Queryable } from '../store/db.js';
+import type { InstanceRecord } from '../store/instances.js';
 import { getProjectById } from '../store/projects.js';
+import { knownHostKey, recordHostKey } from '../store/ssh-host-keys.js';
 import type { BackendConfig } from '../backends/config.js';
 
 export type { OfferListing };
@@ -34,6 +39,8 @@ const REFUSED_KEY_FIX = "paste the key the cloud takes now (a gpucloud emulator 
 export class BackendPool {
   private readonly backends = new Map<string, { config: BackendConfig[]; byType: Map<BackendType, Backend> }>();
   private readonly offerCache = new Map<string, CachedOffers>();
+  /** Each host of an SSH fleet is a backend of its own instance, holding that host's SSH connection and agent tunnel. */
+  private readonly hosts = new Map<string, SshHostBackend>();
 
   constructor(
     private readonly db: Queryable,
@@ -58,6 +65,24 @@ export class BackendPool {
     return (await this.forProject(projectId)).get(type as BackendType) ?? null;
   }
 
+  /** The backend an instance is made and reached with: its SSH host's own, or the project's backend of its type. */
+  async backendOf(instance: Pick<InstanceRecord, 'id' | 'projectId' | 'fleetId' | 'backend' | 'sshHost'>): Promise<Backend | null> {
+    if (!instance.sshHost) return this.backend(instance.projectId, instance.backend);
+    let host = this.hosts.get(instance.id);
+    if (!host) {
+      host = new SshHostBackend({ host: instance.sshHost, keys: hostKeyBook(this.db, instance.fleetId), fleetId: instance.fleetId, stateDir: join(this.stateDir, 'ssh') });
+      this.hosts.set(instance.id, host);
+    }
+    return host;
+  }
+
+  /** Lets go of an ended instance's SSH connection and tunnel. */
+  async releaseHost(instanceId: string): Promise<void> {
+    const host = this.hosts.get(instanceId);
+    this.hosts.delete(instanceId);
+    await host?.close();
+  }
+
   /** Offers of the named backends (all the project's when `types` is undefined), cheapest first, with how old they are. */
   async offers(projectId: string, types?: readonly string[], options: ListingOptions = {}): Promise<OfferListing> {
     const backends = await this.forProject(projectId);
@@ -70,7 +95,8 @@ export class BackendPool {
       listing.offers.push(...cached.offers ?? []);
       if (state.error !== null) listing.errors.push(describeFailure(state, cached.fix));
     }
-    const missing = (types ?? []).filter((t) => !backends.has(t as BackendType));
+    // An SSH fleet's instances are its hosts, none of them offered: it never provisions more.
+    const missing = (types ?? []).filter((t) => t !== 'ssh' && !backends.has(t as BackendType));
     for (const type of missing) {
       const configured = [...backends.keys()].join(', ') || 'none';
       const error = `not configured for this project; configured: ${configured} (see the server's config.yml)`;
@@ -103,12 +129,20 @@ export class BackendPool {
   async close(): Promise<void> {
     for (const { byType } of this.backends.values()) await closeAll(byType);
     this.backends.clear();
+    await Promise.all([...this.hosts.keys()].map((id) => this.releaseHost(id)));
   }
 
   /** After a capacity error the cached availability is stale. */
   forgetOffers(projectId: string): void {
     for (const key of this.offerCache.keys()) if (key.startsWith(`${projectId}/`)) this.offerCache.delete(key);
   }
+}
+
+function hostKeyBook(db: Queryable, fleetId: string): HostKeyBook {
+  return {
+    known: (address) => knownHostKey(db, fleetId, address),
+    record: (address, publicKey) => recordHostKey(db, fleetId, address, publicKey),
+  };
 }
 
 async function closeAll(backends: Map<BackendType, Backend>): Promise<void> {

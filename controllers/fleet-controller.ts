@@ -9,6 +9,9 @@ import { forgetFleetCluster, setFleetStatus, toFleet, type FleetRecord } from '.
 import { insertInstance, listFleetInstances } from '../store/instances.js';
 import type { BackendPool } from './backend-pool.js';
 import { LeasedController } from './leased.js';
+import { reconcileSshHosts } from './ssh-fleet-hosts.js';
+import { forgetHostKeys } from '../store/ssh-host-keys.js';
+import type { SshConfig } from '../api/ssh-fleet.js';
 
 const FLEET_RECHECK_MS = 5000;
 
@@ -30,6 +33,7 @@ export class FleetController extends LeasedController<FleetRecord> {
       if (live.length === 0) {
         if (fleet.cluster && !(await this.deleteCluster(fleet))) return 1000;
         if (await setFleetStatus(this.db, fleet.id, this.owner, 'terminated', 'deleted')) {
+          await forgetHostKeys(this.db, fleet.id, []);
           await this.event(fleet, 'Terminated', 'all instances terminated');
         }
         return 60_000;
@@ -39,6 +43,12 @@ export class FleetController extends LeasedController<FleetRecord> {
       const busy = live.filter((i) => i.runId !== null).length;
       await setFleetStatus(this.db, fleet.id, this.owner, 'terminating', busy ? `waiting for ${busy} busy instance${busy === 1 ? '' : 's'} to finish` : 'terminating instances');
       return 1000;
+    }
+    const ssh = fleet.spec.ssh_config as SshConfig | undefined;
+    if (ssh) {
+      const message = await reconcileSshHosts(this.db, fleet, ssh);
+      if (message !== fleet.statusMessage) await setFleetStatus(this.db, fleet.id, this.owner, 'active', message);
+      return FLEET_RECHECK_MS;
     }
     const missing = fleet.nodesMin - live.filter((i) => i.status !== 'terminating').length;
     if (missing <= 0) {

@@ -85,6 +85,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     if (fleet.status !== 'active' && !instance.runId) return this.end(instance, 'fleet_deleted', `fleet ${fleet.name} was deleted`);
     const stopping = instance.runId ? null : await this.budgetStopsAll(instance);
     if (stopping) return this.end(instance, 'budget_exceeded', stopping);
+    if (instance.sshHost) return this.installOnHost(instance, instance.sshHost.name);
     const backend = await this.pool.backend(instance.projectId, instance.backend);
     if (!backend) return this.end(instance, 'provisioning_failed', `backend ${instance.backend} is not configured for this project`);
     const listing = await this.pool.offers(instance.projectId, [instance.backend]);
@@ -160,11 +161,39 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     return `placement: cluster: no region can take the fleet's instances together now${refusals.length ? ` (${refusals.join('; ')})` : ''}`;
   }
 
+  /**
+   * An SSH fleet's host: connecting and learning the host happen now, so that SSH's own error is the host's failure
+   * at once; a host that cannot be reached yet is tried again until the provisioning timeout.
+   */
+  private async installOnHost(instance: InstanceRecord, host: string): Promise<number> {
+    const backend = (await this.pool.backendOf(instance))!;
+    try {
+      const placeholder = { backend: 'ssh' as const, offerId: host, gpu: { name: '', memoryMib: 0, count: 0 }, cpus: 1, memoryMib: 0, diskMib: 0, region: host, pricePerHour: 0, availability: 'available' as const };
+      const created = await backend.create({ offer: placeholder, idempotencyKey: instance.id, name: instance.name, agentToken: instance.agentToken });
+      const gpu = created.offer?.gpu;
+      await updateInstance(this.db, instance.id, this.owner, {
+        status: 'provisioning', offer: created.offer ?? null, backend_instance_id: created.id, provisioning_started_at: new Date(),
+        internal_ip: created.internalIp ?? null, status_message: `installing the agent on ${host} (${gpu?.count ? `${gpu.count}x ${gpu.name}` : 'no GPU'})`,
+      });
+      await this.event(instance, 'Provisioning', `installing the agent on ${host} over SSH`);
+      return 250;
+    } catch (error) {
+      if (!(error instanceof BackendError)) throw error;
+      if (!error.retryable) return this.end(instance, 'provisioning_failed', error.message);
+      if (Date.now() - instance.createdAt.getTime() > this.timings.provisioningTimeoutMs) return this.end(instance, 'provisioning_timeout', error.message);
+      if (instance.statusMessage !== error.message) {
+        await updateInstance(this.db, instance.id, this.owner, { status_message: error.message });
+        await this.event(instance, 'Unreachable', `${error.message}; trying again`);
+      }
+      return 5000;
+    }
+  }
+
   private async awaitBoot(instance: InstanceRecord): Promise<number> {
     if (instance.provisioningStartedAt && Date.now() - instance.provisioningStartedAt.getTime() > this.timings.provisioningTimeoutMs) {
       return this.stop(instance, 'provisioning_timeout', `not ready after ${this.timings.provisioningTimeoutMs / 1000}s`);
     }
-    const backend = await this.pool.backend(instance.projectId, instance.backend);
+    const backend = await this.pool.backendOf(instance);
     if (!backend) return this.stop(instance, 'provisioning_failed', `backend ${instance.backend} is no longer configured`);
     const remote = await backend.get(instance.backendInstanceId!);
     if (remote.status === 'terminated' || remote.status === 'failed') {
@@ -176,7 +205,8 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     const status: InstanceStatus = instance.runId ? 'busy' : 'idle';
     const written = await updateInstance(this.db, instance.id, this.owner, {
       status, agent_url: remote.agentUrl, idle_since: status === 'idle' ? new Date() : null, status_message: '',
-      ssh_host_key: health.sshHostKey ?? null, internal_ip: remote.internalIp ?? null,
+      ssh_host_key: health.sshHostKey ?? null,
+      ...(remote.offer ? { offer: remote.offer } : {}), ...(remote.internalIp ? { internal_ip: remote.internalIp } : {}),
     });
     if (written) {
       await this.event(instance, 'Ready', `agent healthy at ${remote.agentUrl}; ${status}`);
@@ -192,7 +222,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
       if (!instance.unreachableSince) await updateInstance(this.db, instance.id, this.owner, { unreachable_since: since, status_message: 'agent not answering' });
       const remote = await this.remoteInstance(instance);
       if (remote?.interrupted) return this.end(instance, 'interrupted', remote.reason ?? 'the backend took its spot capacity back');
-      if (remote?.status === 'terminated' || remote?.status === 'failed') return this.end(instance, 'terminated_by_backend', 'the backend reports the instance gone');
+      if (remote?.status === 'terminated' || remote?.status === 'failed') return this.end(instance, 'terminated_by_backend', remote.reason ?? 'the backend reports the instance gone');
       // The agent may be reached another way now (the kubernetes backend's relay of a restarted server listens on another port).
       if (remote?.status === 'running' && remote.agentUrl && remote.agentUrl !== instance.agentUrl) {
         await updateInstance(this.db, instance.id, this.owner, { agent_url: remote.agentUrl });
@@ -228,7 +258,8 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     const stopping = await this.budgetStopsAll(instance);
     if (stopping) return this.stopIdle(instance, 'budget_exceeded', stopping);
     const [{ live }] = await this.db.query<{ live: number }>(`SELECT count(*)::int AS live FROM instances WHERE fleet_id = $1 AND status NOT IN ('terminated', 'terminating')`, [fleet.id]);
-    if (fleet.nodesMax !== null && live > fleet.nodesMax) return this.stopIdle(instance, 'above_max_nodes', `fleet ${fleet.name} allows at most ${fleet.nodesMax} nodes`);
+    // An SSH fleet's instances are its hosts, each kept while it is listed: a host being replaced is not one too many.
+    if (!instance.sshHost && fleet.nodesMax !== null && live > fleet.nodesMax) return this.stopIdle(instance, 'above_max_nodes', `fleet ${fleet.name} allows at most ${fleet.nodesMax} nodes`);
     if (fleet.idleSeconds === null || live <= fleet.nodesMin) return this.timings.healthIntervalMs;
     const idleFor = Date.now() - (instance.idleSince ?? new Date()).getTime();
     const left = fleet.idleSeconds * 1000 - idleFor;
@@ -254,17 +285,20 @@ export class InstanceController extends LeasedController<InstanceRecord> {
   }
 
   private async terminate(instance: InstanceRecord): Promise<number> {
+    let leftBehind = '';
     if (instance.backendInstanceId) {
-      const backend = await this.pool.backend(instance.projectId, instance.backend);
+      const backend = await this.pool.backendOf(instance);
       try {
         if (backend) await backend.terminate(instance.backendInstanceId);
       } catch (error) {
         if (error instanceof BackendAuthError) return this.refused(instance, 'terminate', error);
-        throw error;
+        // A host that cannot be reached cannot be cleaned: said, rather than kept terminating for ever.
+        if (!(instance.sshHost && error instanceof BackendError)) throw error;
+        leftBehind = `; the agent could not be uninstalled from ${instance.sshHost.name} (${error.message})`;
       }
     }
     const current = await getInstance(this.db, instance.id);
-    const message = current && !isRefusal(current.statusMessage) ? current.statusMessage : '';
+    const message = `${current && !isRefusal(current.statusMessage) ? current.statusMessage : ''}${leftBehind}`;
     return this.end(current ?? instance, current?.terminationReason ?? 'fleet_deleted', message);
   }
 
@@ -292,6 +326,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     const written = await updateInstance(this.db, instance.id, this.owner, {
       status: 'terminated', termination_reason: reason, status_message: message, terminated_at: new Date(),
     });
+    if (instance.sshHost) await this.pool.releaseHost(instance.id);
     if (written) {
       await this.event(instance, 'Terminated', `${reason}${message ? `: ${message}` : ''}`);
       await this.db.notify(CHANNELS.runs);
@@ -302,7 +337,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
 
   private async remoteInstance(instance: InstanceRecord): Promise<BackendInstance | null> {
     if (!instance.backendInstanceId) return null;
-    const backend = await this.pool.backend(instance.projectId, instance.backend);
+    const backend = await this.pool.backendOf(instance);
     return backend ? await backend.get(instance.backendInstanceId).catch(() => null) : null;
   }
 

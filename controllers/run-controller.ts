@@ -121,7 +121,7 @@ export class RunController extends LeasedController<RunRecord> {
       return RUNNING_POLL_MS;
     }
     if (instance.status !== 'busy' || !instance.agentUrl) return RUNNING_POLL_MS;
-    const ips = isNodeJob(run) ? await nodeAddresses(this.db, run.parentId!) : [instanceAddress(instance.agentUrl)];
+    const ips = isNodeJob(run) ? await nodeAddresses(this.db, run.parentId!) : [instance.internalIp ?? instanceAddress(instance.agentUrl)];
     if (!ips) return SIBLING_POLL_MS;
     const waiting = isNodeJob(run) ? await startupWait(this.db, run) : null;
     if (waiting) {

@@ -13,6 +13,7 @@ import { blocksHeld, type BlocksHeld } from '../store/runs.js';
 import { SERVICE_PARENT } from '../store/services.js';
 import type { BackendPool, OfferListing } from './backend-pool.js';
 import { BudgetGate, type NewInstance } from './budget-gate.js';
+import { isDraining, sshFleetShortfall } from './ssh-placement.js';
 import type { Controller } from './manager.js';
 import { chooseFleets, type RunPlaces } from './placement-filter.js';
 import { retryDecision } from './retry-policy.js';
@@ -304,8 +305,10 @@ export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }
     const offered = choice.fleets.map((f) => `${f.name} (${describeRequirement(f.requirement)})`).join(', ');
     return { kind: 'fail', reason: 'no_fleet_matches', message: `no fleet matches: the run needs ${describeRequirement(run.requirement)}; the fleets offer ${offered}${elsewhere}` };
   }
+  // An SSH host's resources are known once it was reached; until then nothing is placed on it.
   const fits = (i: InstanceRecord, fleet: FleetRecord) => i.fleetId === fleet.id && i.runId === null && choice.allows(i.backend) && !isSplit(fleet.spec)
-    && (i.offer ? offerSatisfies(i.offer, run.requirement) : intersectRequirements(i.requirement, run.requirement) !== null && withinPriceLimit(i.requirement, run.requirement));
+    && (i.offer ? offerSatisfies(i.offer, run.requirement) : !i.sshHost && intersectRequirements(i.requirement, run.requirement) !== null && withinPriceLimit(i.requirement, run.requirement))
+    && !isDraining(fleet, i);
   const shared = candidates.filter(({ fleet }) => isSplit(fleet.spec)).flatMap(({ fleet }) => instances
     .filter((i) => i.fleetId === fleet.id && (i.status === 'idle' || i.status === 'busy') && i.runId === null && i.offer !== null && choice.allows(i.backend))
     .map((instance) => ({ fleet, instance, blocks: freeBlocksFor(run.requirement, fleet, instance, held) })))
@@ -329,6 +332,12 @@ export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }
     const allowed = listing.offers.filter((o: Offer) => choice.allows(o.backend));
     const matching = allowed.filter((o) => offerSatisfies(o, requirement) && (!isSplit(fleet.spec) || blocksCanHold(o, fleet, run.requirement)));
     const fleetInstances = instances.filter((i) => i.fleetId === fleet.id);
+    if (fleet.backends.includes('ssh')) {
+      const shortfall = sshFleetShortfall(fleet, fleetInstances, requirement);
+      reasons.push(shortfall.reason);
+      onlyNoOffers &&= shortfall.fail;
+      continue;
+    }
     if (matching.length === 0 && listing.errors.length === 0 && !fleetInstances.some((i) => i.offer && offerSatisfies(i.offer, run.requirement))) {
       const tooDear = priceRefusal(requirement, allowed);
       if (tooDear) {

@@ -15,11 +15,13 @@ mkdir -p "${XDG_CACHE_HOME:-$HOME/.cache}/orchestrator/kubernetes"
 nohup nice -n 19 sh -c 'sh scripts/install-kubernetes.sh kube-apiserver && sh scripts/install-kubernetes.sh kstatus' >"${XDG_CACHE_HOME:-$HOME/.cache}/orchestrator/kubernetes/build.log" 2>&1 &
 sh scripts/podman-setup.sh >/dev/null
 sh scripts/install-image-server-deps.sh
-# Command-line tools the tests run: the OpenSSH client (ssh, scp, ssh-keygen), curl, tmux, git (its daemon
+# Command-line tools the tests run: the OpenSSH client (ssh, scp, ssh-keygen) and server, curl, tmux, git (its daemon
 # serves the repos tests), the reference image registry with htpasswd for the registry_auth tests, and Lua 5.1
 # (the version Argo CD's health checks are written in) for manifests/argocd/health.lua.
 missing=""
 command -v scp >/dev/null 2>&1 || missing="$missing openssh-client"
+# sshd: the hosts of the SSH fleet tests (test/ssh-fleet.test.ts), each an sshd of its own on a loopback address.
+[ -x /usr/sbin/sshd ] || missing="$missing openssh-server"
 command -v curl >/dev/null 2>&1 || missing="$missing curl"
 command -v tmux >/dev/null 2>&1 || missing="$missing tmux"
 command -v git >/dev/null 2>&1 || missing="$missing git"

@@ -8,6 +8,7 @@ import { formatPath, validateSpec, type ConfigSpec, type SpecError } from '../ap
 import { parseCountRange } from '../api/quantity.js';
 import { normalizeResources } from '../api/resources.js';
 import { DEFAULT_IDLE_DURATION, type FleetSpec, type RunSpec } from '../api/spec.js';
+import { sshHosts, type SshConfig } from '../api/ssh-fleet.js';
 import { describeValue, report, validateValue, type ValidationContext } from '../api/validate.js';
 import type { FleetDesired } from '../store/fleets.js';
 import type { ProjectRecord } from '../store/projects.js';
@@ -95,7 +96,8 @@ export function checkedFleetSpec(value: unknown): FleetSpec {
 
 /** Why the fleet's backends cannot be used in this project, or null when they can. */
 function backendsProblem(spec: FleetSpec, project: ProjectRecord): string | null {
-  const configured = project.backends.map((b) => b.type);
+  if (spec.backends?.includes('ssh')) return 'ssh is the backend of SSH fleets, whose hosts are listed under ssh_config.hosts';
+  const configured: string[] = project.backends.map((b) => b.type);
   const missing = (spec.backends ?? []).filter((b) => !configured.includes(b));
   if (missing.length === 0) return null;
   return `${missing.join(', ')} ${missing.length === 1 ? 'is' : 'are'} not configured for project ${project.name}; configured: ${configured.join(', ') || 'none'} (see the server's config.yml)`;
@@ -105,8 +107,9 @@ function backendsProblem(spec: FleetSpec, project: ProjectRecord): string | null
 export function fleetDesired(spec: FleetSpec, project: ProjectRecord): FleetDesired {
   const problem = backendsProblem(spec, project);
   if (problem) throw invalidSpec(`backends: ${problem}`);
+  if (spec.ssh_config) return sshFleetDesired(spec, spec.ssh_config);
   const backends: BackendType[] = spec.backends ?? project.backends.map((b) => b.type);
-  const nodes = parseCountRange(spec.nodes, { least: 0, bounded: false, what: 'nodes' });
+  const nodes = parseCountRange(spec.nodes!, { least: 0, bounded: false, what: 'nodes' });
   return {
     name: spec.name,
     spec: spec as unknown as Record<string, unknown>,
@@ -115,6 +118,20 @@ export function fleetDesired(spec: FleetSpec, project: ProjectRecord): FleetDesi
     nodesMax: nodes.max,
     idleSeconds: parseDurationOrOff(spec.idle_duration ?? DEFAULT_IDLE_DURATION),
     backends,
+  };
+}
+
+/** An SSH fleet is exactly its hosts: each one instance, kept until it leaves ssh_config. */
+function sshFleetDesired(spec: FleetSpec, ssh: SshConfig): FleetDesired {
+  const hosts = sshHosts(ssh).length;
+  return {
+    name: spec.name,
+    spec: spec as unknown as Record<string, unknown>,
+    requirement: normalizeResources(undefined, 'fleet'),
+    nodesMin: hosts,
+    nodesMax: hosts,
+    idleSeconds: null,
+    backends: ['ssh'],
   };
 }
 

@@ -22,6 +22,8 @@ export interface FleetRecord {
   status: FleetStatus;
   statusMessage: string;
   deleted: boolean;
+  /** When apply last sent this fleet, changed or not: an SSH fleet's failed hosts are tried again after it. */
+  appliedAt: Date;
   createdAt: Date;
 }
 
@@ -39,7 +41,7 @@ export type FleetDesired = Pick<FleetRecord, 'name' | 'spec' | 'requirement' | '
 export const toFleet = (r: Row): FleetRecord => ({
   id: r.id, projectId: r.project_id, name: r.name, spec: r.spec, requirement: r.requirement,
   nodesMin: r.nodes_min, nodesMax: r.nodes_max, idleSeconds: r.idle_seconds, backends: r.backends, cluster: r.cluster ?? null,
-  generation: r.generation, status: r.status, statusMessage: r.status_message, deleted: r.deleted, createdAt: r.created_at,
+  generation: r.generation, status: r.status, statusMessage: r.status_message, deleted: r.deleted, appliedAt: r.applied_at, createdAt: r.created_at,
 });
 
 export function fleetView(f: FleetRecord, project: string, instances: Instance[]): Fleet {
@@ -83,10 +85,13 @@ export async function applyFleet(db: Queryable, projectId: string, desired: Flee
       [...values, randomUUID(), projectId, desired.name]);
     return { fleet: toFleet(rows[0]), created: true, changed: true };
   }
-  if (isDeepStrictEqual(existing.spec, desired.spec)) return { fleet: existing, created: false, changed: false };
+  if (isDeepStrictEqual(existing.spec, desired.spec)) {
+    const [row] = await db.query(`UPDATE fleets SET applied_at = now(), next_reconcile_at = now() WHERE id = $1 RETURNING *`, [existing.id]);
+    return { fleet: toFleet(row), created: false, changed: false };
+  }
   const rows = await db.query(
     `UPDATE fleets SET spec = $1::jsonb, requirement = $2::jsonb, nodes_min = $3, nodes_max = $4, idle_seconds = $5,
-       backends = $6::jsonb, generation = generation + 1, updated_at = now(), next_reconcile_at = now()
+       backends = $6::jsonb, generation = generation + 1, updated_at = now(), applied_at = now(), next_reconcile_at = now()
      WHERE id = $7 RETURNING *`,
     [...values, existing.id]);
   return { fleet: toFleet(rows[0]), created: false, changed: true };

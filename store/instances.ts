@@ -2,6 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { blockCount, isSplit } from '../api/blocks.js';
 import type { Instance } from '../api/objects.js';
 import type { Offer } from '../api/offer.js';
+import type { SshHost } from '../api/ssh-fleet.js';
 import type { ResourceRequirement } from '../api/resources.js';
 import type { FleetSpec } from '../api/spec.js';
 import type { InstanceStatus, InstanceTerminationReason } from '../api/status.js';
@@ -18,8 +19,6 @@ export interface InstanceRecord {
   offer: Offer | null;
   backendInstanceId: string | null;
   agentUrl: string | null;
-  /** Its address in its fleet's cluster network; null outside clusters. */
-  internalIp: string | null;
   agentToken: string;
   status: InstanceStatus;
   statusMessage: string;
@@ -30,16 +29,20 @@ export interface InstanceRecord {
   unreachableSince: Date | null;
   /** The agent's SSH host key as it reports it, in OpenSSH's one-line form; null until it does. */
   sshHostKey: string | null;
+  /** The host of an SSH fleet this instance is, as the fleet named it when the instance was made; null for other backends. */
+  sshHost: SshHost | null;
+  /** The address the fleet's other instances reach this one at, where it differs from the agent's: in its fleet's cluster network, or an SSH host's (reached through a tunnel). */
+  internalIp: string | null;
   createdAt: Date;
   terminatedAt: Date | null;
 }
 
 export const toInstance = (r: Row): InstanceRecord => ({
   id: r.id, projectId: r.project_id, fleetId: r.fleet_id, name: r.name, backend: r.backend, requirement: r.requirement,
-  offer: r.offer, backendInstanceId: r.backend_instance_id, agentUrl: r.agent_url, internalIp: r.internal_ip, agentToken: r.agent_token,
+  offer: r.offer, backendInstanceId: r.backend_instance_id, agentUrl: r.agent_url, agentToken: r.agent_token,
   status: r.status, statusMessage: r.status_message, terminationReason: r.termination_reason, runId: r.run_id,
   idleSince: r.idle_since, provisioningStartedAt: r.provisioning_started_at, unreachableSince: r.unreachable_since,
-  sshHostKey: r.ssh_host_key, createdAt: r.created_at, terminatedAt: r.terminated_at,
+  sshHostKey: r.ssh_host_key, sshHost: r.ssh_host ?? null, internalIp: r.internal_ip ?? null, createdAt: r.created_at, terminatedAt: r.terminated_at,
 });
 
 /** `blocks`: how many blocks runs hold and how many there are, for an instance of a fleet split into blocks. */
@@ -47,7 +50,7 @@ export function instanceView(i: InstanceRecord, fleetName: string, runName: stri
   return {
     id: i.id, name: i.name, fleet: fleetName, backend: i.backend, status: i.status, statusMessage: i.statusMessage,
     terminationReason: i.terminationReason, gpu: i.offer?.gpu ?? null, region: i.offer?.region ?? null,
-    pricePerHour: i.offer?.pricePerHour ?? null, cost, run: runName, idleSince: i.idleSince?.toISOString() ?? null,
+    pricePerHour: i.offer?.pricePerHour ?? null, cost, host: i.sshHost?.name ?? null, run: runName, idleSince: i.idleSince?.toISOString() ?? null,
     createdAt: i.createdAt.toISOString(), terminatedAt: i.terminatedAt?.toISOString() ?? null, blocks,
   };
 }
@@ -64,6 +67,7 @@ export interface NewInstance {
   backend: string;
   requirement: ResourceRequirement;
   runId: string | null;
+  sshHost?: SshHost;
 }
 
 /** A pending instance: the instance controller provisions it. A run that reserves it owns it from the start. */
@@ -71,9 +75,9 @@ export async function insertInstance(db: Queryable, n: NewInstance): Promise<Ins
   const id = randomUUID();
   const [{ count }] = await db.query<{ count: number }>('SELECT count(*)::int AS count FROM instances WHERE fleet_id = $1', [n.fleetId]);
   const rows = await db.query(
-    `INSERT INTO instances (id, project_id, fleet_id, name, backend, requirement, agent_token, status, run_id)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8) RETURNING *`,
-    [id, n.projectId, n.fleetId, `${n.fleetName}-${count}`, n.backend, n.requirement, randomBytes(24).toString('base64url'), n.runId]);
+    `INSERT INTO instances (id, project_id, fleet_id, name, backend, requirement, agent_token, status, run_id, ssh_host)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9::jsonb) RETURNING *`,
+    [id, n.projectId, n.fleetId, `${n.fleetName}-${count}`, n.backend, n.requirement, randomBytes(24).toString('base64url'), n.runId, n.sshHost ?? null]);
   return toInstance(rows[0]);
 }
 

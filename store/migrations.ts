@@ -469,11 +469,26 @@ CREATE TABLE webhook_tries (
 `,
   },
   {
+    version: 18,
+    name: 'SSH fleets: the host each instance is, its internal address, the host keys seen first, and when a fleet was last applied',
+    sql: `
+ALTER TABLE instances ADD COLUMN ssh_host jsonb;
+ALTER TABLE instances ADD COLUMN internal_ip text;
+ALTER TABLE fleets ADD COLUMN applied_at timestamptz NOT NULL DEFAULT now();
+CREATE TABLE ssh_host_keys (
+  fleet_id text NOT NULL REFERENCES fleets(id) ON DELETE CASCADE,
+  address text NOT NULL,
+  public_key text NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (fleet_id, address)
+);
+`,
+  },
+  {
     version: 19,
-    name: 'cluster placement and blocks: the backend cluster a fleet\'s instances are created in, each instance\'s address in it, and the blocks of its instance a run holds',
+    name: 'cluster placement and blocks: the backend cluster a fleet\'s instances are created in, and the blocks of its instance a run holds',
     sql: `
 ALTER TABLE fleets ADD COLUMN cluster jsonb;
-ALTER TABLE instances ADD COLUMN internal_ip text;
 ALTER TABLE runs ADD COLUMN blocks integer[];
 `,
   },

@@ -84,7 +84,8 @@ describe('crds', () => {
     expect(service.properties.scaling.properties.target).to.deep.include({ type: 'number', minimum: 0, exclusiveMinimum: true });
     expect(service.properties).not.to.have.any.keys('type', 'name');
     const fleet = parse(generated[`fleets.${CRD_GROUP}.yaml`]).spec.versions[0].schema.openAPIV3Schema.properties.spec;
-    expect(fleet.properties.backends).to.deep.include({ type: 'array', 'x-kubernetes-list-type': 'set', items: { type: 'string', enum: ['gpucloud', 'local', 'kubernetes'] } });
+    expect(fleet.properties.backends).to.deep.include({ type: 'array', 'x-kubernetes-list-type': 'set', items: { type: 'string', enum: ['gpucloud', 'local', 'kubernetes', 'ssh'] } });
+    expect(fleet.properties.ssh_config.properties.hosts).to.deep.include({ type: 'array' });
     expect(fleet.properties.idle_duration).to.deep.include({ 'x-kubernetes-int-or-string': true, default: '5m' });
   });
 

@@ -17,8 +17,8 @@ describe('dstack configurations: refused by name', () => {
   after(() => home.remove());
 
   it('has both accepted and refused fixtures', () => {
-    expect(accepted).to.include.members(['task.dstack.yml', 'multi-node.dstack.yml', 'service.dstack.yml', 'dev-environment.dstack.yml', 'fleet.dstack.yml']);
-    expect(refused).to.include.members(['ssh-fleet.dstack.yml', 'replica-groups.dstack.yml', 'tpu.dstack.yml', 'aws-fleet.dstack.yml']);
+    expect(accepted).to.include.members(['task.dstack.yml', 'multi-node.dstack.yml', 'service.dstack.yml', 'dev-environment.dstack.yml', 'fleet.dstack.yml', 'ssh-fleet.dstack.yml']);
+    expect(refused).to.include.members(['replica-groups.dstack.yml', 'tpu.dstack.yml', 'aws-fleet.dstack.yml']);
     expect(refused, 'forms that misled before, each now refused by name').to.include.members([
       'replica-list.dstack.yml', 'network-volumes.dstack.yml', 'repo-if-exists.dstack.yml', 'imported.dstack.yml', 'backends.dstack.yml',
       'run-access.dstack.yml', 'several.dstack.yml', 'model-format.dstack.yml',
@@ -75,6 +75,8 @@ for (const kind of DATABASE_KINDS) {
       expect(service.spec).to.include({ replicas: '1..2', port: 8000, gateway: false, https: false });
       expect(service.spec.rate_limits).to.deep.equal([{ prefix: '/v1', rps: 4, burst: 9, key: 'header', header: 'X-API-Key' }]);
       expect((await api<Run>('/runs/distributed')).spec).to.include({ nodes: 2 });
+      const onPrem = await api<Fleet>('/fleets/on-prem');
+      expect(onPrem.spec.ssh_config, 'an SSH fleet keeps its hosts').to.deep.equal({ user: 'ubuntu', identity_file: '~/.ssh/id_rsa', hosts: ['3.255.177.51', '3.255.177.52'] });
     });
 
     it('reads dstack\'s spellings of resources into the same requirement', async () => {

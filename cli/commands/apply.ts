@@ -101,6 +101,11 @@ async function planFleet(client: ApiClient, spec: FleetSpec, yes: boolean): Prom
   const plan = await client.post<FleetPlan>(client.projectPath('/fleets/plan'), { spec });
   const current = plan.action === 'update' ? (await client.get<Fleet>(client.projectPath(`/fleets/${encodeURIComponent(spec.name)}`))).spec : null;
   process.stderr.write(renderFleetPlan(spec, plan, current));
+  if (plan.action === 'unchanged' && spec.ssh_config) {
+    // Applying it again is how hosts that failed are tried again.
+    process.stderr.write(`fleet ${spec.name} is already up to date; hosts that failed are tried again\n\n`);
+    return true;
+  }
   if (plan.action === 'unchanged') {
     process.stderr.write(`fleet ${spec.name} is already up to date\n\n`);
     return false;

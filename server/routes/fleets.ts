@@ -5,6 +5,8 @@ import type { FleetPlan } from '../../api/objects.js';
 import { describeRequirement, describeRequirementInWords, offerSatisfies, priceRefusal, unofferedModels } from '../../api/resources.js';
 import { CHANNELS } from '../../store/channels.js';
 import { recordEvent } from '../../store/events.js';
+import { listHostInstanceViews } from '../../store/ssh-hosts.js';
+import { sshHosts, type SshConfig } from '../../api/ssh-fleet.js';
 import { applyFleet, fleetView, getLiveFleet, listFleets, requestFleetDeletion, type FleetRecord } from '../../store/fleets.js';
 import { listInstanceViews } from '../../store/instances.js';
 import type { ProjectRecord } from '../../store/projects.js';
@@ -19,8 +21,9 @@ const PLANNED_OFFERS = 10;
 export function fleetRoutes(server: ServerContext): Router {
   const { db, pool } = server;
   const router = new Router({ prefix: '/api/projects/:project/fleets' });
-  const view = async (project: ProjectRecord, fleet: FleetRecord) =>
-    fleetView(fleet, project.name, await listInstanceViews(db, project.id, { fleetId: fleet.id, includeTerminated: false }));
+  const view = async (project: ProjectRecord, fleet: FleetRecord) => fleetView(fleet, project.name, fleet.spec.ssh_config
+    ? await listHostInstanceViews(db, fleet.id, sshHosts(fleet.spec.ssh_config as SshConfig).map((host) => host.name))
+    : await listInstanceViews(db, project.id, { fleetId: fleet.id, includeTerminated: false }));
 
   const fleetFor = async (project: ProjectRecord, name: string) => {
     const fleet = isDnsLabel(name) ? await getLiveFleet(db, project.id, name) : null;
@@ -44,7 +47,7 @@ export function fleetRoutes(server: ServerContext): Router {
       offers,
       offersTotal: matching.length,
       offerErrors: listing.errors,
-      problem: offers.length > 0 || listing.errors.length > 0 ? null
+      problem: offers.length > 0 || listing.errors.length > 0 || spec.ssh_config ? null
         : priceRefusal(desired.requirement, listing.offers)
           ?? [`no offer matches ${describeRequirement(desired.requirement)}`, unofferedModels(desired.requirement, listing.offers)].filter(Boolean).join(': '),
     };

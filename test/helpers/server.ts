@@ -49,15 +49,8 @@ export async function startTestServer(kind: DatabaseKind, config: string, option
     instanceTimings: FAST_TIMINGS, controllerIntervalMs: 200, ledgerIntervalMs: 1000, ...options,
   });
   let server = await start();
-  const api = async (method: string, path: string, body?: unknown, token = server.adminToken) => {
-    const response = await fetch(`${server.url}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : null };
-  };
+  // Through `server` as it is now: a restart moves it to another port.
+  const api: TestServer['api'] = (...args) => managementApi(server)(...args);
   const handle: TestServer = {
     ...server,
     dir,
@@ -77,6 +70,19 @@ export async function startTestServer(kind: DatabaseKind, config: string, option
     },
   };
   return handle;
+}
+
+/** Calls a server's management API, as the admin unless another token is given; returns status and parsed JSON. */
+export function managementApi(server: Pick<RunningServer, 'url' | 'adminToken'>): TestServer['api'] {
+  return async (method, path, body, token = server.adminToken) => {
+    const response = await fetch(`${server.url}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : null };
+  };
 }
 
 export const LOCAL_CONFIG = `projects:
