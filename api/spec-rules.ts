@@ -198,7 +198,8 @@ function refusedItems(spec: Record<string, unknown>, type: SpecType): [Path, str
     }
     for (const [index, group] of type === 'service' ? entries('replicas') : []) {
       for (const field of isMap(group) ? Object.keys(group).filter((f) => SERVICE_WIDE.includes(f)) : []) {
-        found.push([['replicas', index, field], `${field} per replica group is not supported: set it at the top level, where it applies to every group`, 'key']);
+        const unsupported = UNSUPPORTED.find((rule) => rule.kinds.includes('service') && rule.path.length === 1 && rule.path[0] === field);
+        found.push([['replicas', index, field], unsupported?.message ?? `${field} per replica group is not supported: set it at the top level, where it applies to every group`, 'key']);
       }
     }
     for (const [index, fleet] of entries('fleets')) {
