@@ -62,6 +62,13 @@ for (const kind of DATABASE_KINDS) {
       expect(plans.get('task.dstack.yml')).not.to.contain('not given');
     });
 
+    it('shows each replica group in the plan: its count, resources and what it runs of its own', () => {
+      const plan = plans.get('replica-list.dstack.yml')!;
+      expect(plan).to.contain('  groups       0: 1..2 replicas, 1 GPU with 48 GB, its own commands\n               1: 1..4 replicas, 1 GPU with 24 GB, its own commands\n');
+      expect(plan, 'the plan places a replica of the first group').to.match(/^ {2}problem {6}no offers: no local offer matches 48GB:1 in fleet local;/m);
+      expect(plan).not.to.contain('  resources ');
+    });
+
     it('knows the accelerators of dstack\'s docs: GB10, and a Tenstorrent Galaxy\'s 32 chips', async () => {
       expect((await api<Run>('/runs/spark')).spec.resources).to.deep.equal({ gpu: 'GB10' });
       expect((await api<Run>('/runs/tt-galaxy')).spec.resources).to.deep.equal({ gpu: 'tt-galaxy-wh:32' });
