@@ -371,7 +371,8 @@ export class ServiceController extends LeasedController<ServiceRecord> {
    * by a replica of the generation that last served whole, with that generation's spec.
    */
   private async keepServing(service: ServiceRecord, group: string | null, live: ReplicaRecord[], serving: ReplicaRecord[], replicas: ReplicaRecord[], lastEndedAt: number): Promise<number> {
-    const missing = this.targetOf(service, group) - serving.filter((r) => r.generation !== service.generation).length;
+    // A ready replica of the current generation is one of a group the update left as it was (or carried back).
+    const missing = this.targetOf(service, group) - serving.filter((r) => r.generation !== service.generation || r.readyAt).length;
     const stable = replicas.filter((r) => r.generation === service.stableGeneration && r.group === group).at(-1);
     if (missing <= 0 || !stable) return LOOK_MS;
     const { serviceSpec: spec, files, repos, requirement, priority, generation } = stable;

@@ -106,6 +106,33 @@ for (const kind of DATABASE_KINDS) {
       expect(await answeredBy(40)).to.deep.equal(['big', 'small-2']);
     });
 
+    it('keeps the other group serving untouched while a broken group\'s rollout stalls, and service rollback puts the group back', async () => {
+      const first = await apply(groupsSpec(), 'v1.yml');
+      expect(first.code, show(first)).to.equal(0);
+      await eventually(async () => ready(await view()).length === 3, 90_000, 'three ready replicas');
+      const before = await replicaRows();
+      const load = startLoad(`${suite.server.url}${MODELS}`, { token: suite.server.adminToken, workers: 2, pauseMs: 20, expectBody: /"id":"(big|small)"/ });
+      const broken = await apply(groupsSpec({ small: { commands: ['exit 1'] } }), 'broken.yml');
+      expect(broken.code, show(broken)).to.equal(1);
+      expect(broken.stderr, show(broken)).to.match(/^error: mixed: rollout of generation 2 failed: 3 replicas in a row ended before becoming ready; the last: exited with code 1; /m);
+      const stalled = await view();
+      expect(stalled.service!.stall).to.deep.include({ generation: 2, reason: 'failing' });
+      const rows = await replicaRows();
+      expect(rows.filter((r) => r.group === 'big').map((r) => r.id), 'no replica of the big group started').to.deep.equal(before.filter((r) => r.group === 'big').map((r) => r.id));
+      expect(rows.filter((r) => r.group === 'small').map((r) => r.id), 'the small group\'s replicas of generation 1 serve on').to.deep.equal(before.filter((r) => r.group === 'small').map((r) => r.id));
+
+      const rollback = await cli(['service', 'rollback', NAME]);
+      expect(rollback.code, show(rollback)).to.equal(0);
+      expect(rollback.stdout).to.equal('mixed: back to generation 1\n');
+      await eventually(async () => (await view()).statusMessage === '3/3 replicas ready', 30_000, 'the status to settle');
+      const back = await view();
+      expect(back.service!.stall).to.equal(null);
+      expect(back.service!.replicas.map((r) => [r.group, r.generation, r.state])).to.have.deep.members([['big', 1, 'ready'], ['small', 1, 'ready'], ['small', 1, 'ready']]);
+      expect((await replicaRows()).map((r) => r.id).sort(), 'no replica restarted').to.deep.equal(before.map((r) => r.id).sort());
+      await load.stop();
+      expect(load.failures, load.failures.slice(0, 5).join('\n')).to.deep.equal([]);
+    });
+
     it('scales a group\'s count range on its own while the other group keeps its count', async () => {
       const scaling = { metric: 'rps', target: 2, window: '5s', scale_up_delay: '0s', scale_down_delay: '1h' };
       const first = await apply(groupsSpec({ small: { count: '1..3', scaling } }), 'scaled.yml');
