@@ -1,5 +1,6 @@
 import { parseDuration } from './duration.js';
 import { parseCountRange, parseSize } from './quantity.js';
+import { replicaGroupsOf } from './replica-groups.js';
 import type { ModelRoute, RateLimitRoute } from './services.js';
 import type { ServiceSpec } from './spec.js';
 
@@ -24,14 +25,24 @@ export interface ScalingSettings {
   downDelayMs: number;
 }
 
+/** A group of replicas as the autoscaler moves it: its count range and scaling; name null for a service without groups. */
+export interface GroupSettings {
+  name: string | null;
+  replicas: { min: number; max: number };
+  scaling: ScalingSettings | null;
+}
+
 /** Everything a service spec sets, with its defaults, in the units the gateway and the service controller use. */
 export interface ServiceSettings {
   port: number;
   auth: boolean;
   stripPrefix: boolean;
   model: ModelRoute | null;
+  /** Over all groups together. */
   replicas: { min: number; max: number };
+  /** The service's own; null with replica groups, each of which has its own. */
   scaling: ScalingSettings | null;
+  groups: GroupSettings[];
   probes: ProbeSettings[];
   maxBodyBytes: number;
   firstByteTimeoutMs: number;
@@ -49,7 +60,7 @@ const ms = (value: string | number | undefined, fallback: string) => parseDurati
 
 /** Reads a validated service spec; the spec's own checks have already refused anything these parsers would. */
 export function serviceSettings(spec: ServiceSpec): ServiceSettings {
-  const replicas = parseCountRange(spec.replicas ?? 1, { least: 0, bounded: true, what: 'replica count' });
+  const groups = replicaGroupsOf(spec).map(({ name, spec: group }) => groupSettings(name, group));
   const model: ModelRoute | null = spec.model === undefined ? null
     : typeof spec.model === 'string' ? { name: spec.model, format: 'openai', prefix: '/v1' }
       : { name: spec.model.name, format: 'openai', prefix: (spec.model.prefix ?? '/v1').replace(/\/+$/, '') };
@@ -58,14 +69,9 @@ export function serviceSettings(spec: ServiceSpec): ServiceSettings {
     auth: spec.auth ?? true,
     stripPrefix: spec.strip_prefix ?? true,
     model,
-    replicas: { min: replicas.min ?? 0, max: replicas.max ?? replicas.min ?? 1 },
-    scaling: spec.scaling ? {
-      metric: spec.scaling.metric,
-      target: spec.scaling.target,
-      windowSeconds: parseDuration(spec.scaling.window ?? '1m'),
-      upDelayMs: ms(spec.scaling.scale_up_delay, '5m'),
-      downDelayMs: ms(spec.scaling.scale_down_delay, '10m'),
-    } : null,
+    replicas: { min: sum(groups.map((g) => g.replicas.min)), max: sum(groups.map((g) => g.replicas.max)) },
+    scaling: Array.isArray(spec.replicas) ? null : groups[0]!.scaling,
+    groups,
     probes: probesOf(spec, model),
     maxBodyBytes: parseSize(spec.max_body_size ?? '64MB') * 1024 * 1024,
     firstByteTimeoutMs: ms(spec.first_byte_timeout, '60s'),
@@ -81,6 +87,25 @@ export function serviceSettings(spec: ServiceSpec): ServiceSettings {
       }))
       .sort((a, b) => b.prefix.length - a.prefix.length),
   };
+}
+
+function groupSettings(name: string | null, spec: ServiceSpec): GroupSettings {
+  const replicas = parseCountRange(spec.replicas as string | number | undefined ?? 1, { least: 0, bounded: true, what: 'replica count' });
+  return {
+    name,
+    replicas: { min: replicas.min ?? 0, max: replicas.max ?? replicas.min ?? 1 },
+    scaling: spec.scaling ? {
+      metric: spec.scaling.metric,
+      target: spec.scaling.target,
+      windowSeconds: parseDuration(spec.scaling.window ?? '1m'),
+      upDelayMs: ms(spec.scaling.scale_up_delay, '5m'),
+      downDelayMs: ms(spec.scaling.scale_down_delay, '10m'),
+    } : null,
+  };
+}
+
+function sum(values: number[]): number {
+  return values.reduce((a, b) => a + b, 0);
 }
 
 /** The spec's probes; without any, a model service is probed on its models route and any other on its port. */

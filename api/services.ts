@@ -11,6 +11,7 @@ export type ReplicaState = Static<typeof ReplicaState>;
 
 export const Replica = Type.Object({
   replica: Type.Integer({ minimum: 0, description: 'The replica number: `ssh <run>-<n>` and `logs --replica n`' }),
+  group: Type.Union([Type.String(), Type.Null()], { description: 'Its replica group (replicas as a list); null for a service without groups' }),
   generation: Type.Integer({ description: 'The service generation whose spec it runs' }),
   state: ReplicaState,
   statusMessage: Type.String(),

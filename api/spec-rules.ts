@@ -52,23 +52,48 @@ function checkEntrypoint(type: unknown, entrypoint: string, report: Report): voi
 }
 
 function checkScaling(spec: Record<string, unknown>, report: Report): void {
-  const written = spec.replicas;
-  const replicas = typeof written === 'number' || typeof written === 'string'
+  if (Array.isArray(spec.replicas)) {
+    checkReplicaGroups(spec, spec.replicas, report);
+    return;
+  }
+  checkCountScaling(spec.replicas, spec.scaling, [], 'replicas', report);
+}
+
+/** A count (replicas, or a group's count) and its scaling, at `at`: a range needs scaling, a fixed count takes none. */
+function checkCountScaling(written: unknown, scaling: unknown, at: Path, field: string, report: Report): void {
+  const count = typeof written === 'number' || typeof written === 'string'
     ? attempt(() => parseCountRange(written, { least: 0, bounded: true, what: 'replica count' }))
     : { min: 1, max: 1 };
-  if (!replicas) return;
-  const fixed = replicas.min === replicas.max;
-  if (!fixed && spec.scaling === undefined) {
-    report(['scaling'], `required field is missing; replicas "${String(written)}" is a range, and scaling (metric rps, target) sets how the count follows load`, 'parent');
+  if (!count) return;
+  const fixed = count.min === count.max;
+  if (!fixed && scaling === undefined) {
+    report([...at, 'scaling'], `required field is missing; ${field} "${String(written)}" is a range, and scaling (metric rps, target) sets how the count follows load`, 'parent');
   }
-  if (fixed && spec.scaling !== undefined) {
-    report(['scaling'], `scaling needs replicas as a range such as 1..4; replicas is fixed at ${replicas.min}`, 'key');
+  if (fixed && scaling !== undefined) {
+    report([...at, 'scaling'], `scaling needs ${field} as a range such as 1..4; ${field} is fixed at ${count.min}`, 'key');
   }
-  const window = (spec.scaling as Record<string, unknown> | undefined)?.window;
+  const window = (scaling as Record<string, unknown> | undefined)?.window;
   const seconds = typeof window === 'string' || typeof window === 'number' ? attempt(() => parseDuration(window)) : null;
   if (seconds !== null && seconds > MAX_SCALING_WINDOW_SECONDS) {
-    report(['scaling', 'window'], 'at most 1h: request statistics are kept for an hour', 'value');
+    report([...at, 'scaling', 'window'], 'at most 1h: request statistics are kept for an hour', 'value');
   }
+}
+
+/** Each group's count with its own scaling, names told apart, and commands or an image for each. */
+function checkReplicaGroups(spec: Record<string, unknown>, groups: unknown[], report: Report): void {
+  if (spec.scaling !== undefined) report(['scaling'], 'with replica groups, each group with a count range takes its own scaling; move scaling into those groups', 'key');
+  const names = new Map<string, number>();
+  groups.forEach((group, index) => {
+    if (!isMap(group)) return;
+    checkCountScaling(group.count, group.scaling, ['replicas', index], 'count', report);
+    const name = typeof group.name === 'string' ? group.name : String(index);
+    const earlier = names.get(name);
+    if (earlier !== undefined) report(['replicas', index, 'name'], `"${name}" names group ${earlier} as well; each replica group needs its own name`, 'value');
+    else names.set(name, index);
+    if (spec.commands === undefined && spec.image === undefined && group.commands === undefined && group.image === undefined) {
+      report(['replicas', index, 'commands'], 'required field is missing; a replica group needs commands or an image, here or at the top level', 'parent');
+    }
+  });
 }
 
 /** Rules that tie several fields of one spec together, checked after each field on its own. */
@@ -84,7 +109,7 @@ export function checkSpecRules(spec: Record<string, unknown>, report: Report): v
   if (spec.registry_auth !== undefined && spec.image === undefined) {
     report(['registry_auth'], 'only used to pull image, which is not set', 'key');
   }
-  if ((type === 'task' || type === 'service') && spec.commands === undefined && spec.image === undefined) {
+  if ((type === 'task' || type === 'service') && spec.commands === undefined && spec.image === undefined && !Array.isArray(spec.replicas)) {
     report(['commands'], `required field is missing; a ${type} without an image needs commands`, 'parent');
   }
   if (typeof spec.entrypoint === 'string') checkEntrypoint(type, spec.entrypoint, report);
@@ -136,8 +161,7 @@ export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: RUN_KINDS, path: ['setup'], message: 'setup is deprecated in dstack; put its commands first in commands (init for a dev environment)' },
   { kinds: ['service', 'dev-environment'], path: ['schedule'], message: 'schedule is not supported on a service or dev environment: only tasks are started on a schedule here; run a scheduled task that calls the service, or start it with apply' },
   { kinds: ['task'], path: ['groups'], message: 'node groups are not supported: the nodes of a multi-node task are alike; give nodes, commands and resources at the top level' },
-  { kinds: ['service'], path: ['groups'], message: 'replica groups are not supported: a service has one kind of replica; give replicas, commands and resources at the top level' },
-  { kinds: ['service'], path: ['replicas'], message: 'replica groups (replicas as a list) are not supported: a service has one kind of replica; give replicas as a number or a range such as 1..4, with commands and resources at the top level', sameMeaning: (v) => !Array.isArray(v) },
+  { kinds: ['service'], path: ['groups'], message: 'groups is not a field of a service: give replica groups as a list under replicas, each with count, commands and resources' },
   { kinds: ['service'], path: ['model', 'format'], message: 'model formats other than openai are not supported: the model endpoint speaks the OpenAI API; serve the model with an OpenAI-compatible server (vLLM, SGLang, TGI\'s /v1) and set format: openai', sameMeaning: (v) => v === 'openai' },
   { kinds: ['service'], path: ['router'], message: 'routers are not supported: the proxy balances requests over the ready replicas itself' },
   { kinds: ['dev-environment'], path: ['version'], message: 'version (of the IDE) is not supported: the desktop IDE brings its own server when it connects over ssh' },
@@ -175,6 +199,12 @@ function refusedItems(spec: Record<string, unknown>, type: SpecType): [Path, str
         found.push([['repos', index, 'if_exists'], 'if_exists is not supported: the repo is always put at its path, over what the image holds there; remove if_exists, or give the repo a path the image leaves empty', 'key']);
       }
     }
+    for (const [index, group] of type === 'service' ? entries('replicas') : []) {
+      for (const field of isMap(group) ? Object.keys(group).filter((f) => SERVICE_WIDE.includes(f)) : []) {
+        const unsupported = UNSUPPORTED.find((rule) => rule.kinds.includes('service') && rule.path.length === 1 && rule.path[0] === field);
+        found.push([['replicas', index, field], unsupported?.message ?? `${field} per replica group is not supported: set it at the top level, where it applies to every group`, 'key']);
+      }
+    }
     for (const [index, fleet] of entries('fleets')) {
       if (typeof fleet === 'string' && fleet.includes('/')) found.push([['fleets', index], `"${fleet}" ${IMPORTED}`, 'value']);
     }
@@ -182,6 +212,12 @@ function refusedItems(spec: Record<string, unknown>, type: SpecType): [Path, str
   if (typeof spec.gateway === 'string' && spec.gateway.includes('/')) found.push([['gateway'], `"${spec.gateway}" ${IMPORTED}`, 'value']);
   return found;
 }
+
+/** Fields dstack may come to take per replica group that are the service's alone here (a group takes count, scaling, commands, image, resources, spot_policy). */
+const SERVICE_WIDE: readonly string[] = [
+  'port', 'env', 'python', 'regions', 'backends', 'fleets', 'instance_types', 'max_price', 'volumes', 'files', 'repos', 'working_dir',
+  'entrypoint', 'probes', 'model', 'registry_auth', 'privileged', 'shell', 'docker', 'retry', 'reservation', 'availability_zones',
+];
 
 function isMap(value: unknown): value is Record<string, unknown> {
   return value !== null && typeof value === 'object' && !Array.isArray(value);

@@ -264,14 +264,34 @@ export const TaskSpec = Type.Object({
 }, { additionalProperties: false, description: 'A batch job that runs its commands to completion' });
 export type TaskSpec = Static<typeof TaskSpec>;
 
+const ReplicaCount = Type.Union([Type.String(), Type.Integer()], {
+  ...checked('replicas', 'a number of replicas such as 2 or a range such as 0..4', 'Replicas: n (exactly) or min..max with scaling'),
+});
+
+/** One group of a service's replicas: its own count and scaling, and what its replicas run where it differs from the service. */
+export const ReplicaGroup = Type.Object({
+  name: Type.Optional(Type.String({
+    ...checked('name', 'a name of 1-40 lowercase letters, digits and hyphens', 'The group\'s name, shown with each of its replicas; its position (0, 1, ...) when left out'),
+    minLength: 1, maxLength: 40, pattern: '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$',
+  })),
+  count: ReplicaCount,
+  scaling: Type.Optional(Scaling),
+  commands: Type.Optional(Commands),
+  image: Type.Optional(Image),
+  resources: Type.Optional(Resources),
+  spot_policy: Type.Optional(SpotPolicy),
+}, { additionalProperties: false, description: 'A group of replicas: count (n or min..max with scaling), and commands, image, resources and spot_policy in place of the service\'s' });
+export type ReplicaGroup = Static<typeof ReplicaGroup>;
+
 export const ServiceSpec = Type.Object({
   type: Type.Literal('service'),
   ...runCommon,
   commands: Type.Optional(Commands),
   port: Type.Integer({ minimum: 1, maximum: 65535, description: 'Port the commands listen on' }),
   model: Type.Optional(Model),
-  replicas: Type.Optional(Type.Union([Type.String(), Type.Integer()], {
-    ...checked('replicas', 'a number of replicas such as 2 or a range such as 0..4', 'Replicas: n (exactly) or min..max with scaling'), default: 1,
+  replicas: Type.Optional(Type.Union([ReplicaCount, Type.Array(ReplicaGroup, { minItems: 1 })], {
+    'x-expected': 'a number of replicas such as 2, a range such as 0..4, or a list of replica groups',
+    description: 'Replicas: n (exactly), min..max with scaling, or a list of replica groups, each with its own count, commands and resources', default: 1,
   })),
   scaling: Type.Optional(Scaling),
   auth: Type.Optional(Type.Boolean({ default: true, description: 'Require a token to call the service' })),

@@ -202,7 +202,7 @@ async function listingRuns(): Promise<void> {
       }
       for (let i = 0; i < SERVICES; i++) {
         const service = await insertRun(tx, { projectId: project.id, userId: user.id, name: `s${i}`, kind: 'service', spec: { type: 'service', port: 8000, commands: ['true'] }, files: [], requirement, priority: 0 });
-        for (let replica = 0; replica < REPLICAS; replica++) await insertReplica(tx, service!, replica);
+        for (let replica = 0; replica < REPLICAS; replica++) await insertReplica(tx, service!, replica, null);
       }
     });
     const median = async (work: () => Promise<unknown>) => {

@@ -1,7 +1,8 @@
 import { sshHosts } from '../api/ssh-fleet.js';
 import { formatUtc } from '../api/cron.js';
 import { fieldsNotActedOn, type FieldNotActedOn } from '../api/not-acted-on.js';
-import { dstackDefaultsNote } from '../api/resources.js';
+import { replicaGroupsOf } from '../api/replica-groups.js';
+import { describeRequirementInWords, dstackDefaultsNote, normalizeResources } from '../api/resources.js';
 import type { FleetPlan, RunPlan } from '../api/objects.js';
 import { formatDollars } from '../api/offer.js';
 import type { FleetSpec, RunSpec } from '../api/spec.js';
@@ -88,14 +89,17 @@ export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.Write
         : 'create';
   let text = `${spec.type} ${name}: ${action}\n`;
   if (plan.schedule) text += field('schedule', scheduleText(plan.schedule));
-  text += resourcesField(spec, plan.requirement);
+  const groups = spec.type === 'service' && Array.isArray(spec.replicas) ? replicaGroupsOf(spec) : null;
+  text += groups ? replicaGroupsField(spec) : resourcesField(spec, plan.requirement);
+  // The plan places one replica of the first group; it says so.
+  const placed = groups ? `group ${groups[0]!.name}: ` : '';
   const nodes = spec.type === 'task' ? spec.nodes ?? 1 : 1;
   if (nodes > 1) text += field('nodes', `${nodes} instances of one fleet, placed together, one job on each`);
   text += field('fleets', plan.fleets.length > 0 ? plan.fleets.join(', ') : 'none match');
   if (plan.instance) {
-    text += field('instance', instanceText(plan.instance, plan.queuedBefore));
+    text += field('instance', placed + instanceText(plan.instance, plan.queuedBefore));
   } else if (plan.offers.length > 0) {
-    text += field('offers', nodes > 1 ? 'new instances from the cheapest that are available' : 'a new instance from the cheapest that is available') + offersTable(plan.offers, plan.offersTotal, stream);
+    text += field('offers', placed + (nodes > 1 ? 'new instances from the cheapest that are available' : 'a new instance from the cheapest that is available')) + offersTable(plan.offers, plan.offersTotal, stream);
   }
   if (plan.pricePerHour !== null) text += field('price', `${formatPrice(plan.pricePerHour)}/h`);
   if (plan.budget) text += field('budget', budgetLine(plan.budget, plan.pricePerHour));
@@ -114,6 +118,17 @@ function budgetLine(budget: NonNullable<RunPlan['budget']>, pricePerHour: number
   if (budget.lastsFor === 'spent') return `${spent}: new instances wait until it resets or is raised (unless on_exceed is warn)`;
   const burn = budget.burnPerHour + (pricePerHour ?? 0);
   return `${spent}; at ${formatPrice(burn)}/h (${formatPrice(budget.burnPerHour)}/h now + this run) the rest lasts ${budget.lastsFor}`;
+}
+
+/** A service's replica groups, one line each: `small: 1..3 replicas, GPU 24GB.., commands of its own`. */
+function replicaGroupsField(spec: RunSpec): string {
+  if (spec.type !== 'service' || !Array.isArray(spec.replicas)) return '';
+  return replicaGroupsOf(spec).map(({ name, spec: group }, index) => {
+    const own = (['commands', 'image', 'spot_policy'] as const).filter((f) => (spec.replicas as Array<Record<string, unknown>>)[index]![f] !== undefined);
+    const parts = [`${String(group.replicas)} replica${group.replicas === 1 ? '' : 's'}`, describeRequirementInWords(normalizeResources(group.resources, 'run', group.max_price)),
+      ...(own.length > 0 ? [`its own ${own.join(', ')}`] : [])];
+    return field(index === 0 ? 'groups' : '', `${name}: ${parts.join(', ')}`);
+  }).join('');
 }
 
 /** The cron expressions, the next run and how soon it is. */

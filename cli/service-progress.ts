@@ -26,7 +26,8 @@ export type ServiceOutcome =
 export function replicaLine(replica: Replica): string {
   const where = replica.instance && replica.state !== 'provisioning' ? ` on ${replica.instance}` : '';
   const why = replica.state === 'provisioning' && replica.statusMessage ? `: ${replica.statusMessage}` : '';
-  return `replica ${replica.replica}: ${replica.state}${where}${why}`;
+  const group = replica.group === null ? '' : ` (group ${replica.group})`;
+  return `replica ${replica.replica}${group}: ${replica.state}${where}${why}`;
 }
 
 /** The lines that say where the service is reached: under the server's URL as this client knows it. */
@@ -40,13 +41,20 @@ export function serviceAddresses(serverUrl: string, service: ServiceInfo): strin
   return `${lines.join('\n')}\n`;
 }
 
+/**
+ * Every replica group with a replica that serves or is on its way has one of the current generation ready (a service
+ * without groups is one group): an update that leaves a group as it was moves that group's replicas to the new
+ * generation as they are, so a changed group still waits for one of its own.
+ */
 function readyInGeneration(run: Run): boolean {
-  return run.service?.replicas.some((replica) => replica.state === 'ready' && replica.generation === run.generation) === true;
+  const replicas = (run.service?.replicas ?? []).filter((replica) => replica.state !== 'draining' && replica.state !== 'terminated');
+  const groups = new Set(replicas.map((replica) => replica.group));
+  return groups.size > 0 && [...groups].every((group) => replicas.some((r) => r.group === group && r.state === 'ready' && r.generation === run.generation));
 }
 
 /**
  * Looks at the service twice a second, showing its status and each replica's state as they change,
- * until a replica of its current generation is ready (an update waits for the new spec), it ends, its rollout
+ * until a replica of its current generation is ready in each group (an update waits for the new spec), it ends, its rollout
  * stalls, or Ctrl-C.
  */
 export async function followService(client: ApiClient, name: string, display: StatusDisplay): Promise<ServiceOutcome> {

@@ -1,9 +1,10 @@
-import type { ServiceSettings } from '../api/service-settings.js';
+import type { GroupSettings } from '../api/service-settings.js';
 import type { ServiceWindow } from '../store/service-stats.js';
 
 export interface ScaleInput {
-  settings: ServiceSettings;
-  /** The replica count the service aims for now. */
+  /** The service's count range and scaling, or one replica group's. */
+  settings: Pick<GroupSettings, 'replicas' | 'scaling'>;
+  /** The replica count the service (or group) aims for now. */
   current: number;
   /** When that count last changed (or the service started). */
   scaledAt: Date;

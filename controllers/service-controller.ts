@@ -1,5 +1,5 @@
 import type { Logger } from 'winston';
-import { serviceSettings, type ServiceSettings } from '../api/service-settings.js';
+import { serviceSettings, type GroupSettings, type ServiceSettings } from '../api/service-settings.js';
 import type { RolloutStall } from '../api/services.js';
 import type { ServiceSpec } from '../api/spec.js';
 import { FINISHED_RUN_STATUSES, stopReason, type RunStatus, type RunTerminationReason } from '../api/status.js';
@@ -9,11 +9,11 @@ import type { Db, Row } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
 import { getInstance } from '../store/instances.js';
 import { requestRunStop, updateRun } from '../store/runs.js';
-import { pruneServiceStats, serviceWindows } from '../store/service-stats.js';
+import { pruneServiceStats, serviceWindows, type ServiceWindow } from '../store/service-stats.js';
 import {
   insertReplica, listReplicas, markReplicaReady, markReplicaUnready, noteReplicaReplaced, noteReplicasEnded, replicaState, SERVICE_PARENT,
-  setDesiredReplicas, setReplicaFailures, setRolloutStall, setRunningReplicaMessage, setStableGeneration, startReplicaDrain, toService,
-  type ReplicaRecord, type ServiceRecord,
+  setDesiredReplicas, setGroupReplicas, setReplicaFailures, setRolloutStall, setRunningReplicaMessage, setStableGeneration, startReplicaDrain, toService,
+  type GroupScale, type ReplicaRecord, type ServiceRecord,
 } from '../store/services.js';
 import { desiredReplicas } from './autoscaler.js';
 import { LeasedController } from './leased.js';
@@ -74,19 +74,22 @@ export class ServiceController extends LeasedController<ServiceRecord> {
     const live = replicas.filter((r) => !isFinished(r.status));
     if (service.desired !== 'run') return this.stopping(service, live, settings);
     if (service.status === 'submitted') {
-      const initial = settings.replicas.min;
       if (!(await updateRun(this.db, service.id, this.owner, { status: 'provisioning', status_message: 'starting replicas' }))) return LOOK_MS;
-      await setDesiredReplicas(this.db, service.id, initial);
       service.status = 'provisioning';
-      service.desiredReplicas = initial;
-      service.scaledAt = new Date();
+      if (!hasGroups(settings)) {
+        const initial = settings.replicas.min;
+        await setDesiredReplicas(this.db, service.id, initial);
+        service.desiredReplicas = initial;
+        service.scaledAt = new Date();
+      }
     }
     if (await this.noteEndedReplicas(service, replicas)) return LOOK_MS;
     await this.noteQueued(service, live);
     await this.autoscale(service, settings);
     let wait = await this.probe(service, live);
     await this.drain(service, live, settings);
-    wait = Math.min(wait, await this.reshape(service, live, replicas));
+    for (const group of settings.groups) wait = Math.min(wait, await this.reshape(service, group.name, live, replicas));
+    await this.retireRemovedGroups(service, live, settings);
     await this.noteRollout(service, live);
     await this.updateStatus(service, live);
     return Math.min(wait, LOOK_MS);
@@ -170,16 +173,62 @@ export class ServiceController extends LeasedController<ServiceRecord> {
     await this.event(service, 'RolloutResumed', why);
   }
 
+  /** Moves each group's count (the service's, without groups) on its own, within its range, on the service's requests. */
   private async autoscale(service: ServiceRecord, settings: ServiceSettings): Promise<void> {
-    const current = service.desiredReplicas ?? settings.replicas.min;
-    const windowSeconds = settings.scaling?.windowSeconds ?? 60;
-    const window = settings.scaling ? (await serviceWindows(this.db, [service.id], windowSeconds)).get(service.id) ?? null : null;
-    const next = desiredReplicas({ settings, current, scaledAt: service.scaledAt ?? service.submittedAt, window, now: Date.now() });
-    if (next === current && service.desiredReplicas !== null) return;
-    await setDesiredReplicas(this.db, service.id, next);
-    service.desiredReplicas = next;
-    service.scaledAt = new Date();
-    if (next !== current) await this.event(service, 'Scaled', `${current} → ${next} replica${next === 1 ? '' : 's'}${settings.scaling ? ` (${settings.scaling.metric}, target ${settings.scaling.target} per replica)` : ''}`);
+    if (!hasGroups(settings)) {
+      const group = settings.groups[0]!;
+      const current = service.desiredReplicas ?? group.replicas.min;
+      const next = await this.scaled(service, group, current, service.scaledAt ?? service.submittedAt);
+      if (next === current && service.desiredReplicas !== null) return;
+      await setDesiredReplicas(this.db, service.id, next);
+      service.desiredReplicas = next;
+      service.scaledAt = new Date();
+      return;
+    }
+    const groups: Record<string, GroupScale> = {};
+    let changed = Object.keys(service.groupReplicas).length !== settings.groups.length;
+    for (const group of settings.groups) {
+      const was = service.groupReplicas[group.name!];
+      const current = was?.desired ?? group.replicas.min;
+      const next = await this.scaled(service, group, current, was ? new Date(was.scaledAt) : service.scaledAt ?? service.submittedAt);
+      groups[group.name!] = was && next === current ? was : { desired: next, scaledAt: new Date().toISOString() };
+      if (!was || next !== current) changed = true;
+    }
+    if (!changed) return;
+    await setGroupReplicas(this.db, service.id, groups);
+    service.groupReplicas = groups;
+    service.desiredReplicas = Object.values(groups).reduce((n, g) => n + g.desired, 0);
+  }
+
+  /** The count a group (or the service) should aim for now; a change is told as a Scaled event. */
+  private async scaled(service: ServiceRecord, group: GroupSettings, current: number, scaledAt: Date): Promise<number> {
+    const { scaling } = group;
+    const window: ServiceWindow | null = scaling ? (await serviceWindows(this.db, [service.id], scaling.windowSeconds)).get(service.id) ?? null : null;
+    const next = desiredReplicas({ settings: group, current, scaledAt, window, now: Date.now() });
+    if (next !== current) {
+      const whose = group.name === null ? '' : `group ${group.name}: `;
+      await this.event(service, 'Scaled', `${whose}${current} → ${next} replica${next === 1 ? '' : 's'}${scaling ? ` (${scaling.metric}, target ${scaling.target} per replica)` : ''}`);
+    }
+    return next;
+  }
+
+  /** The count a group (null: the service without groups) aims for now. */
+  private targetOf(service: ServiceRecord, group: string | null): number {
+    return (group === null ? service.desiredReplicas : service.groupReplicas[group]?.desired) ?? 0;
+  }
+
+  /**
+   * Replicas of a group the spec no longer has: an unready one stops at once, a ready one drains once every group
+   * of the current generation is ready, so that capacity never drops while the new groups come up.
+   */
+  private async retireRemovedGroups(service: ServiceRecord, live: ReplicaRecord[], settings: ServiceSettings): Promise<void> {
+    const names = new Set(settings.groups.map((g) => g.name));
+    const serving = live.filter((r) => !r.drainingSince && r.desired === 'run');
+    const removed = serving.filter((r) => !names.has(r.group));
+    if (removed.length === 0) return;
+    const readyNow = serving.filter((r) => names.has(r.group) && r.readyAt && r.generation === service.generation).length;
+    const replaced = readyNow >= (service.desiredReplicas ?? 0);
+    for (const replica of removed.filter((r) => !r.readyAt || replaced)) await this.startDraining(service, replica, 'its replica group was removed');
   }
 
   /**
@@ -284,11 +333,12 @@ export class ServiceController extends LeasedController<ServiceRecord> {
    * drains extra or outdated ones. An update replaces one replica at a time and only once a new one is ready,
    * so serving capacity never drops below the desired count.
    */
-  private async reshape(service: ServiceRecord, live: ReplicaRecord[], replicas: ReplicaRecord[]): Promise<number> {
-    const target = service.desiredReplicas ?? 0;
+  private async reshape(service: ServiceRecord, group: string | null, live: ReplicaRecord[], replicas: ReplicaRecord[]): Promise<number> {
+    const target = this.targetOf(service, group);
     const lastEndedAt = lastEnd(replicas);
     const given = givenUp(service);
-    const serving = live.filter((r) => !r.drainingSince && r.desired === 'run');
+    const mine = live.filter((r) => r.group === group);
+    const serving = mine.filter((r) => !r.drainingSince && r.desired === 'run');
     const current = serving.filter((r) => r.generation === service.generation);
     const outdated = serving.filter((r) => r.generation !== service.generation);
     const ready = (rs: ReplicaRecord[]) => rs.filter((r) => r.readyAt).length;
@@ -298,21 +348,21 @@ export class ServiceController extends LeasedController<ServiceRecord> {
         for (const replica of extra) await this.startDraining(service, replica, 'scaled down');
         return LOOK_MS;
       }
-      if (given) return this.keepServing(service, live, serving, replicas, lastEndedAt);
-      return current.length < target ? this.add(service, live, target - current.length, lastEndedAt) : LOOK_MS;
+      if (given) return this.keepServing(service, group, live, serving, replicas, lastEndedAt);
+      return current.length < target ? this.add(service, group, live, target - current.length, lastEndedAt) : LOOK_MS;
     }
     // While the new generation is given up, an old replica briefly out of rotation is the capacity that is left.
     for (const replica of outdated.filter((r) => (!r.readyAt && !given) || target === 0)) await this.startDraining(service, replica, 'replaced by the new generation');
     const outdatedReady = outdated.filter((r) => r.readyAt && target > 0);
     // An update that also lowers the count first drains the old replicas beyond it, as a scale-down would; the surge needs the room.
     for (const replica of outdatedReady.splice(target)) await this.startDraining(service, replica, 'scaled down');
-    const anyOutdatedDraining = live.some((r) => r.drainingSince && r.generation !== service.generation && !isFinished(r.status));
+    const anyOutdatedDraining = mine.some((r) => r.drainingSince && r.generation !== service.generation && !isFinished(r.status));
     if (outdatedReady.length > 0 && !anyOutdatedDraining && ready(current) > 0 && ready(current) + outdatedReady.length > target) {
       await this.startDraining(service, outdatedReady[0]!, `replaced by generation ${service.generation}`);
     }
-    if (given) return this.keepServing(service, live, serving, replicas, lastEndedAt);
+    if (given) return this.keepServing(service, group, live, serving, replicas, lastEndedAt);
     const surging = current.length + outdatedReady.length;
-    if (current.length < target && surging < target + 1) return this.add(service, live, 1, lastEndedAt);
+    if (current.length < target && surging < target + 1) return this.add(service, group, live, 1, lastEndedAt);
     return LOOK_MS;
   }
 
@@ -320,19 +370,20 @@ export class ServiceController extends LeasedController<ServiceRecord> {
    * While the current generation is given up, the older replicas are all that serves: one that ends is replaced
    * by a replica of the generation that last served whole, with that generation's spec.
    */
-  private async keepServing(service: ServiceRecord, live: ReplicaRecord[], serving: ReplicaRecord[], replicas: ReplicaRecord[], lastEndedAt: number): Promise<number> {
-    const missing = (service.desiredReplicas ?? 0) - serving.filter((r) => r.generation !== service.generation).length;
-    const stable = replicas.filter((r) => r.generation === service.stableGeneration).at(-1);
+  private async keepServing(service: ServiceRecord, group: string | null, live: ReplicaRecord[], serving: ReplicaRecord[], replicas: ReplicaRecord[], lastEndedAt: number): Promise<number> {
+    // A ready replica of the current generation is one of a group the update left as it was (or carried back).
+    const missing = this.targetOf(service, group) - serving.filter((r) => r.generation !== service.generation || r.readyAt).length;
+    const stable = replicas.filter((r) => r.generation === service.stableGeneration && r.group === group).at(-1);
     if (missing <= 0 || !stable) return LOOK_MS;
-    const { spec, files, repos, requirement, priority, generation } = stable;
-    return this.add({ ...service, spec, files, repos, requirement, priority, generation }, live, missing, lastEndedAt);
+    const { serviceSpec: spec, files, repos, requirement, priority, generation } = stable;
+    return this.add({ ...service, spec, files, repos, requirement, priority, generation }, group, live, missing, lastEndedAt);
   }
 
   /**
    * Adds replicas (to `live` as well), after a pause since `lastEndedAt` that doubles with each failure in a row,
    * or a fixed one while no replica of the generation could be placed.
    */
-  private async add(service: ServiceRecord, live: ReplicaRecord[], count: number, lastEndedAt: number): Promise<number> {
+  private async add(service: ServiceRecord, group: string | null, live: ReplicaRecord[], count: number, lastEndedAt: number): Promise<number> {
     const backoff = service.stall?.reason === 'unplaceable' ? PLACEMENT_RETRY_MS
       : service.replicaFailures > 0 ? Math.min(MAX_REPLACE_BACKOFF_MS, 1000 * 2 ** (service.replicaFailures - 1)) : 0;
     const wait = lastEndedAt + backoff - Date.now();
@@ -341,10 +392,10 @@ export class ServiceController extends LeasedController<ServiceRecord> {
     for (let added = 0, n = 0; added < count; n++) {
       if (used.has(n)) continue;
       used.add(n);
-      const replica = await insertReplica(this.db, service, n);
+      const replica = await insertReplica(this.db, service, n, group);
       live.push(replica);
       added += 1;
-      await this.event(service, 'ReplicaAdded', `replica ${replica.replica} (generation ${replica.generation}) submitted`);
+      await this.event(service, 'ReplicaAdded', `replica ${replica.replica} (${group === null ? '' : `group ${group}, `}generation ${replica.generation}) submitted`);
     }
     await this.db.notify(CHANNELS.runs);
     return LOOK_MS;
@@ -452,6 +503,10 @@ export class ServiceController extends LeasedController<ServiceRecord> {
     this.lastPrune = Date.now();
     await pruneServiceStats(this.db);
   }
+}
+
+function hasGroups(settings: ServiceSettings): boolean {
+  return settings.groups[0]!.name !== null;
 }
 
 /** A generation that never served whole and whose replicas kept failing gets no more until the spec changes. */

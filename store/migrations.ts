@@ -492,6 +492,15 @@ ALTER TABLE fleets ADD COLUMN cluster jsonb;
 ALTER TABLE runs ADD COLUMN blocks integer[];
 `,
   },
+  {
+    version: 22,
+    name: 'service replica groups: the group of each replica and the service spec it was made from, and the replica count each group aims for',
+    sql: `
+ALTER TABLE runs ADD COLUMN replica_group text;
+ALTER TABLE runs ADD COLUMN service_spec jsonb;
+ALTER TABLE runs ADD COLUMN group_replicas jsonb;
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;

@@ -1,4 +1,6 @@
 import { randomUUID } from 'node:crypto';
+import { groupSpec, replicaGroupsOf } from '../api/replica-groups.js';
+import { normalizeResources } from '../api/resources.js';
 import { serviceSettings } from '../api/service-settings.js';
 import type { Replica, ReplicaState, RolloutStall, ServiceRoute } from '../api/services.js';
 import type { ServiceSpec } from '../api/spec.js';
@@ -12,6 +14,10 @@ export const SERVICE_PARENT = `(kind = 'service' AND service_id IS NULL)`;
 export interface ReplicaRecord extends RunRecord {
   serviceId: string;
   replica: number;
+  /** Its replica group's name; null for a service without groups. */
+  group: string | null;
+  /** The service spec of its generation (a replica of a group runs that group's spec, its `spec`). */
+  serviceSpec: Record<string, unknown>;
   readyAt: Date | null;
   drainingSince: Date | null;
   /** When the service controller took note of the replica's end (and replaced it where needed). */
@@ -20,8 +26,11 @@ export interface ReplicaRecord extends RunRecord {
 
 /** A service's row as its controller reads it: the run, and where its replica set stands. */
 export interface ServiceRecord extends RunRecord {
+  /** Over all replica groups together. */
   desiredReplicas: number | null;
   scaledAt: Date | null;
+  /** Each replica group's own count and when it last changed; empty for a service without groups. */
+  groupReplicas: Record<string, GroupScale>;
   /** Replicas of the current generation that ended (or were stopped unready) in a row since one was last ready. */
   replicaFailures: number;
   /** The last generation whose replicas were all ready; null while none has been. */
@@ -29,15 +38,23 @@ export interface ServiceRecord extends RunRecord {
   stall: RolloutStall | null;
 }
 
+/** Where one replica group's count stands: what it aims for, and since when (ISO time). */
+export interface GroupScale {
+  desired: number;
+  scaledAt: string;
+}
+
 export function toService(row: Record<string, any>): ServiceRecord {
   return {
-    ...toRun(row), desiredReplicas: row.desired_replicas, scaledAt: row.scaled_at, replicaFailures: row.replica_failures,
+    ...toRun(row), desiredReplicas: row.desired_replicas, scaledAt: row.scaled_at, groupReplicas: row.group_replicas ?? {}, replicaFailures: row.replica_failures,
     stableGeneration: row.stable_generation ?? null, stall: row.rollout_stall ?? null,
   };
 }
 
 export function toReplica(row: Record<string, any>): ReplicaRecord {
-  return { ...toRun(row), serviceId: row.service_id, replica: row.replica, readyAt: row.ready_at, drainingSince: row.draining_since, replacedAt: row.replaced_at };
+  return {
+    ...toRun(row), serviceId: row.service_id, replica: row.replica, group: row.replica_group ?? null, serviceSpec: row.service_spec ?? row.spec, readyAt: row.ready_at, drainingSince: row.draining_since, replacedAt: row.replaced_at,
+  };
 }
 
 export function replicaState(r: Pick<ReplicaRecord, 'status' | 'readyAt' | 'drainingSince'>): ReplicaState {
@@ -67,21 +84,34 @@ export async function replicaViewsOf(db: Queryable, serviceIds: readonly string[
   for (const row of rows) {
     const replica = toReplica(row);
     views.get(replica.serviceId)!.push({
-      replica: replica.replica, generation: replica.generation, state: replicaState(replica), statusMessage: replica.statusMessage,
+      replica: replica.replica, group: replica.group, generation: replica.generation, state: replicaState(replica), statusMessage: replica.statusMessage,
       instance: row.instance_name ?? null, startedAt: replica.startedAt?.toISOString() ?? null, readyAt: replica.readyAt?.toISOString() ?? null,
     });
   }
   return views;
 }
 
-/** Adds a replica: a submitted run of the service's current spec, which the scheduler places like a task. */
-export async function insertReplica(db: Queryable, service: RunRecord, replica: number): Promise<ReplicaRecord> {
+/**
+ * Adds a replica of `group` (null: a service without groups): a submitted run of the service's current spec, or
+ * of the group's spec with the group's resources, which the scheduler places like a task.
+ */
+export async function insertReplica(db: Queryable, service: RunRecord, replica: number, group: string | null): Promise<ReplicaRecord> {
+  const spec = group === null ? service.spec : groupSpec(service.spec as ServiceSpec, group);
+  if (!spec) throw new Error(`service ${service.name} has no replica group ${group}`);
+  const requirement = group === null ? service.requirement : normalizeResources(spec.resources, 'run', spec.max_price as number | undefined);
   const rows = await db.query(
-    `INSERT INTO runs (id, project_id, user_id, name, kind, spec, files, repos, requirement, priority, generation, status, status_message, service_id, replica)
-     VALUES ($1, $2, $3, $4, 'service', $5, $6, $12, $7, $8, $9, 'submitted', 'waiting to be scheduled', $10, $11) RETURNING *`,
-    [randomUUID(), service.projectId, service.userId, service.name, service.spec, service.files, service.requirement, service.priority,
-      service.generation, service.id, replica, service.repos]);
+    `INSERT INTO runs (id, project_id, user_id, name, kind, spec, files, repos, requirement, priority, generation, status, status_message, service_id, replica,
+       replica_group, service_spec)
+     VALUES ($1, $2, $3, $4, 'service', $5, $6, $12, $7, $8, $9, 'submitted', 'waiting to be scheduled', $10, $11, $13, $14) RETURNING *`,
+    [randomUUID(), service.projectId, service.userId, service.name, spec, service.files, requirement, service.priority,
+      service.generation, service.id, replica, service.repos, group, group === null ? null : service.spec]);
   return toReplica(rows[0]);
+}
+
+/** Writes each replica group's count, and their sum as the service's. */
+export async function setGroupReplicas(db: Queryable, serviceId: string, groups: Record<string, GroupScale>): Promise<void> {
+  const total = Object.values(groups).reduce((n, g) => n + g.desired, 0);
+  await db.query('UPDATE runs SET group_replicas = $2, desired_replicas = $3, scaled_at = now() WHERE id = $1', [serviceId, groups, total]);
 }
 
 export async function setDesiredReplicas(db: Queryable, serviceId: string, count: number): Promise<void> {
@@ -156,10 +186,35 @@ export async function loadRoutingTable(db: Queryable): Promise<ServiceRoute[]> {
   });
 }
 
-/** What a new generation of a service changes: everything but the replica count and scaling, which change in place. */
+/**
+ * What a new generation of a service changes: everything but the replica counts and scaling (the service's and
+ * each group's), which change in place.
+ */
 function template(spec: Record<string, unknown>, files: unknown, repos: unknown): string {
-  const { replicas: _replicas, scaling: _scaling, ...rest } = spec;
-  return stableJson({ rest, files, repos });
+  const { replicas, scaling: _scaling, ...rest } = spec;
+  const groups = Array.isArray(replicas) ? replicas.map(({ count: _count, scaling: _groupScaling, ...group }) => group) : null;
+  return stableJson({ rest, groups, files, repos });
+}
+
+/** What a new generation changes for the replicas of one group; null when the spec has no such group. */
+function groupTemplate(spec: Record<string, unknown>, group: string, files: unknown, repos: unknown): string | null {
+  const own = groupSpec(spec as ServiceSpec, group);
+  return own ? template(own, files, repos) : null;
+}
+
+/**
+ * A new generation rolls only the groups whose spec it changes: the live replicas of every other group are
+ * moved to it as they are, so that the rollout leaves them be.
+ */
+async function carryUnchangedGroups(db: Queryable, service: RunRecord, next: ServiceInputs, generation: number): Promise<void> {
+  for (const { name, spec } of replicaGroupsOf(next.spec as ServiceSpec)) {
+    if (name === null) continue;
+    const before = groupTemplate(service.spec, name, service.files, service.repos);
+    if (before === null || before !== groupTemplate(next.spec, name, next.files, next.repos)) continue;
+    await db.query(
+      `UPDATE runs SET generation = $3, spec = $4, service_spec = $5 WHERE service_id = $1 AND replica_group = $2 AND NOT deleted AND status NOT IN ${FINISHED}`,
+      [service.id, name, generation, spec, next.spec]);
+  }
 }
 
 function stableJson(value: unknown): string {
@@ -215,6 +270,7 @@ export async function updateService(db: Queryable, service: RunRecord, next: Ser
   const settles = serving !== null && template(serving.spec, serving.files, serving.repos) === template(spec, files, repos);
   const generation = settles ? stable as number : Math.max(service.generation, newest ?? 0) + 1;
   await writeGeneration(db, service.id, next, generation);
+  await carryUnchangedGroups(db, service, next, generation);
   return { update: settles ? 'settled' : 'rolling', generation };
 }
 
@@ -228,11 +284,27 @@ export async function rollBackService(db: Queryable, service: RunRecord): Promis
   if (stable === service.generation) return { refused: `${service.name} already runs generation ${stable}, the last that was ready` };
   const serving = await generationInputs(db, service.id, stable);
   if (!serving) return { refused: `generation ${stable} of ${service.name} has no replica left to take its spec from` };
-  const { replicas, scaling } = service.spec;
-  const { replicas: _replicas, scaling: _scaling, ...rest } = serving.spec;
-  const spec = { ...rest, ...(replicas === undefined ? {} : { replicas }), ...(scaling === undefined ? {} : { scaling }) };
-  await writeGeneration(db, service.id, { ...serving, spec }, stable);
+  const next = { ...serving, spec: withCountsOf(serving.spec, service.spec) };
+  await writeGeneration(db, service.id, next, stable);
+  await carryUnchangedGroups(db, service, next, stable);
   return { generation: stable };
+}
+
+/** `spec` with the replica counts and scaling of `current`: the service's, or each group's that both have. */
+function withCountsOf(spec: Record<string, unknown>, current: Record<string, unknown>): Record<string, unknown> {
+  const { replicas, scaling, ...rest } = spec;
+  if (Array.isArray(replicas) && Array.isArray(current.replicas)) {
+    const written = current.replicas as Array<Record<string, unknown>>;
+    const now = new Map(replicaGroupsOf(current as ServiceSpec).map((g, i) => [g.name, written[i]!]));
+    const groups = replicaGroupsOf(spec as ServiceSpec).map((g, i) => {
+      const { count: _count, scaling: _scaling, ...group } = replicas[i];
+      const { count, scaling: groupScaling } = now.get(g.name) ?? replicas[i];
+      return { ...group, count, ...(groupScaling === undefined ? {} : { scaling: groupScaling }) };
+    });
+    return { ...rest, replicas: groups };
+  }
+  const { replicas: count, scaling: currentScaling } = current;
+  return { ...rest, ...(count === undefined ? {} : { replicas: count }), ...(currentScaling === undefined ? {} : { scaling: currentScaling }) };
 }
 
 /**

@@ -265,6 +265,24 @@ describe('api: validating JSON specs', () => {
     expect(validateSpec({ type: 'service', image: 'x', port: 80, replicas: '1..3', scaling: { metric: 'rps', target: 1, window: '2h' } }).errors.map(formatSpecError))
       .to.deep.equal(['scaling.window: at most 1h: request statistics are kept for an hour']);
   });
+
+  it('checks each replica group: its count with its own scaling, a name of its own, commands or an image', () => {
+    const scaling = { metric: 'rps', target: 1 };
+    const service = (replicas: unknown[], more: Record<string, unknown> = {}) => validateSpec({ type: 'service', port: 80, replicas, ...more }).errors.map(formatSpecError);
+    expect(service([{ name: 'a', count: 1, commands: ['x'] }, { count: '0..2', scaling, image: 'y' }])).to.deep.equal([]);
+    expect(service([{ count: '1..3', commands: ['x'] }, { count: 2, scaling, commands: ['x'] }])).to.deep.equal([
+      'replicas[0].scaling: required field is missing; count "1..3" is a range, and scaling (metric rps, target) sets how the count follows load',
+      'replicas[1].scaling: scaling needs count as a range such as 1..4; count is fixed at 2',
+    ]);
+    expect(service([{ name: 'a', count: 1, commands: ['x'] }, { name: 'a', count: 1 }])).to.deep.equal([
+      'replicas[1].name: "a" names group 0 as well; each replica group needs its own name',
+      'replicas[1].commands: required field is missing; a replica group needs commands or an image, here or at the top level',
+    ]);
+    expect(service([{ count: '0..2', scaling }], { commands: ['x'], scaling })).to.deep.equal([
+      'scaling: with replica groups, each group with a count range takes its own scaling; move scaling into those groups',
+    ]);
+    expect(service([{ commands: ['x'] }], {})).to.deep.equal(['replicas[0].count: required field is missing; expected a number of replicas such as 2 or a range such as 0..4']);
+  });
 });
 
 describe('api: error formatting', () => {

@@ -59,7 +59,7 @@ describe('Argo CD health check (manifests/argocd/health.lua) on the status the o
 
   it('is Degraded with the message for a service whose rollout stalled, which stays Ready while the old generation serves', () => {
     const message = 'rollout of generation 2 failed: 3 replicas in a row ended before becoming ready; the last: exited with code 1; generation 1 still serves 2 replicas';
-    const ready = { generation: 1, state: 'ready' as const, statusMessage: 'ready', instance: 'local-1', startedAt: null, readyAt: null };
+    const ready = { group: null, generation: 1, state: 'ready' as const, statusMessage: 'ready', instance: 'local-1', startedAt: null, readyAt: null };
     const service = task({
       kind: 'service', generation: 2, statusMessage: message,
       service: {

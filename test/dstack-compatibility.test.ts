@@ -6,6 +6,7 @@ import type { Fleet, Run } from '../api/objects.js';
 import { makeHome, runCli, show } from './helpers/cli.js';
 import { useLocalCliSuite } from './helpers/local-cli-hooks.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
+import { eventually } from './helpers/server.js';
 
 const FIXTURES = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'dstack');
 const configs = readdirSync(FIXTURES).filter((name) => name.endsWith('.dstack.yml')).sort();
@@ -20,10 +21,10 @@ describe('dstack configurations: refused by name', () => {
     expect(accepted).to.include.members(['task.dstack.yml', 'multi-node.dstack.yml', 'service.dstack.yml', 'dev-environment.dstack.yml', 'fleet.dstack.yml', 'ssh-fleet.dstack.yml']);
     expect(refused).to.include.members(['replica-groups.dstack.yml', 'tpu.dstack.yml', 'aws-fleet.dstack.yml']);
     expect(refused, 'forms that misled before, each now refused by name').to.include.members([
-      'replica-list.dstack.yml', 'network-volumes.dstack.yml', 'repo-if-exists.dstack.yml', 'imported.dstack.yml', 'backends.dstack.yml',
+      'replica-group-fields.dstack.yml', 'network-volumes.dstack.yml', 'repo-if-exists.dstack.yml', 'imported.dstack.yml', 'backends.dstack.yml',
       'run-access.dstack.yml', 'several.dstack.yml', 'model-format.dstack.yml',
     ]);
-    expect(accepted).to.include.members(['accelerators.dstack.yml', 'cluster-fleet.dstack.yml', 'blocks-fleet.dstack.yml']);
+    expect(accepted).to.include.members(['accelerators.dstack.yml', 'cluster-fleet.dstack.yml', 'blocks-fleet.dstack.yml', 'replica-list.dstack.yml', 'replica-groups-named.dstack.yml']);
   });
 
   for (const name of refused) {
@@ -61,6 +62,13 @@ for (const kind of DATABASE_KINDS) {
       expect(plans.get('task.dstack.yml')).not.to.contain('not given');
     });
 
+    it('shows each replica group in the plan: its count, resources and what it runs of its own', () => {
+      const plan = plans.get('replica-list.dstack.yml')!;
+      expect(plan).to.contain('  groups       0: 1..2 replicas, 1 GPU with 48 GB, its own commands\n               1: 1..4 replicas, 1 GPU with 24 GB, its own commands\n');
+      expect(plan, 'the plan places a replica of the first group').to.match(/^ {2}problem {6}no offers: no local offer matches 48GB:1 in fleet local;/m);
+      expect(plan).not.to.contain('  resources ');
+    });
+
     it('knows the accelerators of dstack\'s docs: GB10, and a Tenstorrent Galaxy\'s 32 chips', async () => {
       expect((await api<Run>('/runs/spark')).spec.resources).to.deep.equal({ gpu: 'GB10' });
       expect((await api<Run>('/runs/tt-galaxy')).spec.resources).to.deep.equal({ gpu: 'tt-galaxy-wh:32' });
@@ -77,6 +85,21 @@ for (const kind of DATABASE_KINDS) {
       expect((await api<Run>('/runs/distributed')).spec).to.include({ nodes: 2 });
       const onPrem = await api<Fleet>('/fleets/on-prem');
       expect(onPrem.spec.ssh_config, 'an SSH fleet keeps its hosts').to.deep.equal({ user: 'ubuntu', identity_file: '~/.ssh/id_rsa', hosts: ['3.255.177.51', '3.255.177.52'] });
+    });
+
+    it('keeps a service\'s replica groups: each group\'s count, scaling, commands and resources, named by position where dstack gives no name', async () => {
+      const llama = await api<Run>('/runs/llama-8b-service');
+      const groups = llama.spec.replicas as Array<Record<string, unknown>>;
+      expect(groups.map((g) => [g.count, (g.scaling as { target: number }).target, (g.resources as { gpu: string }).gpu])).to.deep.equal([['1..2', 10, '48GB'], ['1..4', 5, '24GB']]);
+      const waiting = await eventually(async () => {
+        const run = await api<Run>('/runs/llama-8b-service');
+        return run.service!.replicas.length === 2 ? run : null;
+      }, 30_000, 'a replica of each group, queued for a GPU');
+      expect(waiting.service!.replicas.map((r) => r.group).sort()).to.deep.equal(['0', '1']);
+      expect(waiting.service!.desiredReplicas).to.equal(2);
+      const named = await api<Run>('/runs/replica-groups-test');
+      expect((named.spec.replicas as Array<{ name: string; count: string }>).map((g) => [g.name, g.count])).to.deep.equal([['replica-1', '0..2'], ['replica-2', '0..3']]);
+      expect(named.service!.desiredReplicas).to.equal(0);
     });
 
     it('reads dstack\'s spellings of resources into the same requirement', async () => {

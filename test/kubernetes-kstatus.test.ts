@@ -38,7 +38,7 @@ function ended(kind: string, status: 'failed' | 'terminated', terminationReason:
 }
 
 function replica(number: number, generation: number, state: Replica['state']): Replica {
-  return { replica: number, generation, state, statusMessage: state, instance: 'local-1', startedAt: null, readyAt: null };
+  return { replica: number, group: null, generation, state, statusMessage: state, instance: 'local-1', startedAt: null, readyAt: null };
 }
 
 function service(generation: number, replicas: Replica[], desiredReplicas = 1, stall: ServiceInfo['stall'] = null): Run {

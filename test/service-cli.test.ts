@@ -21,7 +21,7 @@ import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './he
 const REPO = resolve(import.meta.dirname, '..');
 
 function replica(overrides: Partial<Replica>): Replica {
-  return { replica: 0, generation: 2, state: 'ready', statusMessage: 'running on local-0', instance: 'local-0', startedAt: null, readyAt: null, ...overrides };
+  return { replica: 0, group: null, generation: 2, state: 'ready', statusMessage: 'running on local-0', instance: 'local-0', startedAt: null, readyAt: null, ...overrides };
 }
 
 function serviceRun(replicas: Replica[]): Run {

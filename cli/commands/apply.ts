@@ -4,7 +4,8 @@ import { isDeepStrictEqual } from 'node:util';
 import type { Gateway, GatewaySpec } from '../../api/gateways.js';
 import type { ApplyItem, ApplyResult, Fleet, FleetPlan, Run, RunPlan, RunSchedule } from '../../api/objects.js';
 import type { ConfigSpec } from '../../api/parse.js';
-import type { FleetSpec, RunSpec } from '../../api/spec.js';
+import { serviceSettings } from '../../api/service-settings.js';
+import type { FleetSpec, RunSpec, ServiceSpec } from '../../api/spec.js';
 import { optionTexts } from '../args.js';
 import { ApiRequestError, type ApiClient } from '../client.js';
 import { connect, projectFlag } from '../connect.js';
@@ -253,7 +254,7 @@ async function followSubmittedService(client: ApiClient, submitted: Run): Promis
     ].join('\n'));
     return 1;
   }
-  if (outcome.kind === 'at-zero') process.stderr.write(`${run.name} has no replica running; ${run.spec.scaling ? 'the first request starts one' : 'replicas: 0 starts none'}\n`);
+  if (outcome.kind === 'at-zero') process.stderr.write(`${run.name} has no replica running; ${serviceSettings(run.spec as ServiceSpec).groups.some((group) => group.scaling) ? 'the first request starts one' : 'replicas: 0 starts none'}\n`);
   process.stdout.write(serviceAddresses(client.url, run.service!));
   await announceSsh(client, run, null).catch(sshConfigWarning);
   return 0;

@@ -41,12 +41,13 @@ function attemptText(run: Run): string {
   return run.attempt > 1 ? ` (attempt ${run.attempt})` : '';
 }
 
-/** A replica's row, under its service: its state (and generation while an update replaces it), and the instance it runs on. */
+/** A replica's row, under its service: its group, its state (and generation while an update replaces it), and the instance it runs on. */
 function replicaRow(run: Run, replica: Replica, now: number): string[] {
+  const name = `  replica ${replica.replica}${replica.group === null ? '' : ` (group ${replica.group})`}`;
   const state = replica.generation === run.generation ? replica.state : `${replica.state} (gen ${replica.generation})`;
   const message = replica.instance && !replica.statusMessage.includes(replica.instance)
     ? [`on ${replica.instance}`, replica.statusMessage].filter(Boolean).join(': ') : replica.statusMessage;
-  return [`  replica ${replica.replica}`, '', state, '-', '-', '', replica.startedAt ? formatAge(replica.startedAt, now) : '-', message];
+  return [name, '', state, '-', '-', '', replica.startedAt ? formatAge(replica.startedAt, now) : '-', message];
 }
 
 /** A node's row, under its multi-node task: its job's status (with its exit code when it failed) and the instance it runs on. */

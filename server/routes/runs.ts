@@ -7,6 +7,7 @@ import { fieldsNotActedOn, type JobRuntime } from '../../api/not-acted-on.js';
 import { budgetRunway } from '../../api/costs.js';
 import type { RunPlan } from '../../api/objects.js';
 import { blockCount, blockShare } from '../../api/blocks.js';
+import { replicaGroupsOf } from '../../api/replica-groups.js';
 import { describeRequirement, describeRequirementInWords, intersectRequirements, normalizeResources, offerSatisfies } from '../../api/resources.js';
 import { serviceSettings } from '../../api/service-settings.js';
 import type { RunSpec } from '../../api/spec.js';
@@ -238,6 +239,11 @@ async function queuedBefore(db: Queryable, projectId: string, priority: number):
   return count;
 }
 
+/** What the plan places: the run's spec, or for a service with replica groups the spec of its first group. */
+function placedSpec(spec: RunSpec): RunSpec {
+  return spec.type === 'service' ? replicaGroupsOf(spec)[0]!.spec : spec;
+}
+
 /**
  * What applying the run would do now, decided as the scheduler decides (same fleets, same instance order):
  * the fleets it fits, the instance it would take, the best offers, and the fields that will not do what they say.
@@ -245,14 +251,15 @@ async function queuedBefore(db: Queryable, projectId: string, priority: number):
  */
 async function planRun(server: ServerContext, project: ProjectRecord, spec: RunSpec, applying: FleetDesired[]): Promise<RunPlan> {
   const { db, pool } = server;
-  const requirement = normalizeResources(spec.resources, 'run', spec.max_price);
+  const placed = placedSpec(spec);
+  const requirement = normalizeResources(placed.resources, 'run', placed.max_price);
   const fleets = fleetsOnceApplied(await listActiveFleets(db, project.id), applying, project.id);
   const instances = (await db.query(`SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [project.id])).map(toInstance);
   const listings = new Map<string, OfferListing>();
   for (const fleet of fleets) listings.set(fleet.id, await pool.offers(project.id, fleet.backends, { fresh: true }));
   const nodes = spec.type === 'task' ? spec.nodes ?? 1 : 1;
-  const placement = nodes > 1 ? placeNodes({ requirement, nodes, spec }, fleets, instances, listings) : place({ requirement, spec }, fleets, instances, listings, await blocksHeld(db, project.id));
-  const choice = chooseFleets(spec, fleets);
+  const placement = nodes > 1 ? placeNodes({ requirement, nodes, spec }, fleets, instances, listings) : place({ requirement, spec: placed }, fleets, instances, listings, await blocksHeld(db, project.id));
+  const choice = chooseFleets(placed, fleets);
   const candidates = choice.fleets.filter((f) => intersectRequirements(f.requirement, requirement) !== null);
   const matching = candidates.flatMap((fleet) => {
     const both = intersectRequirements(fleet.requirement, requirement)!;
@@ -288,7 +295,7 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
       lastsFor: budgetRunway(budget.budget.amount - budget.spent, budget.burnPerHour + (pricePerHour ?? 0)),
     },
     runtime,
-    notActedOn: fieldsNotActedOn(spec, runtime),
+    notActedOn: fieldsNotActedOn(placed, runtime),
     offers,
     offersTotal: matching.length,
     offerErrors: [...new Set([...listings.values()].flatMap((listing) => listing.errors))],
