@@ -8,7 +8,7 @@ import type { CostReport } from '../api/costs.js';
 import { formatDollars } from '../api/offer.js';
 import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
 import { launchChromium } from './helpers/chromium.js';
-import { builtConsole } from './helpers/console.js';
+import { builtConsole, signedInPage } from './helpers/console.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { eventually, gpucloudConfig, startTestServer, type TestServer } from './helpers/server.js';
 
@@ -59,17 +59,7 @@ for (const kind of DATABASE_KINDS) {
       await emulator?.close();
     });
 
-    async function signedIn(token: string, path: string): Promise<Page> {
-      const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-      const page = await context.newPage();
-      page.on('dialog', (dialog) => { throw new Error(`a dialog opened: ${dialog.message()}`); });
-      await page.goto(`${server.url}/`);
-      await page.locator('#token').fill(token);
-      await page.getByRole('button', { name: 'Sign in' }).click();
-      await page.locator('header.top nav').getByRole('link', { name: 'Runs' }).waitFor({ timeout: WAIT_MS });
-      await page.goto(`${server.url}${path}`);
-      return page;
-    }
+    const signedIn = (token: string, path: string) => signedInPage(browser, server, token, path, WAIT_MS);
 
     /** Waits until the cell's text is the API's figure, formatted (the ledger counts every second here, so both move). */
     async function showsApiCost(page: Page, selector: string, apiCost: () => Promise<number>, what: string): Promise<void> {

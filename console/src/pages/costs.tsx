@@ -9,6 +9,7 @@ import { ConfirmButton } from '../confirm-button.js';
 import { Age, useNow } from '../format.js';
 import { setQueryFilter } from '../query-filters.js';
 import { useApi } from '../use-api.js';
+import { useSubmit } from '../use-submit.js';
 
 /** Windows the report offers besides a calendar month. */
 const SINCE = ['24h', '7d', '30d'];
@@ -128,23 +129,14 @@ function BudgetForm({ path, view, saved }: { path: string; view: BudgetView; sav
   const [period, setPeriod] = useState<string>(view.budget?.period ?? 'month');
   const [onExceed, setOnExceed] = useState<string>(view.budget?.on_exceed ?? 'warn');
   const [alerts, setAlerts] = useState((view.budget?.alerts ?? DEFAULT_ALERTS).join(', '));
-  const [error, setError] = useState<string | null>(null);
-  const [busy, setBusy] = useState(false);
-  const submit = async () => {
-    setBusy(true);
-    setError(null);
-    try {
-      const percents = alerts.split(/[,\s]+/).filter(Boolean).map(Number);
-      await call('PUT', path, { amount: amount.trim() === '' ? null : Number(amount), period, on_exceed: onExceed, alerts: percents });
-      saved();
-    } catch (failure) {
-      setError((failure as Error).message);
-    } finally {
-      setBusy(false);
-    }
+  const form = useSubmit();
+  const send = async () => {
+    const percents = alerts.split(/[,\s]+/).filter(Boolean).map(Number);
+    await call('PUT', path, { amount: amount.trim() === '' ? null : Number(amount), period, on_exceed: onExceed, alerts: percents });
+    saved();
   };
   return (
-    <form class="inline-form budget-form" onSubmit={(event) => { event.preventDefault(); void submit(); }}>
+    <form class="inline-form budget-form" onSubmit={(event) => { event.preventDefault(); void form.submit(send); }}>
       <label>Dollars <input inputMode="decimal" required value={amount} placeholder="500" onInput={(event) => setAmount((event.target as HTMLInputElement).value)} /></label>
       <label>Per <select value={period} onChange={(event) => setPeriod((event.target as HTMLSelectElement).value)}>
         {BUDGET_PERIODS.map((value) => <option value={value}>{value}</option>)}
@@ -153,8 +145,8 @@ function BudgetForm({ path, view, saved }: { path: string; view: BudgetView; sav
         {ON_EXCEED.map((value) => <option value={value}>{value}</option>)}
       </select></label>
       <label>Alerts (%) <input value={alerts} onInput={(event) => setAlerts((event.target as HTMLInputElement).value)} /></label>
-      <button class="primary" disabled={busy}>{view.budget ? 'Change budget' : 'Set budget'}</button>
-      {error && <span class="error" role="alert">{error}</span>}
+      <button class="primary" disabled={form.busy}>{view.budget ? 'Change budget' : 'Set budget'}</button>
+      {form.error && <span class="error" role="alert">{form.error}</span>}
     </form>
   );
 }
@@ -167,20 +159,11 @@ function Webhooks({ project }: { project: string }) {
   const [events, setEvents] = useState('run.failed, run.done, budget.*');
   const [created, setCreated] = useState<CreatedWebhook | null>(null);
   const [shown, setShown] = useState<string | null>(null);
-  const [error, setError] = useState<string | null>(null);
-  const [busy, setBusy] = useState(false);
+  const form = useSubmit();
   const add = async () => {
-    setBusy(true);
-    setError(null);
-    try {
-      setCreated(await call<CreatedWebhook>('POST', path, { url: url.trim(), events: events.split(/[,\s]+/).filter(Boolean) }));
-      setUrl('');
-      hooks.reload();
-    } catch (failure) {
-      setError((failure as Error).message);
-    } finally {
-      setBusy(false);
-    }
+    setCreated(await call<CreatedWebhook>('POST', path, { url: url.trim(), events: events.split(/[,\s]+/).filter(Boolean) }));
+    setUrl('');
+    hooks.reload();
   };
   return (
     <div class="panel" id="webhooks">
@@ -212,11 +195,11 @@ function Webhooks({ project }: { project: string }) {
         </table>
       ))}
       {shown && hooks.data?.some((hook) => hook.id === shown) && <Deliveries path={`${path}/${shown}/deliveries`} now={now} />}
-      <form class="inline-form" onSubmit={(event) => { event.preventDefault(); void add(); }}>
+      <form class="inline-form" onSubmit={(event) => { event.preventDefault(); void form.submit(add); }}>
         <label>URL <input type="url" required value={url} placeholder="https://hooks.example.com/orchestrator" onInput={(event) => setUrl((event.target as HTMLInputElement).value)} /></label>
         <label>Events <input required value={events} onInput={(event) => setEvents((event.target as HTMLInputElement).value)} /></label>
-        <button class="primary" disabled={busy}>Add webhook</button>
-        {error && <span class="error" role="alert">{error}</span>}
+        <button class="primary" disabled={form.busy}>Add webhook</button>
+        {form.error && <span class="error" role="alert">{form.error}</span>}
       </form>
     </div>
   );
