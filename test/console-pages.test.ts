@@ -238,7 +238,7 @@ for (const kind of DATABASE_KINDS) {
       await page.locator('tr[data-secret="HF_TOKEN"]').waitFor({ timeout: WAIT_MS });
       await page.locator('tr[data-backend="gpucloud"]').waitFor({ timeout: WAIT_MS });
       await page.getByText('only the project\'s admins change these settings').waitFor({ timeout: WAIT_MS });
-      expect(await page.locator('header.top nav a').allTextContents()).to.deep.equal(['Runs', 'Fleets', 'Models', 'Offers', 'Events', 'Gateways', 'Apply', 'Settings']);
+      expect(await page.locator('header.top nav a').allTextContents()).to.deep.equal(['Runs', 'Fleets', 'Models', 'Offers', 'Events', 'Gateways', 'Apply', 'Settings', 'Costs']);
       expect(await page.locator('.settings button, .settings select, .settings input').count(), 'no control that changes settings').to.equal(0);
       await screenshot(page, 'settings-member');
       await page.goto(`${server.url}/users`);
