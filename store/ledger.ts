@@ -18,9 +18,9 @@ export async function openAccrual(db: Queryable, instanceId: string, pricePerHou
 
 /**
  * Counts every open account up to now (a terminated instance's up to its termination, and closes it), through the
- * database's ledger_count (migration 14), which a trigger also calls whenever a run takes or gives back an instance, so
- * each run is charged exactly the time it held the instance: its share (the GPUs it asked for over the instance's, or the
- * whole), the rest the fleet's. A service's replicas and a multi-node task's nodes are charged to the service or task. Accounts another server is counting right now are skipped. With `endedOnly`, only the
+ * database's ledger_count (migration 14), which triggers (migrations 14 and 23) also call whenever a run takes or gives back an instance
+ * or blocks of one, so each run is charged exactly the time it held the instance: its share (the GPUs it asked for over the
+ * instance's, its blocks over the instance's, or the whole), the rest the fleet's. A service's replicas and a multi-node task's nodes are charged to the service or task. Accounts another server is counting right now are skipped. With `endedOnly`, only the
  * accounts of terminated instances: a cheap look that settles an instance's cost as soon as it ends. Returns how many were counted.
  */
 export async function accrue(db: Queryable, options: { endedOnly?: boolean; limit?: number } = {}): Promise<number> {

@@ -344,24 +344,27 @@ CREATE TABLE cost_hours (
 CREATE INDEX cost_hours_project ON cost_hours (project_id, hour);
 CREATE INDEX cost_hours_run ON cost_hours (run_id) WHERE run_id <> '';
 -- Counts the instances' time since their last count: each one's to the run given beside it (the run holding it, its GPU
--- share: the GPUs it asked for over the instance's, or the whole; a replica's or node's to its service or task) and the
--- rest to its fleet (run_id ''), split at hour
--- boundaries; closes the accounts of terminated instances. Under the accounts' row locks, so no second counts twice.
+-- share: the GPUs it asked for over the instance's, or the whole; a replica's or node's to its service or task), to each
+-- live run holding blocks of it (runs.blocks, migration 19, read only when this runs: its blocks over the instance's) and
+-- the rest to its fleet (run_id ''), split at hour boundaries; closes the accounts of terminated instances. The accounts
+-- are locked first, so that the count sees the holders as they are once no other count is under way, and no second
+-- counts twice.
 CREATE FUNCTION ledger_count(p_instances text[], p_runs text[]) RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
   counted integer;
 BEGIN
+  PERFORM 1 FROM instance_accruals WHERE instance_id = ANY(p_instances) AND NOT closed ORDER BY instance_id FOR UPDATE;
   WITH due AS (
     SELECT a.instance_id, a.price_per_hour, a.accrued_until AS from_t,
       greatest(a.accrued_until, CASE WHEN i.status = 'terminated' THEN coalesce(i.terminated_at, now()) ELSE now() END) AS until_t,
-      i.status = 'terminated' AS closing, i.project_id, coalesce(r.service_id, r.id, '') AS holder,
-      CASE WHEN h.run_id IS NULL THEN 0
-           WHEN coalesce((i.offer->'gpu'->>'count')::float8, 0) = 0 OR coalesce((r.requirement->'gpu'->'count'->>'min')::float8, 0) = 0 THEN 1
-           ELSE least(1, (r.requirement->'gpu'->'count'->>'min')::float8 / (i.offer->'gpu'->>'count')::float8) END AS run_share
+      i.status = 'terminated' AS closing, i.project_id, h.run_id AS whole_holder,
+      coalesce((i.offer->'gpu'->>'count')::float8, 0) AS gpus,
+      CASE WHEN f.spec->>'blocks' = 'auto' THEN greatest(1, coalesce((i.offer->'gpu'->>'count')::int, 0))
+           ELSE coalesce((f.spec->>'blocks')::int, 1) END AS total_blocks
     FROM unnest(p_instances, p_runs) h(instance_id, run_id)
     JOIN instance_accruals a ON a.instance_id = h.instance_id
     JOIN instances i ON i.id = h.instance_id
-    LEFT JOIN runs r ON r.id = h.run_id
+    LEFT JOIN fleets f ON f.id = i.fleet_id
     WHERE NOT a.closed
     FOR UPDATE OF a
   ), moved AS (
@@ -370,19 +373,29 @@ BEGIN
       dollars = a.dollars + EXTRACT(EPOCH FROM d.until_t - d.from_t) * d.price_per_hour / 3600
     FROM due d WHERE a.instance_id = d.instance_id
     RETURNING 1
+  ), holders AS (
+    SELECT d.instance_id, coalesce(r.service_id, r.id) AS holder,
+      CASE WHEN d.gpus = 0 OR coalesce((r.requirement->'gpu'->'count'->>'min')::float8, 0) = 0 THEN 1
+           ELSE least(1, (r.requirement->'gpu'->'count'->>'min')::float8 / d.gpus) END AS share
+    FROM due d JOIN runs r ON r.id = d.whole_holder
+    UNION ALL
+    SELECT d.instance_id, coalesce(r.service_id, r.id), least(1, cardinality(r.blocks)::float8 / d.total_blocks)
+    FROM due d JOIN runs r ON r.instance_id = d.instance_id AND r.blocks IS NOT NULL
+      AND r.status NOT IN ('terminated', 'failed', 'done') AND r.id IS DISTINCT FROM d.whole_holder
+  ), shares AS (
+    SELECT instance_id, holder, share FROM holders
+    UNION ALL
+    SELECT d.instance_id, '', 1 - coalesce((SELECT sum(share) FROM holders WHERE holders.instance_id = d.instance_id), 0) FROM due d
   ), pieces AS (
-    SELECT d.instance_id, d.project_id, d.holder, d.run_share, d.price_per_hour, h AS piece_hour,
+    SELECT d.instance_id, d.project_id, d.price_per_hour, h AS piece_hour,
       EXTRACT(EPOCH FROM least(h + interval '1 hour', d.until_t) - greatest(h, d.from_t))::float8 AS secs
     FROM due d, generate_series(date_trunc('hour', d.from_t), d.until_t, interval '1 hour') h
     WHERE d.until_t > d.from_t AND least(h + interval '1 hour', d.until_t) > greatest(h, d.from_t)
-  ), shares AS (
-    SELECT piece_hour, instance_id, holder, project_id, secs * run_share AS secs, price_per_hour FROM pieces WHERE run_share > 0
-    UNION ALL
-    SELECT piece_hour, instance_id, '', project_id, secs * (1 - run_share), price_per_hour FROM pieces WHERE run_share < 1
   ), written AS (
     INSERT INTO cost_hours (hour, instance_id, run_id, project_id, seconds, dollars)
-    SELECT piece_hour, instance_id, holder, project_id, sum(secs), sum(secs * price_per_hour / 3600) FROM shares
-    GROUP BY piece_hour, instance_id, holder, project_id
+    SELECT p.piece_hour, p.instance_id, s.holder, p.project_id, sum(p.secs * s.share), sum(p.secs * s.share * p.price_per_hour / 3600)
+    FROM pieces p JOIN shares s ON s.instance_id = p.instance_id AND s.share > 1e-9
+    GROUP BY p.piece_hour, p.instance_id, s.holder, p.project_id
     ON CONFLICT ON CONSTRAINT cost_hours_pkey DO UPDATE
       SET seconds = cost_hours.seconds + excluded.seconds, dollars = cost_hours.dollars + excluded.dollars
     RETURNING 1
@@ -499,6 +512,24 @@ ALTER TABLE runs ADD COLUMN blocks integer[];
 ALTER TABLE runs ADD COLUMN replica_group text;
 ALTER TABLE runs ADD COLUMN service_spec jsonb;
 ALTER TABLE runs ADD COLUMN group_replicas jsonb;
+`,
+  },
+  {
+    version: 23,
+    name: 'ledger: runs holding blocks of a shared instance are charged their blocks\' share of it while they hold them',
+    sql: `
+-- A run taking or giving back blocks of a shared instance (or ending while it holds them): the time until now is
+-- counted with the holders as they were.
+CREATE FUNCTION ledger_blocks_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM ledger_count(array_agg(i.id), array_agg(i.run_id)) FROM instances i WHERE i.id IN (OLD.instance_id, NEW.instance_id);
+  RETURN NEW;
+END $$;
+CREATE INDEX runs_holding_blocks ON runs (instance_id) WHERE blocks IS NOT NULL AND status NOT IN ('terminated', 'failed', 'done');
+CREATE TRIGGER runs_blocks_changed BEFORE UPDATE OF status, blocks, instance_id ON runs FOR EACH ROW
+  WHEN ((OLD.blocks IS NOT NULL AND OLD.instance_id IS NOT NULL AND OLD.status NOT IN ('terminated', 'failed', 'done'))
+     OR (NEW.blocks IS NOT NULL AND NEW.instance_id IS NOT NULL AND NEW.status NOT IN ('terminated', 'failed', 'done')))
+  EXECUTE FUNCTION ledger_blocks_changed();
 `,
   },
 ];

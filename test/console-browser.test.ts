@@ -96,7 +96,7 @@ for (const kind of DATABASE_KINDS) {
       const row = page.locator('tr[data-run="console-task"]');
       await row.locator('.status-running').waitFor({ timeout: WAIT_MS });
       expect(await row.locator('td').nth(2).textContent()).to.equal('task');
-      expect(await row.locator('td').nth(7).textContent()).to.equal('admin');
+      expect(await row.locator('td').nth(8).textContent()).to.equal('admin');
       expect(await row.locator('time').getAttribute('title')).to.match(/\d{4}/);
       expect(await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce), 'the page was not reloaded').to.equal(true);
       // The fleet holds one instance, which the task has: a second task waits in the queue, and says so.
@@ -155,7 +155,7 @@ for (const kind of DATABASE_KINDS) {
       const member = await openPage();
       await signIn(member, memberToken);
       await member.locator('header.top nav').getByRole('link', { name: 'Runs' }).waitFor({ timeout: WAIT_MS });
-      expect(await member.locator('header.top nav a').allTextContents()).to.deep.equal(['Runs', 'Fleets', 'Models', 'Offers', 'Events', 'Gateways', 'Apply', 'Settings']);
+      expect(await member.locator('header.top nav a').allTextContents()).to.deep.equal(['Runs', 'Fleets', 'Models', 'Offers', 'Events', 'Gateways', 'Apply', 'Settings', 'Costs']);
       await member.goto(`${server.url}/users`);
       await member.waitForURL(`${server.url}/projects/main/runs`);
       expect(await member.getByRole('heading', { name: 'Users' }).count()).to.equal(0);

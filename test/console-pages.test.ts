@@ -6,7 +6,7 @@ import { formatSpecError, parseSpecText } from '../api/parse.js';
 import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
 import { recordCertificateFailure, saveCertificate } from '../store/gateways.js';
 import { launchChromium } from './helpers/chromium.js';
-import { builtConsole, signInToConsole } from './helpers/console.js';
+import { builtConsole, signedInPage, signInToConsole } from './helpers/console.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { eventually, startTestServer, type TestServer } from './helpers/server.js';
 
@@ -66,15 +66,7 @@ for (const kind of DATABASE_KINDS) {
 
     /** Signed in, on `path`: the admin's first project is edge, so pages of main are opened by their URL. */
     async function signedIn(token = server.adminToken, path = '/projects/main/runs'): Promise<Page> {
-      const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-      const page = await context.newPage();
-      page.on('dialog', (dialog) => { throw new Error(`a dialog opened: ${dialog.message()}`); });
-      await page.goto(`${server.url}/`);
-      await page.locator('#token').fill(token);
-      await page.getByRole('button', { name: 'Sign in' }).click();
-      await page.locator('header.top nav').getByRole('link', { name: 'Runs' }).waitFor({ timeout: WAIT_MS });
-      await page.goto(`${server.url}${path}`);
-      return page;
+      return signedInPage(browser, server, token, path, WAIT_MS);
     }
 
     const screenshot = (page: Page, name: string) => page.screenshot({ path: `${artifacts}${kind}-${name}.png`, fullPage: true });
@@ -246,7 +238,7 @@ for (const kind of DATABASE_KINDS) {
       await page.locator('tr[data-secret="HF_TOKEN"]').waitFor({ timeout: WAIT_MS });
       await page.locator('tr[data-backend="gpucloud"]').waitFor({ timeout: WAIT_MS });
       await page.getByText('only the project\'s admins change these settings').waitFor({ timeout: WAIT_MS });
-      expect(await page.locator('header.top nav a').allTextContents()).to.deep.equal(['Runs', 'Fleets', 'Models', 'Offers', 'Events', 'Gateways', 'Apply', 'Settings']);
+      expect(await page.locator('header.top nav a').allTextContents()).to.deep.equal(['Runs', 'Fleets', 'Models', 'Offers', 'Events', 'Gateways', 'Apply', 'Settings', 'Costs']);
       expect(await page.locator('.settings button, .settings select, .settings input').count(), 'no control that changes settings').to.equal(0);
       await screenshot(page, 'settings-member');
       await page.goto(`${server.url}/users`);

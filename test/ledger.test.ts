@@ -182,5 +182,42 @@ for (const kind of DATABASE_KINDS) {
         expect(listed.find((r: { name: string }) => r.name === 'half').cost).to.be.closeTo(half.dollars, 1e-9);
       });
     });
+
+    describe('runs holding blocks of a shared instance', () => {
+      let server: TestServer;
+      before(async () => { server = await startTestServer(kind, gpucloudConfig(emulator.url, emulator.apiKey), { ledgerIntervalMs: 15_000 }); });
+      after(async () => { await server.stop(); });
+
+      it('charges each run its blocks\' share while it holds them and the fleet the rest, summing to the emulator\'s bill', async () => {
+        await server.api('POST', '/api/projects/main/fleets/apply', fleet('split', { resources: { gpu: 'H100:2' }, blocks: 2 }));
+        await eventually(async () => (await instancesOf(server.api, 'split')).find((i) => i.status === 'idle'), 30_000, 'the instance to be up');
+        const task = (name: string, seconds: number) => ({
+          spec: { type: 'task', name, fleets: ['split'], commands: [`sleep ${seconds}`], resources: { gpu: 'H100:1' } },
+        });
+        await server.api('POST', '/api/projects/main/runs/apply', task('short', 3));
+        await server.api('POST', '/api/projects/main/runs/apply', task('long', 6));
+        const runs = await eventually(async () => {
+          const { body } = await server.api('GET', '/api/projects/main/runs?all=true');
+          const ended = (body as { name: string; status: string }[]).filter((r) => ['short', 'long'].includes(r.name) && r.status === 'done');
+          return ended.length === 2 ? ended as unknown as { name: string; instance: string; startedAt: string; finishedAt: string; cost: number }[] : null;
+        }, 60_000, 'both runs to be done');
+        expect(runs[0]!.instance).to.equal(runs[1]!.instance);
+        const { ledger, cloud } = await endAndCompare(server.api, emulator, 'split');
+        const perSecond = 2 * H100_PER_SECOND;
+        expect(ledger).to.be.closeTo(cloud, perSecond);
+        const report = (await server.api('GET', '/api/projects/main/costs?by=run&since=1d')).body as CostReport;
+        const charged = (name: string) => report.rows.find((r) => r.name === name)?.dollars ?? 0;
+        for (const run of runs) {
+          const held = (Date.parse(run.finishedAt) - Date.parse(run.startedAt)) / 1000;
+          // One block of two from when the run took it to when it gave it back, a moment either side of the job.
+          expect(charged(run.name), run.name).to.be.within(0.5 * perSecond * (held - 0.5), 0.5 * perSecond * (held + 1.5));
+          expect(run.cost, run.name).to.be.closeTo(charged(run.name), 1e-9);
+        }
+        const fleetRest = charged('-');
+        expect(fleetRest).to.be.greaterThan(0);
+        expect(charged('short') + charged('long') + fleetRest).to.be.closeTo(ledger, 1e-9);
+        expect(report.total).to.be.closeTo(ledger, 1e-9);
+      });
+    });
   });
 }

@@ -34,3 +34,8 @@ export function priceText(pricePerHour: number | null): string {
   if (pricePerHour === null) return '—';
   return `${formatDollars(pricePerHour)}/h`;
 }
+
+/** Dollars spent so far, from the ledger; a dash for nothing yet (a queued run, an instance not yet created). */
+export function costText(cost: number): string {
+  return cost > 0 ? formatDollars(cost) : '—';
+}

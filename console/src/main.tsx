@@ -5,6 +5,7 @@ import { call, currentSession, signOut, whenSignedOut } from './api.js';
 import { useLiveRuns } from './live-runs.js';
 import { Link, navigate, useLocation } from './navigation.js';
 import { ApplyPage } from './pages/apply.js';
+import { CostsPage } from './pages/costs.js';
 import { EventsPage } from './pages/events.js';
 import { FleetsPage } from './pages/fleets.js';
 import { GatewaysPage } from './pages/gateways.js';
@@ -17,9 +18,9 @@ import { SignInPage } from './pages/sign-in.js';
 import { UsersPage } from './pages/users.js';
 import './style.css';
 
-const PROJECT_PAGE = /^\/projects\/([^/]+)\/(runs|fleets|models|offers|events|gateways|apply|settings)(?:\/([^/]+))?\/?$/;
+const PROJECT_PAGE = /^\/projects\/([^/]+)\/(runs|fleets|models|offers|events|gateways|apply|settings|costs)(?:\/([^/]+))?\/?$/;
 /** Pages of a project after Runs and Fleets, in the navigation's order. */
-const MORE_PROJECT_PAGES = [['models', 'Models'], ['offers', 'Offers'], ['events', 'Events'], ['gateways', 'Gateways'], ['apply', 'Apply'], ['settings', 'Settings']] as const;
+const MORE_PROJECT_PAGES = [['models', 'Models'], ['offers', 'Offers'], ['events', 'Events'], ['gateways', 'Gateways'], ['apply', 'Apply'], ['settings', 'Settings'], ['costs', 'Costs']] as const;
 
 function App() {
   const [session, setSession] = useState<ConsoleSession | null | undefined>(undefined);
@@ -93,6 +94,7 @@ function ProjectPages({ project, page, run, query, session }: { project: string;
   if (page === 'gateways') return <GatewaysPage project={project} />;
   if (page === 'apply') return <ApplyPage project={project} />;
   if (page === 'settings') return <SettingsPage project={project} session={session} />;
+  if (page === 'costs') return <CostsPage project={project} session={session} query={query} />;
   if (run) return <RunPage project={project} name={run} live={live} />;
   return <RunsPage project={project} live={live} query={query} />;
 }

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import type { Browser } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { eventually, type TestServer } from './server.js';
 
 const BUILD_SCRIPT = fileURLToPath(new URL('../../console/build.ts', import.meta.url));
@@ -46,4 +46,17 @@ export async function endConsoleSuite(browser: Browser | undefined, server: Test
   await server.api('DELETE', '/api/projects/main/fleets/local');
   await eventually(async () => (await server.api('GET', '/api/projects/main/instances')).body.length === 0, 30_000, 'the local instances to go');
   await server.stop();
+}
+
+/** A new browser context signed in with `token` through the sign-in page, then on `path`; a dialog opening fails the test. */
+export async function signedInPage(browser: Browser, server: TestServer, token: string, path: string, waitMs: number): Promise<Page> {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await context.newPage();
+  page.on('dialog', (dialog) => { throw new Error(`a dialog opened: ${dialog.message()}`); });
+  await page.goto(`${server.url}/`);
+  await page.locator('#token').fill(token);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.locator('header.top nav').getByRole('link', { name: 'Runs' }).waitFor({ timeout: waitMs });
+  await page.goto(`${server.url}${path}`);
+  return page;
 }

@@ -5,7 +5,7 @@ import { DEFAULT_IDLE_DURATION } from '../../../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../../../api/status.js';
 import { call, projectPath } from '../api.js';
 import { ConfirmButton } from '../confirm-button.js';
-import { Age, gpuText, priceText, relativeTime, useNow } from '../format.js';
+import { Age, costText, gpuText, priceText, relativeTime, useNow } from '../format.js';
 import type { LiveRuns } from '../live-runs.js';
 import { Link } from '../navigation.js';
 import { useApi } from '../use-api.js';
@@ -80,7 +80,7 @@ export function FleetsPage({ project, live }: { project: string; live: LiveRuns 
           {fleet.statusMessage && <p class="reason">{fleet.statusMessage}</p>}
           {fleet.instances.length === 0 ? <p class="muted">No instances: the fleet provisions them as runs need them.</p> : (
             <table class="instances">
-              <thead><tr><th>Instance</th><th>Status</th><th>Backend</th><th>GPU</th><th>Region</th><th>Price</th><th>Idle</th><th>Runs</th><th>Created</th></tr></thead>
+              <thead><tr><th>Instance</th><th>Status</th><th>Backend</th><th>GPU</th><th>Region</th><th>Price</th><th>Cost</th><th>Idle</th><th>Runs</th><th>Created</th></tr></thead>
               <tbody>{fleet.instances.map((instance) => {
                 const runs = runsOn(instance, live.runs ?? []);
                 return (
@@ -91,6 +91,7 @@ export function FleetsPage({ project, live }: { project: string; live: LiveRuns 
                     <td>{gpuText(instance.gpu)}</td>
                     <td>{instance.region ?? '—'}</td>
                     <td class="number">{priceText(instance.pricePerHour)}</td>
+                    <td class="number cost">{costText(instance.cost)}</td>
                     <td class="idle-cell"><IdleTimer instance={instance} fleet={fleet} now={now} /></td>
                     <td class="runs-cell">{runs.length === 0 ? <span class="muted">none</span> : runs.map((name) => <div key={name}><Link to={runPath(project, name)}>{name}</Link></div>)}</td>
                     <td><Age at={instance.createdAt} now={now} /></td>

@@ -4,7 +4,7 @@ import type { Event, Run } from '../../../api/objects.js';
 import { FINISHED_RUN_STATUSES } from '../../../api/status.js';
 import { useEffect, useState } from 'preact/hooks';
 import { ApiFailure, call, projectPath } from '../api.js';
-import { Age, gpuText, priceText, useNow } from '../format.js';
+import { Age, costText, gpuText, priceText, useNow } from '../format.js';
 import type { LiveRuns } from '../live-runs.js';
 import { LogView } from '../log-view.js';
 import { RunMetricsCharts, ServiceCharts } from '../run-charts.js';
@@ -47,6 +47,7 @@ export function RunPage({ project, name, live }: { project: string; name: string
         <dt>Instance</dt><dd>{run.instance ?? '—'}</dd>
         <dt>GPU</dt><dd>{gpuText(run.gpu)}</dd>
         <dt>Price</dt><dd>{priceText(run.pricePerHour)}</dd>
+        <dt>Cost so far</dt><dd class="cost">{costText(run.cost)}</dd>
         <dt>Submitted</dt><dd><Age at={run.submittedAt} now={now} /></dd>
         {run.exitCode !== null && <><dt>Exit code</dt><dd>{run.exitCode}</dd></>}
         {run.attempt > 1 && <><dt>Attempt</dt><dd>{run.attempt}</dd></>}

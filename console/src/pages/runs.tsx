@@ -1,6 +1,6 @@
 import type { Run } from '../../../api/objects.js';
 import { RunStatus } from '../../../api/status.js';
-import { Age, gpuText, priceText, useNow } from '../format.js';
+import { Age, costText, gpuText, priceText, useNow } from '../format.js';
 import type { LiveRuns } from '../live-runs.js';
 import { Link, navigate } from '../navigation.js';
 import { setQueryFilter } from '../query-filters.js';
@@ -56,7 +56,7 @@ export function RunsPage({ project, live, query }: { project: string; live: Live
           : shown.length === 0 ? <p class="empty">No runs match these filters. <a href={location.pathname} onClick={(event) => { event.preventDefault(); navigate(location.pathname, true); }}>Show all runs</a>.</p>
             : (
               <table class="runs">
-                <thead><tr><th>Name</th><th>Status</th><th>Kind</th><th>Fleet</th><th>GPU</th><th>Price</th><th>Age</th><th>User</th><th></th></tr></thead>
+                <thead><tr><th>Name</th><th>Status</th><th>Kind</th><th>Fleet</th><th>GPU</th><th>Price</th><th>Cost</th><th>Age</th><th>User</th><th></th></tr></thead>
                 <tbody>
                   {shown.map((run) => (
                     <tr key={run.id} data-run={run.name}>
@@ -66,6 +66,7 @@ export function RunsPage({ project, live, query }: { project: string; live: Live
                       <td>{run.fleet ?? '—'}</td>
                       <td>{gpuText(run.gpu)}</td>
                       <td class="number">{priceText(run.pricePerHour)}</td>
+                      <td class="number cost">{costText(run.cost)}</td>
                       <td><Age at={run.submittedAt} now={now} /></td>
                       <td>{run.user}</td>
                       <td><StopButtons run={run} /></td>

@@ -5,28 +5,9 @@ import { call, projectPath } from '../api.js';
 import { ConfirmButton } from '../confirm-button.js';
 import { Age, useNow } from '../format.js';
 import { useApi, type ApiRead } from '../use-api.js';
+import { useSubmit } from '../use-submit.js';
 
 const ROLES: Role[] = ['user', 'admin'];
-
-/** What one form sends, and the server's answer to it shown beside the form until the next try. */
-function useSubmit(): { error: string | null; busy: boolean; submit: (send: () => Promise<unknown>) => Promise<boolean> } {
-  const [error, setError] = useState<string | null>(null);
-  const [busy, setBusy] = useState(false);
-  const submit = async (send: () => Promise<unknown>) => {
-    setBusy(true);
-    setError(null);
-    try {
-      await send();
-      return true;
-    } catch (failure) {
-      setError((failure as Error).message);
-      return false;
-    } finally {
-      setBusy(false);
-    }
-  };
-  return { error, busy, submit };
-}
 
 /**
  * A project's members and roles, its secrets (names only) and its backends (credentials never shown). Admins of the
