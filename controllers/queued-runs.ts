@@ -1,6 +1,6 @@
 import type { Queryable } from '../store/db.js';
 import { nodeCount } from '../store/nodes.js';
-import { queuedRunRows, queueOrder, type QueueEntry, type QueuedRunRow } from '../store/run-queue.js';
+import { queuedRunRows, queueOrder, type QueueEntry, type QueuedRunRow, type QueueReason } from '../store/run-queue.js';
 
 /** What placing a run needs of it beyond its place in the queue; each one's requirement carries its spot_policy. */
 export interface QueuedRunParts extends Omit<QueuedRunRow, 'id'> {
@@ -16,22 +16,22 @@ function parts(row: QueuedRunRow): QueuedRunParts {
   const requirement = row.spec.spot_policy ? { ...row.requirement, spot: row.spec.spot_policy } : row.requirement;
   const nodes = row.kind === 'task' ? nodeCount(row.spec) : 1;
   return {
-    name: row.name, kind: row.kind, replica: row.replica, requirement, spec: row.spec, first_submitted_at: row.first_submitted_at, nodes,
+    desired: row.desired, status_message: row.status_message, name: row.name, kind: row.kind, replica: row.replica, requirement, spec: row.spec, first_submitted_at: row.first_submitted_at, nodes,
     placementKey: JSON.stringify([requirement, row.spec.backends ?? null, row.spec.fleets ?? null, nodes]),
   };
 }
 
 function queuedRun(entry: QueueEntry, parts: QueuedRunParts): QueuedRun {
   return {
-    id: entry.id, project_id: entry.project_id, version: entry.version, desired: entry.desired, status_message: entry.status_message,
+    id: entry.id, project_id: entry.project_id, version: entry.version, desired: parts.desired, status_message: parts.status_message,
     name: parts.name, kind: parts.kind, replica: parts.replica, requirement: parts.requirement, spec: parts.spec,
     first_submitted_at: parts.first_submitted_at, nodes: parts.nodes, placementKey: parts.placementKey,
   };
 }
 
 /**
- * The queue as the scheduler reads it each pass: the order and what changes while runs wait come from the database
- * every time; the wide part of each run (spec, requirement), parsed, is kept between passes for as long as its row's
+ * The queue as the scheduler reads it each pass: its order and each row's version come from the database every time;
+ * the rest of each run (spec and requirement parsed, reason, desired) is kept between passes for as long as its row's
  * version stays the same, and only runs new or written since are read whole.
  */
 export class QueuedRuns {
@@ -53,11 +53,14 @@ export class QueuedRuns {
     return runs;
   }
 
-  /** These runs were written since they were read, their queue reason alone, and are now at these versions. */
-  written(versions: Map<string, string>): void {
-    for (const [id, version] of versions) {
+  /** These runs were given these reasons since they were read, nothing else, and are now at these versions. */
+  written(reasons: QueueReason[], versions: Map<string, string>): void {
+    for (const { id, message } of reasons) {
       const kept = this.kept.get(id);
-      if (kept) kept.version = version;
+      const version = versions.get(id);
+      if (!kept || !version) continue;
+      kept.version = version;
+      kept.parts.status_message = message;
     }
   }
 }

@@ -114,7 +114,7 @@ export class Scheduler implements Controller {
       placements.clear();
       changed = (await this.apply(tx, projectId, run, placement, instances, held)) || changed;
     }
-    if (reasons.length > 0) this.queue.written(await writeQueueReasons(tx, reasons));
+    if (reasons.length > 0) this.queue.written(reasons, await writeQueueReasons(tx, reasons));
     return changed;
   }
 

@@ -8,20 +8,20 @@ import { SERVICE_PARENT } from './services.js';
 const DUE_IN_QUEUE = `status = 'submitted' AND NOT deleted AND next_reconcile_at <= now() AND NOT ${SERVICE_PARENT} AND NOT ${NODE_JOB}`;
 
 /**
- * A queued run's place in the queue and what may change while it waits. `version` is the row's version (`xmin`):
- * any write to the row changes it, so what was read of an earlier version can be kept while it stays the same.
+ * A queued run's place in the queue. `version` is the row's version (`xmin`): any write to the row changes it, so what
+ * was read of an earlier version can be kept while it stays the same.
  */
 export interface QueueEntry {
   id: string;
   project_id: string;
   version: string;
-  desired: RunDesire;
-  status_message: string;
 }
 
-/** What placing a queued run reads of it besides its place: the wide part of the row, the same for as long as its version is. */
+/** What placing a queued run reads of it besides its place, the same for as long as its version is. */
 export interface QueuedRunRow {
   id: string;
+  desired: RunDesire;
+  status_message: string;
   name: string;
   kind: string;
   replica: number | null;
@@ -39,12 +39,12 @@ export async function projectsQueued(db: Queryable): Promise<string[]> {
 /** The queue in the order it is placed: priority, then first come first served. */
 export function queueOrder(db: Queryable): Promise<QueueEntry[]> {
   return db.query<QueueEntry>(
-    `SELECT id, project_id, xmin::text AS version, desired, status_message FROM runs WHERE ${DUE_IN_QUEUE} ORDER BY priority DESC, submitted_at, id`);
+    `SELECT id, project_id, xmin::text AS version FROM runs WHERE ${DUE_IN_QUEUE} ORDER BY priority DESC, submitted_at, id`);
 }
 
 export function queuedRunRows(db: Queryable, ids: string[]): Promise<QueuedRunRow[]> {
   return db.query<QueuedRunRow>(
-    `SELECT id, name, kind, replica, requirement, spec, coalesce(first_submitted_at, submitted_at) AS first_submitted_at FROM runs WHERE id = ANY($1::text[])`, [ids]);
+    `SELECT id, desired, status_message, name, kind, replica, requirement, spec, coalesce(first_submitted_at, submitted_at) AS first_submitted_at FROM runs WHERE id = ANY($1::text[])`, [ids]);
 }
 
 export interface QueueReason {
