@@ -6,6 +6,7 @@
  *   npm run bench                 # embedded PGlite, as `orchestrator server` runs by default
  *   npm run bench -- --postgres   # against ORCHESTRATOR_TEST_POSTGRES_URL (default: local Postgres)
  *   npm run bench -- --listing-only   # the run list alone
+ *   npm run bench -- --scheduler-only # the scheduling pass over 10 000 queued runs alone
  *
  * Each figure is printed beside a reference measured in the same process (the floor the control
  * plane adds to), and beside dstack's published 1–2 s from apply to running on an idle instance, as a label only:
@@ -225,9 +226,13 @@ async function listingRuns(): Promise<void> {
 }
 
 console.log(`# control-plane benchmark (${usePostgres ? 'postgres' : 'pglite'})`);
-if (!process.argv.includes('--listing-only')) {
-  await applyToRunning();
+if (process.argv.includes('--scheduler-only')) {
   await schedulerPass();
+} else {
+  if (!process.argv.includes('--listing-only')) {
+    await applyToRunning();
+    await schedulerPass();
+  }
+  await listingRuns();
 }
-await listingRuns();
 process.exit(0);

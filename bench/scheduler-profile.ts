@@ -1,7 +1,7 @@
 /**
  * Where a steady scheduling pass over 10 000 queued runs spends its time: each statement's count and time within
  * the pass, what is left for JavaScript, and the queue's read split into the engine's own time (EXPLAIN ANALYZE),
- * the ids alone, and the whole rows as the scheduler reads them.
+ * the ids alone, the queue's order as the scheduler reads it (`queueOrder`), and the whole rows as it read them before.
  *
  *   node dist/bench/scheduler-profile.js               # in-memory PGlite, opened as the server opens it
  *   node dist/bench/scheduler-profile.js --postgres    # a scratch database on the local PostgreSQL
@@ -13,6 +13,7 @@ import type { Db, Queryable } from '../store/db.js';
 import { applyFleet } from '../store/fleets.js';
 import { openDatabase } from '../store/open.js';
 import { upsertProject, upsertUser } from '../store/projects.js';
+import { queueOrder } from '../store/run-queue.js';
 import { insertRun } from '../store/runs.js';
 import { createScratchDatabase } from '../test/helpers/databases.js';
 
@@ -68,19 +69,20 @@ try {
   }
   console.log(`  the rest (JavaScript: placing each run, the pool): ${(typical.ms - inStatements).toFixed(0)} ms`);
 
-  const read = async (sql: string) => {
+  const medianTime = async (work: () => Promise<unknown>) => {
     const times: number[] = [];
     for (let i = 0; i < PASSES; i++) {
       const t0 = performance.now();
-      await db.query(sql);
+      await work();
       times.push(performance.now() - t0);
     }
     return median(times);
   };
+  const read = (sql: string) => medianTime(() => db.query(sql));
   const plan = await db.query(`EXPLAIN (ANALYZE, FORMAT JSON) ${QUEUE_READ}`);
   const engineMs = (Object.values(plan[0])[0] as [{ 'Execution Time': number }])[0]['Execution Time'];
   const [{ bytes }] = await db.query<{ bytes: number }>('SELECT (sum(pg_column_size(spec)) + sum(pg_column_size(requirement)))::int AS bytes FROM runs');
-  console.log(`# the queue's read, medians of ${PASSES}: whole rows ${(await read(QUEUE_READ)).toFixed(0)} ms; ids alone ${(await read(QUEUE_READ.replace(/SELECT [\s\S]* FROM runs/, 'SELECT id FROM runs'))).toFixed(0)} ms; in the engine (EXPLAIN ANALYZE) ${engineMs.toFixed(0)} ms; spec and requirement ${(bytes / 1024 / 1024).toFixed(1)} MB of JSON`);
+  console.log(`# the queue's read, medians of ${PASSES}: its order as a pass reads it ${(await medianTime(() => queueOrder(db))).toFixed(0)} ms; whole rows (as passes read them before) ${(await read(QUEUE_READ)).toFixed(0)} ms; ids alone ${(await read(QUEUE_READ.replace(/SELECT [\s\S]* FROM runs/, 'SELECT id FROM runs'))).toFixed(0)} ms; in the engine (EXPLAIN ANALYZE) ${engineMs.toFixed(0)} ms; spec and requirement ${(bytes / 1024 / 1024).toFixed(1)} MB of JSON`);
 } finally {
   await db.close();
   await scratch?.drop();

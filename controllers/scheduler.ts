@@ -8,33 +8,19 @@ import type { Db, Queryable } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
 import { listActiveFleets, type FleetRecord } from '../store/fleets.js';
 import { insertInstance, toInstance, type InstanceRecord } from '../store/instances.js';
-import { insertNode, nodeCount, NODE_JOB } from '../store/nodes.js';
+import { insertNode } from '../store/nodes.js';
+import { projectsQueued, writeQueueReasons, type QueueReason } from '../store/run-queue.js';
 import { blocksHeld, type BlocksHeld } from '../store/runs.js';
-import { SERVICE_PARENT } from '../store/services.js';
 import type { BackendPool, OfferListing } from './backend-pool.js';
 import { BudgetGate, type NewInstance } from './budget-gate.js';
 import { isDraining, sshFleetShortfall } from './ssh-placement.js';
 import type { Controller } from './manager.js';
 import { chooseFleets, type RunPlaces } from './placement-filter.js';
+import { QueuedRuns, type QueuedRun } from './queued-runs.js';
 import { retryDecision } from './retry-policy.js';
 
 
 const SCHEDULER_LOCK = 4_243_002;
-
-interface QueuedRun {
-  id: string;
-  project_id: string;
-  name: string;
-  kind: string;
-  replica: number | null;
-  requirement: ResourceRequirement;
-  desired: 'run' | 'stop' | 'abort';
-  status_message: string;
-  spec: Record<string, any>;
-  first_submitted_at: Date;
-  /** How many instances the run takes at once: `nodes` of a task, else 1. */
-  nodes: number;
-}
 
 type NodeChoice =
   | { kind: 'instance'; fleet: FleetRecord; instance: InstanceRecord; ready: boolean }
@@ -65,13 +51,13 @@ export class Scheduler implements Controller {
   readonly name = 'scheduler';
   readonly channel = CHANNELS.runs;
   private createdInstances = false;
+  private readonly queue = new QueuedRuns();
 
   constructor(private readonly db: Db, private readonly pool: BackendPool) {}
 
   async pass(): Promise<void> {
-    const queued = await queuedRuns(this.db);
-    if (queued.length === 0) return;
-    const projects = [...new Set(queued.map((r) => r.project_id))];
+    const projects = await projectsQueued(this.db);
+    if (projects.length === 0) return;
     const offers = new Map<string, OfferListing>();
     for (const projectId of projects) {
       for (const fleet of await listActiveFleets(this.db, projectId)) {
@@ -82,11 +68,11 @@ export class Scheduler implements Controller {
     const changed = await this.db.transaction(async (tx) => {
       const [{ locked }] = await tx.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock($1) AS locked', [SCHEDULER_LOCK]);
       if (!locked) return false;
-      // Read again under the lock: another server may have placed some of these runs since, and one placed twice runs twice.
-      const stillQueued = await queuedRuns(tx);
+      // Read under the lock: another server may have placed some of these runs since, and one placed twice runs twice.
+      const queued = await this.queue.read(tx);
       let any = false;
       for (const projectId of projects) {
-        const runs = stillQueued.filter((r) => r.project_id === projectId);
+        const runs = queued.filter((r) => r.project_id === projectId);
         any = (await this.scheduleProject(tx, projectId, runs, offers)) || any;
       }
       return any;
@@ -101,42 +87,35 @@ export class Scheduler implements Controller {
       `SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [projectId])).map(toInstance);
     const held = await blocksHeld(tx, projectId);
     let changed = false;
-    const reasons = { ids: [] as string[], messages: [] as string[] };
+    const reasons: QueueReason[] = [];
     const budget = await BudgetGate.open(tx, projectId, offers);
+    // Runs that need the same and may go to the same places are placed alike, until a placement changes what is free.
+    const placements = new Map<string, Placement>();
     for (const run of runs) {
       if (run.desired !== 'run') {
         await this.finishUnplaced(tx, projectId, run, 'terminated', run.desired === 'abort' ? 'aborted_by_user' : 'stopped_by_user', 'stopped before it started');
         changed = true;
         continue;
       }
-      const placed = run.nodes > 1 ? placeNodes(run, fleets, instances, offers) : place(run, fleets, instances, offers, held);
+      const placed = placements.get(run.placementKey) ?? (run.nodes > 1 ? placeNodes(run, fleets, instances, offers) : place(run, fleets, instances, offers, held));
+      placements.set(run.placementKey, placed);
       const budgetHold = budget?.admit(newInstances(placed)) ?? null;
       const placement: Placement = budgetHold ? { kind: 'wait', message: budgetHold } : placed;
       if (placement.kind === 'wait') {
-        if (placement.message !== run.status_message) {
-          reasons.ids.push(run.id);
-          reasons.messages.push(placement.message);
-        }
+        if (placement.message !== run.status_message) reasons.push({ id: run.id, version: run.version, message: placement.message });
         continue;
       }
       const retry = placement.kind === 'fail' && retryDecision({ ...run, firstSubmittedAt: run.first_submitted_at }, placement.reason);
       if (placement.kind === 'fail' && retry) {
         // Nothing ran, so no new attempt: the run keeps its place in the queue until retry.duration runs out.
         const message = `waiting: ${placement.message}; retrying on ${retry.event} until ${retry.until.toISOString()}`;
-        if (message !== run.status_message) {
-          reasons.ids.push(run.id);
-          reasons.messages.push(message);
-        }
+        if (message !== run.status_message) reasons.push({ id: run.id, version: run.version, message });
         continue;
       }
+      placements.clear();
       changed = (await this.apply(tx, projectId, run, placement, instances, held)) || changed;
     }
-    if (reasons.ids.length > 0) {
-      await tx.query(
-        `UPDATE runs SET status_message = reason.message, updated_at = now()
-         FROM (SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS message) reason WHERE runs.id = reason.id`,
-        [reasons.ids, reasons.messages]);
-    }
+    if (reasons.length > 0) this.queue.written(reasons, await writeQueueReasons(tx, reasons));
     return changed;
   }
 
@@ -251,20 +230,6 @@ export class Scheduler implements Controller {
       [run.id, status, reason, message]);
     await recordEvent(tx, runEvent({ ...run, projectId }, status === 'failed' ? 'Failed' : 'Terminated', `${reason}: ${message}`));
   }
-}
-
-/** Runs waiting for a place, in the order they are placed; each one's requirement carries its spot_policy. */
-async function queuedRuns(db: Queryable): Promise<QueuedRun[]> {
-  const runs = await db.query<QueuedRun>(
-    `SELECT id, project_id, name, kind, replica, requirement, desired, status_message, spec,
-       coalesce(first_submitted_at, submitted_at) AS first_submitted_at FROM runs
-     WHERE status = 'submitted' AND NOT deleted AND next_reconcile_at <= now() AND NOT ${SERVICE_PARENT} AND NOT ${NODE_JOB}
-     ORDER BY priority DESC, submitted_at, id`);
-  for (const run of runs) {
-    if (run.spec.spot_policy) run.requirement = { ...run.requirement, spot: run.spec.spot_policy };
-    run.nodes = run.kind === 'task' ? nodeCount(run.spec) : 1;
-  }
-  return runs;
 }
 
 function sharedWait(instance: InstanceRecord, fleet: FleetRecord): string {

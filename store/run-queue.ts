@@ -1,0 +1,66 @@
+import type { ResourceRequirement } from '../api/resources.js';
+import type { Queryable } from './db.js';
+import { NODE_JOB } from './nodes.js';
+import type { RunDesire } from './runs.js';
+import { SERVICE_PARENT } from './services.js';
+
+/** Runs waiting for a place now: a service's own row and a multi-node task's nodes are placed through their parent. */
+const DUE_IN_QUEUE = `status = 'submitted' AND NOT deleted AND next_reconcile_at <= now() AND NOT ${SERVICE_PARENT} AND NOT ${NODE_JOB}`;
+
+/**
+ * A queued run's place in the queue. `version` is the row's version (`xmin`): any write to the row changes it, so what
+ * was read of an earlier version can be kept while it stays the same.
+ */
+export interface QueueEntry {
+  id: string;
+  project_id: string;
+  version: string;
+}
+
+/** What placing a queued run reads of it besides its place, the same for as long as its version is. */
+export interface QueuedRunRow {
+  id: string;
+  desired: RunDesire;
+  status_message: string;
+  name: string;
+  kind: string;
+  replica: number | null;
+  requirement: ResourceRequirement;
+  spec: Record<string, any>;
+  first_submitted_at: Date;
+}
+
+/** The projects with runs waiting for a place. */
+export async function projectsQueued(db: Queryable): Promise<string[]> {
+  const rows = await db.query<{ project_id: string }>(`SELECT DISTINCT project_id FROM runs WHERE ${DUE_IN_QUEUE}`);
+  return rows.map((r) => r.project_id);
+}
+
+/** The queue in the order it is placed: priority, then first come first served. */
+export function queueOrder(db: Queryable): Promise<QueueEntry[]> {
+  return db.query<QueueEntry>(
+    `SELECT id, project_id, xmin::text AS version FROM runs WHERE ${DUE_IN_QUEUE} ORDER BY priority DESC, submitted_at, id`);
+}
+
+export function queuedRunRows(db: Queryable, ids: string[]): Promise<QueuedRunRow[]> {
+  return db.query<QueuedRunRow>(
+    `SELECT id, desired, status_message, name, kind, replica, requirement, spec, coalesce(first_submitted_at, submitted_at) AS first_submitted_at FROM runs WHERE id = ANY($1::text[])`, [ids]);
+}
+
+export interface QueueReason {
+  id: string;
+  /** The version of the run the reason was worked out from: a run written since keeps its message until the next pass. */
+  version: string;
+  message: string;
+}
+
+/** Writes why each run still waits; returns the new version of each run written. */
+export async function writeQueueReasons(db: Queryable, reasons: QueueReason[]): Promise<Map<string, string>> {
+  const rows = await db.query<{ id: string; version: string }>(
+    `UPDATE runs SET status_message = reason.message, updated_at = now()
+     FROM (SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS version, unnest($3::text[]) AS message) reason
+     WHERE runs.id = reason.id AND runs.xmin::text = reason.version
+     RETURNING runs.id, runs.xmin::text AS version`,
+    [reasons.map((r) => r.id), reasons.map((r) => r.version), reasons.map((r) => r.message)]);
+  return new Map(rows.map((r) => [r.id, r.version]));
+}
