@@ -164,8 +164,8 @@ for (const kind of ONE_DATABASE) {
         return /terminating: waiting for 1 busy instance to finish/.test(listed.stdout) ? listed.stdout : null;
       }, 20_000, 'the fleet to say it waits for its busy instance');
       const lines = table.trimEnd().split('\n');
-      expect(lines[1], table).to.match(/^pool\s+-\s+local\s+-\s+terminating: waiting for 1 busy instance to finish\s+-\s+-$/);
-      expect(lines[2], table).to.match(/^\s+pool-\S+\s+local\s+\S+\s+busy\s+\S+\s+busy$/);
+      expect(lines[1], table).to.match(/^pool\s+-\s+local\s+-\s+terminating: waiting for 1 busy instance to finish\s+-\s+-\s+-$/);
+      expect(lines[2], table).to.match(/^\s+pool-\S+\s+local\s+\S+\s+busy\s+\S+\s+\S+\s+busy$/);
 
       writeFileSync(release, '');
       expect((await task.done).code).to.equal(0);
