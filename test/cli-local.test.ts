@@ -184,7 +184,8 @@ for (const kind of DATABASE_KINDS) {
       const queued = await cli(['apply', '-f', task(name, 'commands: ["true"]\n'), '-y', '-d']);
       expect(queued.code, show(queued)).to.equal(0);
       // The row of the run, its age left out, as it grows between two listings.
-      const row = (text: string) => (text.split('\n').find((line) => line.startsWith('a-task-whose-')) ?? '').replace(/\b\d+[smhd] ago\b/, 'ago');
+      // (The age column's width follows the longest age in the table, so the spaces around it go too.)
+      const row = (text: string) => (text.split('\n').find((line) => line.startsWith('a-task-')) ?? '').replace(/\s+\d+[smhd] ago\s+/, ' ago ');
       const submitted = (text: string) => text.split('\n').find((line) => line.includes(`run/${name}`) && line.includes('Submitted')) ?? '';
 
       const ps = await cli(['ps', '-a']);
