@@ -154,7 +154,8 @@ for (const kind of DATABASE_KINDS) {
       await eventually(async () => (await projectEvents(server, 'BudgetExceeded')).length === 1, 40_000, 'the budget spent');
       const alerts = await projectEvents(server, 'BudgetAlert');
       expect(alerts).to.have.length(3);
-      expect(alerts[0]).to.match(/^25% of the \$0\.003 day budget spent: \$0\.000[789]\d*$/);
+      // The spend is read each second, so under load the first alert may see more than 25% of it already spent.
+      expect(alerts[0]).to.match(/^25% of the \$0\.003 day budget spent: \$0\.00(0[789]|[1-9])\d*$/);
       expect(alerts[2]).to.match(/^100% of the \$0\.003 day budget spent: \$0\.00[3-9]\d*$/);
       const changed = await server.api('PUT', '/api/projects/main/budget', { amount: 0.001, period: 'day', alerts: [25, 50, 100] });
       expect(changed.body.source).to.equal('api');
