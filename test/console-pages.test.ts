@@ -280,6 +280,7 @@ for (const kind of DATABASE_KINDS) {
       const row = page.locator('tr[data-user="temp-user"]');
       // Escape answers no, and gives the keyboard back to the button.
       await row.getByRole('button', { name: 'Rotate token' }).click();
+      await eventually(async () => (await row.getByRole('button', { name: 'Yes, rotate' }).evaluate((button) => button === document.activeElement)), WAIT_MS, 'the focus on Yes, rotate');
       await page.keyboard.press('Escape');
       await eventually(async () => (await row.getByRole('button', { name: 'Rotate token' }).evaluate((button) => button === document.activeElement)), WAIT_MS, 'the focus back on Rotate token');
       expect((await server.api('GET', '/api/projects', undefined, token)).status, 'nothing was rotated').to.equal(200);

@@ -1,4 +1,4 @@
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useLayoutEffect, useRef, useState } from 'preact/hooks';
 
 /**
  * A button that asks first, in place: `question`, then `yes` or Cancel (or Escape). `act` runs on yes; what it throws is shown
@@ -13,8 +13,9 @@ export function ConfirmButton({ label, question, yes, act, danger = true }: {
   const yesButton = useRef<HTMLButtonElement>(null);
   const askButton = useRef<HTMLButtonElement>(null);
   const asked = useRef(false);
-  // The keyboard lands on the answer, as it would in a dialog, and back on the button once answered.
-  useEffect(() => {
+  // The keyboard lands on the answer, as it would in a dialog, and back on the button once answered. A layout effect moves it
+  // before the next frame, so a key pressed at once (Escape) already reaches the question.
+  useLayoutEffect(() => {
     if (asking) yesButton.current?.focus();
     else if (asked.current) askButton.current?.focus();
     asked.current = asking;
