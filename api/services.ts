@@ -113,16 +113,21 @@ export type ServiceRoute = Static<typeof ServiceRoute>;
 /** Upper bounds (ms) of the latency histogram the gateway keeps per service and second; the last bucket is everything slower. */
 export const LATENCY_BUCKETS_MS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 30_000, 60_000] as const;
 
-/** Requests of one service over recent minutes, as `orchestrator service stats` shows them. */
-export const ServiceStats = Type.Object({
-  run: Type.String(),
-  windowSeconds: Type.Integer(),
+/** What a span of a service's requests adds up to: over the stats window, or over one step of its series. */
+const RequestFigures = {
   requests: Type.Integer(),
   requestsPerSecond: Type.Number(),
   errors: Type.Integer(),
   errorRate: Type.Number(),
   p50Ms: Type.Union([Type.Number(), Type.Null()]),
   p99Ms: Type.Union([Type.Number(), Type.Null()]),
+};
+
+/** Requests of one service over recent minutes, as `orchestrator service stats` shows them. */
+export const ServiceStats = Type.Object({
+  run: Type.String(),
+  windowSeconds: Type.Integer(),
+  ...RequestFigures,
   inflight: Type.Integer({ description: 'The most requests in flight at once during the window, held ones included' }),
   inflightNow: Type.Integer({ description: 'Requests in flight now (during this second or the one before), held ones included' }),
   readyReplicas: Type.Integer(),
@@ -138,12 +143,7 @@ export const ServiceStatsSeries = Type.Object({
   /** Oldest first, one per step of the window, steps without requests included. */
   points: Type.Array(Type.Object({
     at: Type.String({ description: 'ISO 8601: the start of the step' }),
-    requests: Type.Integer(),
-    requestsPerSecond: Type.Number(),
-    errors: Type.Integer(),
-    errorRate: Type.Number(),
-    p50Ms: Type.Union([Type.Number(), Type.Null()]),
-    p99Ms: Type.Union([Type.Number(), Type.Null()]),
+    ...RequestFigures,
   })),
 });
 export type ServiceStatsSeries = Static<typeof ServiceStatsSeries>;

@@ -7,24 +7,10 @@ import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulat
 import { renderTable } from '../cli/table.js';
 import { addProject, makeHome, releaseInstances, runCli, show, startCli } from './helpers/cli.js';
 import { ONE_DATABASE } from './helpers/databases.js';
-import { eventually, startTestServer, type TestServer } from './helpers/server.js';
+import { eventually, localAndGpucloudConfig, startTestServer, type TestServer } from './helpers/server.js';
 import { Terminal } from './helpers/terminal.js';
 
 const REPO = resolve(import.meta.dirname, '..');
-
-function localAndGpucloud(emulator: RunningEmulator): string {
-  return `projects:
-- name: main
-  backends:
-  - type: local
-    runtime: process
-  - type: gpucloud
-    api_url: ${emulator.url}
-    creds:
-      type: api_key
-      api_key: ${emulator.apiKey}
-`;
-}
 
 describe('errors of the server and the emulator', function () {
   this.timeout(60_000);
@@ -124,7 +110,7 @@ for (const kind of ONE_DATABASE) {
 
     before(async function () {
       emulator = await startEmulator({ port: 0, bootDelayMs: 200 });
-      server = await startTestServer(kind, localAndGpucloud(emulator));
+      server = await startTestServer(kind, localAndGpucloudConfig(emulator.url, emulator.apiKey));
       home = makeHome();
       work = mkdtempSync(join(tmpdir(), 'orch-clarity-'));
       await addProject(home.home, server.url);
@@ -259,7 +245,7 @@ for (const kind of ONE_DATABASE) {
     });
 
     it('says the server is not reachable, that runs keep running, and how to follow again', async () => {
-      const own = await startTestServer(kind, localAndGpucloud(emulator));
+      const own = await startTestServer(kind, localAndGpucloudConfig(emulator.url, emulator.apiKey));
       const ownHome = makeHome();
       let running = true;
       try {

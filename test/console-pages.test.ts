@@ -8,7 +8,7 @@ import { recordCertificateFailure, saveCertificate } from '../store/gateways.js'
 import { launchChromium } from './helpers/chromium.js';
 import { builtConsole, signedInPage, signInToConsole } from './helpers/console.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
-import { eventually, startTestServer, type TestServer } from './helpers/server.js';
+import { eventually, localAndGpucloudConfig, startTestServer, type TestServer } from './helpers/server.js';
 
 /** Screenshots of the pages, to look at after a run (gitignored). */
 const artifacts = fileURLToPath(new URL('../test-artifacts/console/', import.meta.url));
@@ -16,17 +16,7 @@ const WAIT_MS = 20_000;
 const SECRET_VALUE = 'hunter2-never-shown';
 
 function config(emulator: RunningEmulator): string {
-  return `projects:
-- name: main
-  backends:
-  - type: local
-    runtime: process
-  - type: gpucloud
-    api_url: ${emulator.url}
-    creds:
-      type: api_key
-      api_key: ${emulator.apiKey}
-- name: edge
+  return `${localAndGpucloudConfig(emulator.url, emulator.apiKey)}- name: edge
   backends:
   - type: local
     runtime: process

@@ -100,16 +100,22 @@ export const LOCAL_DOCKER_CONFIG = `projects:
     runtime: docker
 `;
 
-export function gpucloudConfig(apiUrl: string, apiKey: string): string {
-  return `projects:
-- name: main
-  backends:
-  - type: gpucloud
+function gpucloudBackend(apiUrl: string, apiKey: string): string {
+  return `  - type: gpucloud
     api_url: ${apiUrl}
     creds:
       type: api_key
       api_key: ${apiKey}
 `;
+}
+
+export function gpucloudConfig(apiUrl: string, apiKey: string): string {
+  return `projects:\n- name: main\n  backends:\n${gpucloudBackend(apiUrl, apiKey)}`;
+}
+
+/** Project `main` with two backends: local processes and the gpucloud emulator at `apiUrl`. */
+export function localAndGpucloudConfig(apiUrl: string, apiKey: string): string {
+  return `projects:\n- name: main\n  backends:\n  - type: local\n    runtime: process\n${gpucloudBackend(apiUrl, apiKey)}`;
 }
 
 /** Polls until `check` returns a value, or fails with what it saw last. */
