@@ -18,7 +18,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import postgres from 'postgres';
 import { orchestratorCommand } from '../agent/launch.js';
@@ -157,6 +157,7 @@ async function main(): Promise<void> {
       await sleep(5000);
       lags = [];
       const before = processFigures(server.child.pid!);
+      const benchBefore = process.cpuUsage();
       const windowStart = Date.now();
       const ps: number[] = [];
       const logs: number[] = [];
@@ -172,6 +173,8 @@ async function main(): Promise<void> {
       const seconds = (Date.now() - windowStart) / 1000;
       const after = processFigures(server.child.pid!);
       const cpu = ((after.cpuTicks - before.cpuTicks) / TICKS_PER_SECOND / seconds) * 100;
+      const benchUsage = process.cpuUsage(benchBefore);
+      const benchCpu = ((benchUsage.user + benchUsage.system) / 1e6 / seconds) * 100;
       const lagP50 = quantile(lags, 0.5);
       const lagP99 = quantile(lags, 0.99);
       const apiP99 = Math.max(quantile(ps, 0.99), quantile(logs, 0.99), quantile(apply, 0.99));
@@ -180,6 +183,7 @@ async function main(): Promise<void> {
       console.log(`  looks per second: ${(lags.length / seconds).toFixed(0)} (one a second per running job would be ${running().length})`);
       console.log(`API (${ps.length} each) p50 / p99: ps ${ms(quantile(ps, 0.5))} / ${ms(quantile(ps, 0.99))}, logs ${ms(quantile(logs, 0.5))} / ${ms(quantile(logs, 0.99))}, apply ${ms(quantile(apply, 0.5))} / ${ms(quantile(apply, 0.99))}; goal p99 ≤ ${ms(GOALS.apiP99Ms)}: ${verdict(apiP99, GOALS.apiP99Ms)}`);
       console.log(`server: CPU ${cpu.toFixed(0)}% of one core, RSS ${after.rssMb.toFixed(0)} MB; goal RSS ≤ ${GOALS.rssMb} MB: ${verdict(after.rssMb, GOALS.rssMb)}`);
+      console.log(`  this process (emulator, simulated agents, load): CPU ${benchCpu.toFixed(0)}% of one core; machine load average ${loadavg()[0]!.toFixed(1)} on ${availableParallelism()} CPUs`);
       console.log(`database: ${size.toFixed(0)} MB`);
 
       const killedAt = Date.now();
