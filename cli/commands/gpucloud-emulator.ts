@@ -24,7 +24,7 @@ interface EmulatorFlags {
 const RUNTIMES = ['process', 'docker', 'auto'] as const;
 
 export function registerGpucloudEmulator(cli: CAC): void {
-  cli.command('gpucloud-emulator', 'Serve an emulated gpucloud API on this machine; every instance boots as a real agent process')
+  cli.command('gpucloud-emulator', 'Serve an emulated gpucloud API on this machine; every instance boots a real agent process, or a simulated one (--agents simulated)')
     .option('--port <port>', 'Port to listen on', { default: 8090 })
     .option('--host <host>', 'Address to listen on', { default: '127.0.0.1' })
     .option('--api-key <key>', 'API key clients must send (default: the one kept in --state-dir, else a random one, printed)')
