@@ -1,17 +1,15 @@
 import Router from '@koa/router';
-import { LOG_LINES_HEADERS, type AgentHealth, type JobStatus } from '../api/agent.js';
+import type { AgentHealth, JobStatus } from '../api/agent.js';
 import type { GpuInfo } from '../api/offer.js';
 import { HttpError } from './http-errors.js';
 import type { JobManager } from './jobs.js';
 import { readJsonBody } from './json-body.js';
 import type { MetricsSampler } from './metrics.js';
 import type { JobPorts, PortForward } from './port-forward.js';
-import { integerParam, parseStopRequest, parseSubmission } from './requests.js';
+import { answerLogsPage, logsQuery } from './logs-page.js';
+import { parseStopRequest, parseSubmission } from './requests.js';
 import type { RuntimeKind } from './runtime.js';
 import type { SshAccess } from './ssh/ssh-access.js';
-
-/** Longest a logs request may wait for the first new entry. */
-export const MAX_LOG_WAIT_MS = 30_000;
 
 export interface RouteDependencies {
   jobs: JobManager;
@@ -54,20 +52,10 @@ export function agentRoutes({ jobs, metrics, ports, portForward, ssh, identity }
   });
 
   router.get('/jobs/:id/logs', async (ctx) => {
-    const after = integerParam('after', ctx.query.after, 0);
-    const wait = Math.min(integerParam('wait', ctx.query.wait, 0), MAX_LOG_WAIT_MS);
+    const { after, wait } = logsQuery(ctx);
     const page = await jobs.logs(ctx.params.id!, after, wait);
     if (page === undefined) throw unknownJob(ctx.params.id!);
-    if (ctx.query.format === 'jsonl') {
-      ctx.set(LOG_LINES_HEADERS.first, String(page.firstSeq));
-      ctx.set(LOG_LINES_HEADERS.next, String(page.next));
-      ctx.set(LOG_LINES_HEADERS.finished, String(page.finished));
-      ctx.type = 'application/x-ndjson';
-      ctx.body = page.jsonLines;
-      return;
-    }
-    ctx.type = 'application/json';
-    ctx.body = `{"entries":[${page.jsonLines.replaceAll('\n', ',')}],"next":${page.next},"finished":${page.finished}}`;
+    answerLogsPage(ctx, page);
   });
 
   router.post('/jobs/:id/stop', async (ctx) => {

@@ -11,6 +11,11 @@ export interface LeasedOptions {
   /** Rows reconciled at once; a pass claims more only as earlier ones finish. */
   concurrency?: number;
   leaseMs?: number;
+  /**
+   * Rows falling due within this long are claimed with those due now: a reconcile a little early changes nothing
+   * (reconciles are level-triggered), and rows that fall due one after another then cost one claim, not one each.
+   */
+  claimAheadMs?: number;
 }
 
 const ERROR_RETRY_MS = 5000;
@@ -54,7 +59,7 @@ export abstract class LeasedController<T> implements Controller {
     for (;;) {
       while (this.inFlight.size >= limit) await Promise.race(this.inFlight.values());
       const room = limit - this.inFlight.size;
-      const rows = await claimDue(this.db, this.options.table, this.owner, this.options.leaseMs ?? 60_000, room, this.options.where);
+      const rows = await claimDue(this.db, this.options.table, this.owner, this.options.leaseMs ?? 60_000, room, this.options.where, this.options.claimAheadMs);
       for (const row of rows) {
         if (this.inFlight.has(row.id)) continue;
         this.inFlight.set(row.id, this.reconcileRow(row).finally(() => this.inFlight.delete(row.id)));

@@ -9,6 +9,8 @@ export interface LogCopy {
   copied: number;
   /** False when the budget ran out while the agent still had lines. */
   caughtUp: boolean;
+  /** The last line the database holds, as far as this copy saw. */
+  lastSeq: number;
 }
 
 export interface LogCopyLimits {
@@ -18,6 +20,11 @@ export interface LogCopyLimits {
   budgetMs: number;
   /** How long the agent may hold the first request until a line exists. */
   waitMs?: number;
+  /**
+   * The last line the database held after this copier's previous copy, which saves reading it; a hint only: had another
+   * copier stored more since, the first write is refused and the database is asked.
+   */
+  after?: number;
 }
 
 /**
@@ -31,17 +38,17 @@ export async function copyJobLogs(db: Queryable, agent: AgentClient, run: RunRec
   const deadline = Date.now() + limits.budgetMs;
   const fetchAfter = (after: number, waitMs = 0) => agent.logLines(run.jobId!, after, waitMs).catch(() => null);
   let copied = 0;
-  let after = await lastLogSeq(db, run.id);
+  let after = limits.after ?? await lastLogSeq(db, run.id);
   let fetching = fetchAfter(after, limits.waitMs);
   for (;;) {
     const page = await fetching;
-    if (!page || page.count === 0) return { copied, caughtUp: true };
+    if (!page || page.count === 0) return { copied, caughtUp: true, lastSeq: after };
     const more = Date.now() < deadline;
     if (more) fetching = fetchAfter(page.next);
     const outcome = await appendLogChunk(db, run.id, { after, first: page.first, last: page.next, jsonLines: page.jsonLines }, limits.maxBytes);
     if (!outcome.stored) {
       after = await lastLogSeq(db, run.id);
-      if (!more) return { copied, caughtUp: false };
+      if (!more) return { copied, caughtUp: false, lastSeq: after };
       fetching = fetchAfter(after);
       continue;
     }
@@ -53,6 +60,6 @@ export async function copyJobLogs(db: Queryable, agent: AgentClient, run: RunRec
       });
     }
     copied += page.count;
-    if (!more) return { copied, caughtUp: false };
+    if (!more) return { copied, caughtUp: false, lastSeq: after };
   }
 }

@@ -31,6 +31,8 @@ const MAX_STOP_GRACE_SECONDS = 3600;
 const QUIET_LOG_COPY_INTERVAL_MS = 2000;
 /** The longest one look at a run spends copying its lines; the rest waits for the next look, at once. */
 const LOG_COPY_BUDGET_MS = 250;
+/** Running jobs are looked at about once a second; those due within this long are claimed together. */
+const WATCH_CLAIM_AHEAD_MS = 100;
 
 /**
  * Follows each placed run: submits its job to the instance's agent, copies its logs, and ends it.
@@ -39,14 +41,14 @@ const LOG_COPY_BUDGET_MS = 250;
  */
 export class RunController extends LeasedController<RunRecord> {
   readonly name: string;
-  /** When each run's lines were last copied and whether that copy found any; hints kept in memory. */
-  private readonly lastLogCopy = new Map<string, { at: number; printing: boolean }>();
+  /** When each run's lines were last copied, whether that copy found any, and the last line stored; hints kept in memory. */
+  private readonly lastLogCopy = new Map<string, { at: number; printing: boolean; lastSeq: number }>();
   private readonly utilization = new UtilizationWatch();
 
   constructor(db: Db, owner: string, logger: Logger, phase: 'start' | 'watch', private readonly maxLogBytes: number,
     private readonly secrets: SecretBox) {
     super(db, owner, logger, {
-      table: 'runs', channel: CHANNELS.runs, leaseMs: 15_000,
+      table: 'runs', channel: CHANNELS.runs, leaseMs: 15_000, claimAheadMs: phase === 'watch' ? WATCH_CLAIM_AHEAD_MS : 0,
       where: `${phase === 'start' ? `status = 'provisioning'` : `status IN ('running', 'terminating')`} AND NOT ${SERVICE_PARENT} AND NOT ${MULTI_NODE_PARENT}`,
     });
     this.name = `run-${phase}`;
@@ -96,8 +98,10 @@ export class RunController extends LeasedController<RunRecord> {
         { reason: 'gpu_underutilized' });
     }
     if (finished || this.logsDue(run.id)) {
-      const { copied, caughtUp } = await copyJobLogs(this.db, agent, run, { maxBytes: this.maxLogBytes, budgetMs: LOG_COPY_BUDGET_MS });
-      this.lastLogCopy.set(run.id, { at: Date.now(), printing: copied > 0 });
+      const { copied, caughtUp, lastSeq } = await copyJobLogs(this.db, agent, run, {
+        maxBytes: this.maxLogBytes, budgetMs: LOG_COPY_BUDGET_MS, after: this.lastLogCopy.get(run.id)?.lastSeq,
+      });
+      this.lastLogCopy.set(run.id, { at: Date.now(), printing: copied > 0, lastSeq });
       if (!caughtUp) return 0;
     }
     if (finished) {

@@ -35,6 +35,7 @@ import { advertisedServerUrl, loadServerConfig, maxLogBytesPerRun, StartupError 
 import { serverDir } from './paths.js';
 import { loadSecretsKey } from './secrets-key.js';
 import { VERSION } from './version.js';
+import { takeOverPredecessorLeases } from './predecessor-leases.js';
 
 /**
  * An idle keep-alive connection is held this long, as load balancers expect of what stands behind them (they
@@ -107,6 +108,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const app = createApp(context);
   const ssh = new SshRelay(context, app);
   const owner = `server-${randomUUID().slice(0, 8)}`;
+  await takeOverPredecessorLeases(db, dir, owner);
   const gateway = new Gateway({ db, logger, source: owner });
   await gateway.start();
   const api = app.callback();

@@ -4,17 +4,18 @@ export type LeasedTable = 'fleets' | 'instances' | 'runs' | 'gateways';
 
 /**
  * Claims up to `limit` due rows that nobody holds (or whose lease ran out), skipping rows another
- * transaction is claiming right now, so any number of servers can share one database.
+ * transaction is claiming right now, so any number of servers can share one database. Rows falling
+ * due within `aheadMs` are claimed too, so that rows due one after another are claimed together.
  */
-export async function claimDue(db: Queryable, table: LeasedTable, owner: string, leaseMs: number, limit: number, where: string): Promise<Row[]> {
+export async function claimDue(db: Queryable, table: LeasedTable, owner: string, leaseMs: number, limit: number, where: string, aheadMs = 0): Promise<Row[]> {
   return db.query(
     `UPDATE ${table} SET lease_owner = $1, lease_expires_at = now() + $2 * interval '1 millisecond'
      WHERE id IN (
        SELECT id FROM ${table}
-       WHERE next_reconcile_at <= now() AND (lease_owner IS NULL OR lease_expires_at < now()) AND (${where})
+       WHERE next_reconcile_at <= now() + $4 * interval '1 millisecond' AND (lease_owner IS NULL OR lease_expires_at < now()) AND (${where})
        ORDER BY next_reconcile_at LIMIT $3 FOR UPDATE SKIP LOCKED)
      RETURNING *`,
-    [owner, leaseMs, limit]);
+    [owner, leaseMs, limit, aheadMs]);
 }
 
 /** Gives the row back and says when it wants its next look; a no-op when the lease was lost. */

@@ -1,10 +1,12 @@
 import { expect } from 'chai';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
 import { GpucloudBackend } from '../backends/gpucloud/client.js';
+import { CONTROLLER_OWNER_FILE } from '../server/predecessor-leases.js';
+import { openDatabase } from '../store/open.js';
 import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
 import { eventually, FAST_TIMINGS, gpucloudConfig, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
@@ -222,6 +224,20 @@ for (const kind of DATABASE_KINDS) {
         rmSync(dir, { recursive: true, force: true });
       });
 
+      let port = 0;
+      beforeEach(() => { port = 39_000 + Math.floor(Math.random() * 1000); });
+      // The next test starts its own server on the same folder and database.
+      afterEach(async () => {
+        if (!child || child.exitCode !== null || child.signalCode !== null) return;
+        const exited = new Promise((r) => child!.once('exit', r));
+        child.kill('SIGTERM');
+        await exited;
+      });
+      const api = async (method: string, path: string, body?: unknown) => {
+        const response = await fetch(`http://127.0.0.1:${port}${path}`, { method, headers: { authorization: 'Bearer crash-admin' }, body: body ? JSON.stringify(body) : undefined });
+        return { status: response.status, body: response.status === 204 ? null : await response.json() };
+      };
+
       const startServerProcess = async (port: number) => {
         child = spawn(process.execPath, ['dist/cli/main.js', 'server', '--port', String(port)], {
           env: { ...process.env, ORCHESTRATOR_SERVER_DIR: dir, ORCHESTRATOR_SERVER_ADMIN_TOKEN: 'crash-admin', ORCHESTRATOR_DATABASE_URL: databaseUrl ?? '', ORCHESTRATOR_LOG_LEVEL: process.env.ORCHESTRATOR_LOG_LEVEL ?? 'error' },
@@ -235,11 +251,6 @@ for (const kind of DATABASE_KINDS) {
       };
 
       it('finishes the run after the server is killed with SIGKILL and restarted, and leaves no instance behind', async () => {
-        const port = 39_000 + Math.floor(Math.random() * 1000);
-        const api = async (method: string, path: string, body?: unknown) => {
-          const response = await fetch(`http://127.0.0.1:${port}${path}`, { method, headers: { authorization: 'Bearer crash-admin' }, body: body ? JSON.stringify(body) : undefined });
-          return { status: response.status, body: response.status === 204 ? null : await response.json() };
-        };
         await startServerProcess(port);
         await api('POST', '/api/projects/main/fleets/apply', gpucloudFleet({ idle_duration: '1s' }));
         await api('POST', '/api/projects/main/runs/apply', task('survivor', ['echo one', 'sleep 3', 'echo two']));
@@ -253,6 +264,30 @@ for (const kind of DATABASE_KINDS) {
         }, 30_000, 'run finished after restart');
         expect(run.status).to.equal('done');
         expect((await api('GET', '/api/projects/main/runs/survivor/logs')).body.lines.map((l: { text: string }) => l.text)).to.deep.equal(['one', 'two']);
+        await api('DELETE', '/api/projects/main/fleets/cloud');
+        const cloud = new GpucloudBackend({ apiUrl: emulator.url, apiKey: emulator.apiKey });
+        await eventually(async () => (await cloud.list()).every((i) => i.status === 'terminated'), 20_000, 'every cloud instance terminated');
+      });
+
+      it('takes back at once the leases of the server it restarts after: a run the killed server was reconciling is stopped without waiting out its lease', async () => {
+        await startServerProcess(port);
+        await api('POST', '/api/projects/main/fleets/apply', gpucloudFleet({ idle_duration: '1s' }));
+        await api('POST', '/api/projects/main/runs/apply', task('held', ['echo one', 'sleep 300']));
+        await eventually(async () => (await api('GET', '/api/projects/main/runs/held')).body.status === 'running', 30_000, 'running');
+        child!.kill('SIGKILL');
+        await new Promise((r) => child!.once('exit', r));
+        // The kill landed while a reconcile of the run held its lease, which would last ten minutes more.
+        const { owner } = JSON.parse(readFileSync(join(dir, CONTROLLER_OWNER_FILE), 'utf8')) as { owner: string };
+        const db = await openDatabase({ url: databaseUrl, dataDir: join(dir, 'data') });
+        await db.query(`UPDATE runs SET lease_owner = $1, lease_expires_at = now() + interval '10 minutes' WHERE name = 'held'`, [owner]);
+        await db.close();
+        await startServerProcess(port);
+        expect((await api('POST', '/api/projects/main/runs/held/stop', {})).status).to.equal(202);
+        const run = await eventually(async () => {
+          const { body } = await api('GET', '/api/projects/main/runs/held');
+          return ['done', 'failed', 'terminated'].includes(body.status) ? body : null;
+        }, 30_000, 'run stopped after restart');
+        expect(run).to.include({ status: 'terminated', terminationReason: 'stopped_by_user' });
         await api('DELETE', '/api/projects/main/fleets/cloud');
         const cloud = new GpucloudBackend({ apiUrl: emulator.url, apiKey: emulator.apiKey });
         await eventually(async () => (await cloud.list()).every((i) => i.status === 'terminated'), 20_000, 'every cloud instance terminated');

@@ -1,16 +1,41 @@
 import type { ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { isProcessAlive, processStartTime } from '../processes.js';
+import { startAgentProcess } from '../../agent/launch.js';
+import { isProcessAlive, processStartTime, signalProcessGroup, stopProcessGroup } from '../processes.js';
+import { agentGpuSpec, type CatalogOffer } from './catalog.js';
 
-/** An instance's agent process: one the emulator started, or one it found running after a restart. */
+/** An instance's agent: a process the emulator started, one it found running after a restart, or a simulated one (no pid). */
 export interface AgentProcess {
-  readonly pid: number;
+  readonly pid: number | null;
   /** When the process started (Linux clock ticks since boot), to tell it from a later process with its pid; null where unknown. */
   readonly startTime: string | null;
   /** Resolves with how the process ended, e.g. `code 1`, `signal SIGKILL`. */
   readonly exited: Promise<string>;
   /** Stops watching the process and lets it run on without this one. */
   release(): void;
+  /** Ends it at once, as a machine that loses its power. */
+  kill(): void;
+  /** Asks it to stop (SIGTERM), and kills it after `graceMs`; resolves once it has exited. */
+  stop(graceMs: number): Promise<void>;
+}
+
+/** kill and stop of a process group led by `pid`. */
+function groupSignals(pid: number, exited: Promise<string>): Pick<AgentProcess, 'kill' | 'stop'> {
+  return {
+    kill: () => void signalProcessGroup(pid, 'SIGKILL'),
+    stop: (graceMs) => stopProcessGroup(pid, graceMs, exited.then(() => undefined)),
+  };
+}
+
+/** Boots the agent of an instance and resolves with it and the base URL its API answers at. */
+export type AgentLauncher = (boot: { instanceId: string; token: string; offer: CatalogOffer; workDir: string }) => Promise<{ agent: AgentProcess; url: string }>;
+
+/** Boots each instance's agent as a real `orchestrator agent` process running its jobs on `runtime`. */
+export function agentProcesses(runtime: 'process' | 'docker' | 'auto'): AgentLauncher {
+  return async ({ instanceId, token, offer, workDir }) => {
+    const { child, url } = await startAgentProcess({ token, instanceId, gpu: agentGpuSpec(offer), runtime, workDir, detached: true });
+    return { agent: spawnedAgent(child), url };
+  };
 }
 
 const ADOPTED_POLL_MS = 500;
@@ -25,6 +50,7 @@ export function spawnedAgent(child: ChildProcess): AgentProcess {
     pid: child.pid!,
     startTime: processStartTime(child.pid!),
     exited,
+    ...groupSignals(child.pid!, exited),
     release: () => {
       child.removeAllListeners('exit');
       child.stdout?.destroy();
@@ -47,7 +73,7 @@ export function adoptAgent(pid: number, startTime: string | null): AgentProcess 
     }, ADOPTED_POLL_MS);
     poll.unref();
   });
-  return { pid, startTime, exited, release: () => clearInterval(poll) };
+  return { pid, startTime, exited, ...groupSignals(pid, exited), release: () => clearInterval(poll) };
 }
 
 /**

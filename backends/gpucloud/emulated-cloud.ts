@@ -2,12 +2,10 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
-import { startAgentProcess } from '../../agent/launch.js';
 import { DECLARED_GPU_UTILIZATION_FILE } from '../../api/agent.js';
-import { stopProcessGroup, signalProcessGroup } from '../processes.js';
-import { adoptAgent, spawnedAgent, type AgentProcess } from './agent-process.js';
+import { adoptAgent, type AgentLauncher, type AgentProcess } from './agent-process.js';
 import type { CreateClusterBody, CreateInstanceBody, ErrorCode, GpuModel, GpucloudCluster, GpucloudInstance, GpucloudOffer, InstanceUsage, UsageList } from './api.js';
-import { buildCatalog, agentGpuSpec, GPU_SHAPES, NO_GPU_MODEL, REGIONS, type CatalogOffer } from './catalog.js';
+import { buildCatalog, GPU_SHAPES, NO_GPU_MODEL, REGIONS, type CatalogOffer } from './catalog.js';
 import type { SavedInstance, SavedState } from './emulator-state.js';
 import { FaultControl } from './faults.js';
 
@@ -25,7 +23,8 @@ export interface EmulatedCloudOptions {
   bootDelayMs: number;
   capacity: Record<GpuModel, number>;
   workDir: string;
-  agentRuntime: AgentRuntime;
+  /** Boots an instance's agent: a process (the default), or a simulated one. */
+  launchAgent: AgentLauncher;
   /** Also sell machines without GPUs (no capacity limit). */
   cpuOffers: boolean;
   log: (line: string) => void;
@@ -52,7 +51,7 @@ const STOP_GRACE_MS = 5_000;
 const MAX_CONCURRENT_BOOTS = Math.max(1, availableParallelism());
 const HOLDS_CAPACITY: ReadonlySet<string> = new Set(['provisioning', 'running', 'terminating']);
 
-/** The emulated cloud's instances: capacity, boot of a real agent process per instance, termination and failures. */
+/** The emulated cloud's instances: capacity, boot of an agent per instance, termination and failures. */
 export class EmulatedCloud {
   readonly faults = new FaultControl({
     kill: (id) => this.kill(id),
@@ -89,7 +88,7 @@ export class EmulatedCloud {
       if (record.status === 'provisioning') {
         if (agent) {
           agent.release();
-          signalProcessGroup(agent.pid, 'SIGKILL');
+          agent.kill();
         }
         record.agent_url = null;
         this.scheduleBoot(machine);
@@ -253,7 +252,7 @@ export class EmulatedCloud {
       throw new ApiError(409, 'instance_not_running', `instance ${id} is ${machine.record.status}, not running: nothing to kill`);
     }
     machine.lostReason = 'the machine stopped unexpectedly';
-    signalProcessGroup(machine.agent.pid, 'SIGKILL');
+    machine.agent.kill();
     await machine.agentExited;
   }
 
@@ -275,7 +274,7 @@ export class EmulatedCloud {
     if (machine.booting) await machine.booting;
     // The machine is powered off, not shut down: its jobs get no chance to report that they were stopped.
     if (machine.agent && machine.agentExited) {
-      signalProcessGroup(machine.agent.pid, 'SIGKILL');
+      machine.agent.kill();
       await machine.agentExited;
     }
   }
@@ -425,15 +424,8 @@ export class EmulatedCloud {
     try {
       await mkdir(machine.workDir, { recursive: true });
       await this.writeGpuUtilization(machine);
-      const { child, url } = await startAgentProcess({
-        token: machine.agentToken,
-        instanceId: id,
-        gpu: agentGpuSpec(machine.offer),
-        runtime: this.options.agentRuntime,
-        workDir: machine.workDir,
-        detached: true,
-      });
-      this.attach(machine, spawnedAgent(child));
+      const { agent, url } = await this.options.launchAgent({ token: machine.agentToken, instanceId: id, offer: machine.offer, workDir: machine.workDir });
+      this.attach(machine, agent);
       if (machine.record.status === 'provisioning' && (!this.closed || this.options.save)) {
         machine.record.agent_url = url;
         this.setStatus(machine, 'running', null);
@@ -502,7 +494,8 @@ export class EmulatedCloud {
 
   private async stopAgent(machine: Machine): Promise<void> {
     if (!machine.agent || !machine.agentExited) return;
-    await stopProcessGroup(machine.agent.pid, STOP_GRACE_MS, machine.agentExited);
+    await machine.agent.stop(STOP_GRACE_MS);
+    await machine.agentExited;
   }
 
   private onAgentExit(machine: Machine, how: string): void {

@@ -7,10 +7,18 @@ import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { firstMismatch } from '../validation.js';
 import { CreateClusterBody, CreateInstanceBody, FaultsPatch, GPU_MODELS, type GpuModel } from './api.js';
+import { agentProcesses } from './agent-process.js';
 import { ApiError, EmulatedCloud, type AgentRuntime } from './emulated-cloud.js';
-import { DEFAULT_CAPACITY_PER_MODEL } from './catalog.js';
+import { agentGpuSpec, DEFAULT_CAPACITY_PER_MODEL, type CatalogOffer } from './catalog.js';
+import type { GpuInfo } from '../../api/offer.js';
+import { NO_GPU, parseGpuSpec } from '../../agent/gpu.js';
 import { EmulatorStateDir, type SavedState } from './emulator-state.js';
 import type { FaultControl } from './faults.js';
+import { DEFAULT_SIMULATED_LOG_LINES, DEFAULT_SIMULATED_TIMINGS, SimulatedAgents } from './simulated-agents.js';
+import type { SimulatedTimings } from './simulated-job.js';
+
+export const AGENT_KINDS = ['process', 'simulated'] as const;
+export type AgentKind = typeof AGENT_KINDS[number];
 
 export interface EmulatorOptions {
   port?: number;
@@ -27,6 +35,14 @@ export interface EmulatorOptions {
    */
   stateDir?: string;
   agentRuntime?: AgentRuntime;
+  /**
+   * `process` (the default): each instance boots a real `orchestrator agent` process. `simulated`: the emulator's own
+   * process answers every instance's agent API on one port and plays their jobs with timers (docs/gpucloud-api.md),
+   * so that one machine holds thousands of instances; `agentRuntime` is then unused.
+   */
+  agents?: AgentKind;
+  /** Simulated agents' timings, and the log entries each of their jobs keeps. */
+  simulated?: Partial<SimulatedTimings> & { maxLogLines?: number };
   /** Also sell a machine without GPUs in each region (cpu-x0-<region>), as gateways rent. */
   cpuOffers?: boolean;
   /** Receives one line per instance lifecycle event; never secrets. */
@@ -38,6 +54,8 @@ export interface RunningEmulator {
   url: string;
   apiKey: string;
   faults: FaultControl;
+  /** The simulated agents, when `agents` is `simulated`. */
+  simulatedAgents: SimulatedAgents | null;
   close(): Promise<void>;
 }
 
@@ -67,11 +85,23 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
   const ownsWorkDir = options.workDir === undefined && stateDir === null;
   const workDir = options.workDir ?? (stateDir ? join(stateDir.path, 'agents') : await mkdtemp(join(tmpdir(), 'orchestrator-gpucloud-')));
   const log = options.log ?? (() => {});
+  const host = options.host ?? '127.0.0.1';
+  let gpuUtilization = (): number | null => null;
+  const simulatedAgents = options.agents === 'simulated'
+    ? await SimulatedAgents.start({
+      host, timings: { ...DEFAULT_SIMULATED_TIMINGS, ...options.simulated }, maxLogLines: options.simulated?.maxLogLines ?? DEFAULT_SIMULATED_LOG_LINES,
+      gpuUtilization: () => gpuUtilization(),
+    })
+    : null;
   const cloud = new EmulatedCloud({
-    bootDelayMs, capacity, workDir, agentRuntime: options.agentRuntime ?? 'process', cpuOffers: options.cpuOffers ?? false, log,
+    bootDelayMs, capacity, workDir, cpuOffers: options.cpuOffers ?? false, log,
+    launchAgent: simulatedAgents
+      ? async ({ instanceId, token, offer }) => simulatedAgents.launch({ instanceId, token, gpu: simulatedGpu(offer), memoryMib: offer.memory_gb * 1024 })
+      : agentProcesses(options.agentRuntime ?? 'process'),
     ...(stateDir ? { save: (state: Required<SavedState>) => stateDir.saveState(state) } : {}),
   });
   const { faults } = cloud;
+  gpuUtilization = () => faults.gpuUtilization;
   const apiKeyHash = sha256(apiKey);
 
   const routes: Route[] = [
@@ -188,7 +218,6 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
       sendError(response, new ApiError(500, 'internal_error', 'internal error'));
     });
   });
-  const host = options.host ?? '127.0.0.1';
   try {
     await new Promise<void>((resolveListen, reject) => {
       server.once('error', reject);
@@ -199,6 +228,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
     });
   } catch (error) {
     if (ownsWorkDir) await rm(workDir, { recursive: true, force: true });
+    await simulatedAgents?.close();
     if ((error as NodeJS.ErrnoException).code === 'EADDRINUSE') throw new PortInUseError(options.port ?? 0);
     throw error;
   }
@@ -212,11 +242,18 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
       const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeAllConnections();
       await Promise.all([stopped, cloud.close()]);
+      await simulatedAgents?.close();
       if (ownsWorkDir) await rm(workDir, { recursive: true, force: true });
     })();
     return closing;
   };
-  return { url: `http://${urlHost}:${port}/v1`, apiKey, faults, close };
+  return { url: `http://${urlHost}:${port}/v1`, apiKey, faults, simulatedAgents, close };
+}
+
+/** The GPUs a simulated agent reports for a machine of this offer, as `--gpu` makes a real one report them. */
+function simulatedGpu(offer: CatalogOffer): GpuInfo {
+  const spec = agentGpuSpec(offer);
+  return spec === undefined ? NO_GPU : parseGpuSpec(spec);
 }
 
 function generateApiKey(): string {

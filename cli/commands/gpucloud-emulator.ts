@@ -2,7 +2,7 @@ import type { CAC } from 'cac';
 import { parseDuration } from '../../api/duration.js';
 import { GPU_MODELS } from '../../backends/gpucloud/api.js';
 import { DEFAULT_CAPACITY_PER_MODEL } from '../../backends/gpucloud/catalog.js';
-import type { EmulatorOptions } from '../../backends/gpucloud/emulator.js';
+import { AGENT_KINDS, type AgentKind, type EmulatorOptions } from '../../backends/gpucloud/emulator.js';
 import { portFlag } from '../args.js';
 
 interface EmulatorFlags {
@@ -16,12 +16,15 @@ interface EmulatorFlags {
   workDir?: unknown;
   stateDir?: unknown;
   cpuOffers?: boolean;
+  agents: unknown;
+  jobStartDelay?: unknown;
+  jobStopDelay?: unknown;
 }
 
 const RUNTIMES = ['process', 'docker', 'auto'] as const;
 
 export function registerGpucloudEmulator(cli: CAC): void {
-  cli.command('gpucloud-emulator', 'Serve an emulated gpucloud API on this machine; every instance boots as a real agent process')
+  cli.command('gpucloud-emulator', 'Serve an emulated gpucloud API on this machine; every instance boots a real agent process, or a simulated one (--agents simulated)')
     .option('--port <port>', 'Port to listen on', { default: 8090 })
     .option('--host <host>', 'Address to listen on', { default: '127.0.0.1' })
     .option('--api-key <key>', 'API key clients must send (default: the one kept in --state-dir, else a random one, printed)')
@@ -30,6 +33,9 @@ export function registerGpucloudEmulator(cli: CAC): void {
     .option('--sold-out <models>', `GPU models without capacity: a comma list of ${GPU_MODELS.join(', ')}, or *`)
     .option('--cpu-offers', 'Also sell a machine without GPUs in each region (cpu-x0-<region>, $0.05/h), as gpucloud gateways rent')
     .option('--runtime <runtime>', 'How agents run jobs: process, docker or auto', { default: 'process' })
+    .option('--agents <kind>', 'process: each instance boots a real agent process; simulated: this process answers every instance\'s agent API and plays its jobs (thousands of instances on one machine)', { default: process.env.ORCHESTRATOR_EMULATOR_AGENTS ?? 'process' })
+    .option('--job-start-delay <duration>', 'With --agents simulated: how long a job takes from submission to running, e.g. 50ms')
+    .option('--job-stop-delay <duration>', 'With --agents simulated: how long a job takes to exit after SIGTERM, e.g. 100ms')
     .option('--work-dir <dir>', 'Folder for the agents\' files (default: DIR/agents with --state-dir, else a temporary folder, removed on exit)')
     .option('--state-dir <dir>', 'Keep the API key and the instances here: a restart with the same folder takes them back, and instances run on while it is stopped')
     .example('orchestrator gpucloud-emulator --boot-delay 1s --capacity 2 --sold-out H200')
@@ -93,6 +99,8 @@ function emulatorOptions(flags: EmulatorFlags): EmulatorOptions {
   if (!Number.isInteger(capacityPerModel) || capacityPerModel < 0) {
     throw new Error(`--capacity must be a whole number >= 0, got ${String(flags.capacity)}`);
   }
+  const agents = String(flags.agents);
+  if (!(AGENT_KINDS as readonly string[]).includes(agents)) throw new Error(`--agents must be one of ${AGENT_KINDS.join(', ')}, got ${agents}`);
   const runtime = String(flags.runtime);
   if (!(RUNTIMES as readonly string[]).includes(runtime)) throw new Error(`--runtime must be one of ${RUNTIMES.join(', ')}, got ${runtime}`);
   return {
@@ -102,6 +110,11 @@ function emulatorOptions(flags: EmulatorFlags): EmulatorOptions {
     bootDelayMs: parseDelayMs(String(flags.bootDelay)),
     capacity: Object.fromEntries(GPU_MODELS.map((model) => [model, capacityPerModel])),
     agentRuntime: runtime as typeof RUNTIMES[number],
+    agents: agents as AgentKind,
+    simulated: {
+      ...(flags.jobStartDelay === undefined ? {} : { startMs: parseDelayMs(String(flags.jobStartDelay)) }),
+      ...(flags.jobStopDelay === undefined ? {} : { stopMs: parseDelayMs(String(flags.jobStopDelay)) }),
+    },
     cpuOffers: flags.cpuOffers === true,
     ...(flags.workDir === undefined ? {} : { workDir: String(flags.workDir) }),
     ...(flags.stateDir === undefined ? {} : { stateDir: String(flags.stateDir) }),

@@ -1,0 +1,227 @@
+/**
+ * Scale benchmark: one server holding thousands of active runs on gpucloud-emulator instances whose agents are
+ * simulated (one process answers every instance's agent API; each task prints a line a second).
+ *
+ *   npm run bench:scale                       # embedded PGlite: 1 000 instances, 10 000 active runs
+ *   npm run bench:scale -- --postgres         # a scratch database on ORCHESTRATOR_TEST_POSTGRES_URL
+ *   npm run bench:scale -- --instances 100 --runs 1000   # a smaller run (levels at a tenth, half and all of --runs)
+ *
+ * The server runs as its own process (so that its CPU and RSS are its own, and it can be SIGKILLed); the emulator,
+ * its simulated agents and the load generator share this one. At each level of active runs it prints, beside the goals:
+ * - reconcile lag: the time between two looks of the run controller at a running job (as the simulated agent sees
+ *   `GET /api/jobs/:id`) minus the 1 s the controller asks to wait: how late a due reconcile is done;
+ * - API p50/p99 of `ps` (GET /runs), `logs` (GET /runs/:name/logs) and `apply` (POST /runs/apply of a short task);
+ * - the server's CPU (share of one core over the window) and RSS; the database's size;
+ * - after a SIGKILL of the server and its restart: how long until every running job was looked at again.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { availableParallelism, loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import postgres from 'postgres';
+import { orchestratorCommand } from '../agent/launch.js';
+import { startEmulator } from '../backends/gpucloud/emulator.js';
+import type { SimulatedJob } from '../backends/gpucloud/simulated-job.js';
+import { createScratchDatabase } from '../test/helpers/databases.js';
+
+const flag = (name: string, fallback: number) => {
+  const at = process.argv.indexOf(`--${name}`);
+  return at === -1 ? fallback : Number(process.argv[at + 1]);
+};
+const INSTANCES = flag('instances', 1000);
+const RUNS = flag('runs', 10_000);
+/** One run in this many is a service (one replica, probed every 10 s); the rest are tasks printing a line a second. */
+const SERVICE_EVERY = flag('service-every', 20);
+const WINDOW_MS = flag('window', 20) * 1000;
+const SAMPLES = flag('samples', 20);
+const APPLY_BATCH = 100;
+const usePostgres = process.argv.includes('--postgres');
+const LEVELS = [...new Set([Math.round(RUNS / 10), Math.round(RUNS / 2), RUNS])];
+const TOKEN = 'bench-scale-token';
+const POLL_INTERVAL_MS = 1000;
+const GOALS = { lagP99Ms: 2000, apiP99Ms: 200, rssMb: 1024 };
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const quantile = (values: number[], q: number) => {
+  if (values.length === 0) return NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
+};
+const ms = (n: number) => (Number.isNaN(n) ? 'n/a' : n >= 10_000 ? `${(n / 1000).toFixed(1)} s` : `${Math.round(n)} ms`);
+const verdict = (value: number, goal: number) => (value <= goal ? 'met' : 'NOT met');
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+interface ServerProcess { child: ChildProcess; url: string }
+
+async function startServerProcess(dir: string, port: number, databaseUrl: string | undefined): Promise<ServerProcess> {
+  const { command, args } = orchestratorCommand();
+  const child = spawn(command, [...args, 'server', '--port', String(port), '--server-dir', dir], {
+    env: {
+      ...process.env, ORCHESTRATOR_SERVER_ADMIN_TOKEN: TOKEN, ORCHESTRATOR_LOG_LEVEL: 'warn',
+      ...(databaseUrl ? { ORCHESTRATOR_DATABASE_URL: databaseUrl } : {}),
+    },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => { stderr = (stderr + chunk.toString()).slice(-4000); });
+  const url = `http://127.0.0.1:${port}`;
+  for (const started = Date.now(); Date.now() - started < 120_000;) {
+    if (child.exitCode !== null) throw new Error(`the server exited: ${stderr}`);
+    const up = await fetch(`${url}/api/projects/main/runs?limit=1`, { headers: { authorization: `Bearer ${TOKEN}` } }).then((r) => r.ok, () => false);
+    if (up) return { child, url };
+    await sleep(200);
+  }
+  throw new Error(`the server did not answer within 120 s: ${stderr}`);
+}
+
+function processFigures(pid: number): { cpuTicks: number; rssMb: number } {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const rssKb = Number(/^VmRSS:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
+  return { cpuTicks: Number(fields[11]) + Number(fields[12]), rssMb: rssKb / 1024 };
+}
+const TICKS_PER_SECOND = 100;
+
+async function main(): Promise<void> {
+  const emulator = await startEmulator({ port: 0, bootDelayMs: 200, agents: 'simulated', capacity: { L4: INSTANCES } });
+  const agents = emulator.simulatedAgents!;
+  let lags: number[] = [];
+  agents.onJobAsked = (_job, sinceLastMs) => {
+    if (sinceLastMs !== null) lags.push(Math.max(0, sinceLastMs - POLL_INTERVAL_MS));
+  };
+  const dir = mkdtempSync(join(tmpdir(), 'orch-bench-scale-'));
+  writeFileSync(join(dir, 'config.yml'), `projects:\n- name: main\n  backends:\n  - type: gpucloud\n    api_url: ${emulator.url}\n    creds:\n      type: api_key\n      api_key: ${emulator.apiKey}\n`);
+  const scratch = usePostgres ? await createScratchDatabase() : null;
+  const port = await freePort();
+  let server = await startServerProcess(dir, port, scratch?.url);
+  const api = async (method: string, path: string, body?: unknown): Promise<{ status: number; body: any; ms: number }> => {
+    const started = performance.now();
+    const response = await fetch(`${server.url}/api/projects/main${path}`, {
+      method, headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : null, ms: performance.now() - started };
+  };
+  const databaseMb = async (): Promise<number> => {
+    if (!scratch) return Number(execFileSync('du', ['-sk', join(dir, 'data')]).toString().split('\t')[0]) / 1024;
+    const sql = postgres(scratch.url, { max: 1, onnotice: () => {} });
+    const [row] = await sql`SELECT pg_database_size(current_database())::float8 AS bytes`;
+    await sql.end();
+    return Number(row!.bytes) / 1024 / 1024;
+  };
+  const running = (): SimulatedJob[] => agents.jobs().filter((job) => job.status.state === 'running');
+  const curve: string[] = [];
+
+  try {
+    console.log(`\n## ${RUNS} active runs on ${INSTANCES} gpucloud-emulator instances with simulated agents (${usePostgres ? 'PostgreSQL' : 'PGlite'})`);
+    const perInstance = Math.ceil(RUNS * 1.1 / INSTANCES);
+    const bootStart = Date.now();
+    const fleet = await api('POST', '/fleets/apply', {
+      spec: { type: 'fleet', name: 'scale', backends: ['gpucloud'], nodes: `${INSTANCES}..${INSTANCES}`, idle_duration: 'off', blocks: perInstance, resources: { gpu: 'L4:8' } },
+    });
+    if (fleet.status >= 300) throw new Error(`fleet apply: ${JSON.stringify(fleet.body)}`);
+    for (;;) {
+      const instances = await api('GET', '/instances');
+      if (instances.body.filter((i: { status: string }) => i.status === 'idle').length === INSTANCES) break;
+      await sleep(1000);
+    }
+    console.log(`${INSTANCES} instances idle after ${((Date.now() - bootStart) / 1000).toFixed(1)} s, each shared by up to ${perInstance} runs`);
+
+    let applied = 0;
+    for (const level of LEVELS) {
+      const rampStart = Date.now();
+      while (applied < level) {
+        const items = Array.from({ length: Math.min(APPLY_BATCH, level - applied) }, (_, index) => runSpec(applied + index));
+        const answer = await api('POST', '/apply', { items });
+        if (answer.status >= 300) throw new Error(`apply: ${JSON.stringify(answer.body)}`);
+        applied += items.length;
+      }
+      for (let last = -1; ;) {
+        const now = running().length;
+        if (now >= level) break;
+        if (Date.now() - rampStart > 30 * 60_000) throw new Error(`only ${now} of ${level} runs running after 30 minutes`);
+        if (now !== last && Date.now() - rampStart > 10_000) process.stdout.write(`  ${now}/${level} running\r`);
+        last = now;
+        await sleep(1000);
+      }
+      console.log(`\n### ${level} active runs (reached ${((Date.now() - rampStart) / 1000).toFixed(1)} s after applying the next ${LEVELS[LEVELS.indexOf(level) - 1] ? level - LEVELS[LEVELS.indexOf(level) - 1]! : level})`);
+      await sleep(5000);
+      lags = [];
+      const before = processFigures(server.child.pid!);
+      const benchBefore = process.cpuUsage();
+      const windowStart = Date.now();
+      const ps: number[] = [];
+      const logs: number[] = [];
+      const apply: number[] = [];
+      const names = running().map((job) => job.submission.runName).filter((name) => name.startsWith('t'));
+      let probe = 0;
+      while (Date.now() - windowStart < WINDOW_MS || ps.length < SAMPLES) {
+        ps.push((await api('GET', '/runs')).ms);
+        logs.push((await api('GET', `/runs/${names[Math.floor(Math.random() * names.length)]}/logs`)).ms);
+        apply.push((await api('POST', '/runs/apply', { spec: { type: 'task', name: `probe-${level}-${probe++}`, commands: ['echo probe'] } })).ms);
+        await sleep(Math.max(0, WINDOW_MS / SAMPLES - 50));
+      }
+      const seconds = (Date.now() - windowStart) / 1000;
+      const after = processFigures(server.child.pid!);
+      const cpu = ((after.cpuTicks - before.cpuTicks) / TICKS_PER_SECOND / seconds) * 100;
+      const benchUsage = process.cpuUsage(benchBefore);
+      const benchCpu = ((benchUsage.user + benchUsage.system) / 1e6 / seconds) * 100;
+      const lagP50 = quantile(lags, 0.5);
+      const lagP99 = quantile(lags, 0.99);
+      const apiP99 = Math.max(quantile(ps, 0.99), quantile(logs, 0.99), quantile(apply, 0.99));
+      const size = await databaseMb();
+      console.log(`reconcile lag of running jobs (${lags.length} looks in ${seconds.toFixed(0)} s): p50 ${ms(lagP50)}, p99 ${ms(lagP99)}; goal p99 ≤ ${ms(GOALS.lagP99Ms)}: ${verdict(lagP99, GOALS.lagP99Ms)}`);
+      console.log(`  looks per second: ${(lags.length / seconds).toFixed(0)} (one a second per running job would be ${running().length})`);
+      console.log(`API (${ps.length} each) p50 / p99: ps ${ms(quantile(ps, 0.5))} / ${ms(quantile(ps, 0.99))}, logs ${ms(quantile(logs, 0.5))} / ${ms(quantile(logs, 0.99))}, apply ${ms(quantile(apply, 0.5))} / ${ms(quantile(apply, 0.99))}; goal p99 ≤ ${ms(GOALS.apiP99Ms)}: ${verdict(apiP99, GOALS.apiP99Ms)}`);
+      console.log(`server: CPU ${cpu.toFixed(0)}% of one core, RSS ${after.rssMb.toFixed(0)} MB; goal RSS ≤ ${GOALS.rssMb} MB: ${verdict(after.rssMb, GOALS.rssMb)}`);
+      console.log(`  this process (emulator, simulated agents, load): CPU ${benchCpu.toFixed(0)}% of one core; machine load average ${loadavg()[0]!.toFixed(1)} on ${availableParallelism()} CPUs`);
+      console.log(`database: ${size.toFixed(0)} MB`);
+
+      const killedAt = Date.now();
+      server.child.kill('SIGKILL');
+      await new Promise((resolve) => server.child.once('exit', resolve));
+      server = await startServerProcess(dir, port, scratch?.url);
+      const listeningAfter = Date.now() - killedAt;
+      let unobserved = running();
+      for (;;) {
+        unobserved = unobserved.filter((job) => job.status.state === 'running' && (job.lastAskedAt ?? 0) < killedAt);
+        if (unobserved.length === 0) break;
+        if (Date.now() - killedAt > 10 * 60_000) throw new Error(`${unobserved.length} running jobs not looked at 10 minutes after the restart`);
+        await sleep(100);
+      }
+      const observedAfter = Date.now() - killedAt;
+      console.log(`SIGKILL and restart: serving after ${ms(listeningAfter)}, every running job looked at again after ${ms(observedAfter)}`);
+      curve.push(`| ${level} | ${ms(lagP50)} / ${ms(lagP99)} | ${ms(quantile(ps, 0.99))} | ${ms(quantile(logs, 0.99))} | ${ms(quantile(apply, 0.99))} | ${cpu.toFixed(0)}% | ${after.rssMb.toFixed(0)} MB | ${size.toFixed(0)} MB | ${ms(observedAfter)} |`);
+    }
+    console.log(`\n### The curve (${usePostgres ? 'PostgreSQL' : 'PGlite'}, ${INSTANCES} instances)`);
+    console.log('| active runs | reconcile lag p50 / p99 | ps p99 | logs p99 | apply p99 | server CPU | server RSS | database | SIGKILL → all observed |');
+    console.log('|---|---|---|---|---|---|---|---|---|');
+    for (const row of curve) console.log(row);
+    console.log(`| goal at 10 000 | ≤ 2 s (p99) | ≤ 200 ms | ≤ 200 ms | ≤ 200 ms | | ≤ 1024 MB | | |`);
+  } finally {
+    server.child.kill('SIGTERM');
+    await new Promise((resolve) => { if (server.child.exitCode !== null) resolve(null); else server.child.once('exit', resolve); });
+    await emulator.close();
+    await scratch?.drop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** The n-th run: a service now and then, else a task that prints a line a second until stopped. */
+function runSpec(n: number): { spec: Record<string, unknown> } {
+  if (n % SERVICE_EVERY === SERVICE_EVERY - 1) {
+    return { spec: { type: 'service', name: `s${n}`, port: 8000, commands: ['serve --port $PORT'], resources: { gpu: 0 }, probes: [{ type: 'http', url: '/health', interval: '10s' }] } };
+  }
+  return { spec: { type: 'task', name: `t${n}`, commands: ['while true; do echo "line of $ORCHESTRATOR_RUN_NAME"; sleep 1; done'], resources: { gpu: 0 } } };
+}
+
+await main();
