@@ -4,8 +4,8 @@
  *   npm run bench:ledger                 # embedded PGlite, as `orchestrator server` runs by default
  *   npm run bench:ledger -- --postgres   # against ORCHESTRATOR_TEST_POSTGRES_URL (default: local Postgres)
  *
- * 1. 1 000 running instances, each held by a run: the ledger's count of all of them (store/ledger.ts#accrue, every 5 s,
- *    so 12 a minute), as CPU per minute beside a goal of under 1% of one core.
+ * 1. 1 000 running instances, each held by a run: the ledger's count of all of them (store/ledger.ts#accrue and rollDays,
+ *    every 15 s, so 4 a minute), as CPU per minute beside a goal of under 1% of one core.
  * 2. `orchestrator cost --by run --month 2026-11` (GET /costs through the HTTP API) over a month of 100 000 runs on those
  *    instances, each holding one for part of an hour, the rest of each hour idle: beside a goal of under 500 ms.
  */
@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { DEFAULT_ACCRUAL_INTERVAL_MS } from '../controllers/ledger-controller.js';
 import { startServer } from '../server/server.js';
 import type { Db } from '../store/db.js';
-import { accrue } from '../store/ledger.js';
+import { accrue, rollDays } from '../store/ledger.js';
 import { openDatabase } from '../store/open.js';
 import { upsertProject, upsertUser } from '../store/projects.js';
 import { createScratchDatabase } from '../test/helpers/databases.js';
@@ -61,6 +61,8 @@ async function populate(db: Db): Promise<void> {
   await db.query(
     `INSERT INTO instance_accruals (instance_id, price_per_hour, started_at, accrued_until)
      SELECT id, 2.5, now() - interval '1 hour', now() - interval '5 seconds' FROM instances`);
+  // The month's pieces are done with: they are added to their days once, as the ledger does hour by hour.
+  await rollDays(db);
   await db.query('ANALYZE');
 }
 
@@ -70,6 +72,7 @@ async function accrualPerMinute(db: Db): Promise<void> {
   for (let i = 0; i < COUNTS_PER_MINUTE; i++) {
     const started = performance.now();
     const counted = await accrue(db);
+    await rollDays(db);
     times.push(performance.now() - started);
     if (counted !== INSTANCES) throw new Error(`counted ${counted} of ${INSTANCES} instances`);
   }
@@ -91,20 +94,26 @@ async function accrualPerMinute(db: Db): Promise<void> {
 
 async function costByRun(url: string, token: string, all: boolean): Promise<void> {
   const times: number[] = [];
+  const cpuTimes: number[] = [];
   let rows = 0;
   let bytes = 0;
   for (let i = -1; i < 5; i++) {
     const started = performance.now();
+    const cpuStart = process.cpuUsage();
     const response = await fetch(`${url}/api/projects/main/costs?by=run&month=${MONTH}${all ? '&limit=0' : ''}`, { headers: { authorization: `Bearer ${token}` } });
     const text = await response.text();
+    const cpu = process.cpuUsage(cpuStart);
     if (i >= 0) times.push(performance.now() - started);
+    if (i >= 0) cpuTimes.push((cpu.user + cpu.system) / 1000);
     if (response.status !== 200) throw new Error(`GET /costs answered ${response.status}: ${text.slice(0, 200)}`);
     rows = (JSON.parse(text) as { rows: unknown[] }).rows.length;
     bytes = text.length;
   }
-  const median = times.sort((a, b) => a - b)[2]!;
+  const median = (values: number[]) => values.sort((a, b) => a - b)[2]!;
   const command = `cost --by run --month ${MONTH}${all ? ' --limit 0' : ''}`;
-  console.log(`   ${command.padEnd(40)} ${rows.toLocaleString('en').padStart(7)} rows, ${(bytes / 1e6).toFixed(2)} MB of JSON: median of 5 (after one to warm up) ${ms(median)}   (goal: under 500 ms)`);
+  // On PGlite the server and its database run in this process: its CPU time is the request's work, however loaded the machine.
+  const cpu = usePostgres ? '' : `, CPU ${ms(median(cpuTimes))}`;
+  console.log(`   ${command.padEnd(40)} ${rows.toLocaleString('en').padStart(7)} rows, ${(bytes / 1e6).toFixed(2)} MB of JSON: median of 5 (after one to warm up) ${ms(median(times))}${cpu}   (goal: under 500 ms)`);
 }
 
 async function main(): Promise<void> {
@@ -120,6 +129,7 @@ async function main(): Promise<void> {
     // The server that answers the report has nothing to look after: the instances have ended, their accounts closed.
     await db.query(`UPDATE instances SET status = 'terminated', terminated_at = now(), run_id = NULL`);
     await accrue(db);
+    await rollDays(db);
     await db.close();
     const server = await startServer({ port: 0, dir, databaseUrl: scratch?.url, adminToken: 'bench-admin-token-0123', logLevel: 'error', ledgerIntervalMs: 3_600_000 });
     try {

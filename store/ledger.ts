@@ -36,6 +36,38 @@ export async function accrue(db: Queryable, options: { endedOnly?: boolean; limi
   return row?.counted ?? 0;
 }
 
+/**
+ * Adds the pieces of hours the instances' counts are done with (before the hour of `accrued_until`; all of them once an
+ * account is closed) to their days in cost_days, with the holder's name and user, and moves `rolled_until` past them, in
+ * one statement, so a report (one snapshot) reads each piece once: from its day if rolled, from cost_hours if not. Counts
+ * only add to the hour of `accrued_until` and later, so a rolled piece never grows. Accounts another server is rolling or
+ * counting right now are skipped. Returns how many accounts were rolled.
+ */
+export async function rollDays(db: Queryable, limit = 10_000): Promise<number> {
+  const [row] = await db.query<{ rolled: number }>(
+    `WITH due AS (
+       SELECT instance_id, rolled_until AS from_t,
+         CASE WHEN closed THEN 'infinity'::timestamptz ELSE date_trunc('hour', accrued_until) END AS until_t
+       FROM instance_accruals
+       WHERE rolled_until <> 'infinity' AND rolled_until < CASE WHEN closed THEN 'infinity'::timestamptz ELSE date_trunc('hour', accrued_until) END
+       ORDER BY instance_id LIMIT $1
+       FOR UPDATE SKIP LOCKED
+     ), moved AS (
+       UPDATE instance_accruals a SET rolled_until = d.until_t FROM due d WHERE a.instance_id = d.instance_id
+     ), added AS (
+       INSERT INTO cost_days (day, instance_id, run_id, project_id, run_name, user_id, seconds, dollars)
+       SELECT date_trunc('day', c.hour, 'UTC'), c.instance_id, c.run_id, c.project_id, coalesce(r.name, ''), coalesce(r.user_id, ''),
+         sum(c.seconds), sum(c.dollars)
+       FROM due d JOIN cost_hours c ON c.instance_id = d.instance_id AND c.hour >= d.from_t AND c.hour < d.until_t
+       LEFT JOIN runs r ON r.id = c.run_id AND c.run_id <> ''
+       GROUP BY 1, 2, 3, 4, 5, 6
+       ON CONFLICT ON CONSTRAINT cost_days_pkey DO UPDATE
+         SET seconds = cost_days.seconds + excluded.seconds, dollars = cost_days.dollars + excluded.dollars
+     )
+     SELECT count(*)::int AS rolled FROM due`, [limit]);
+  return row?.rolled ?? 0;
+}
+
 /** Dollars of each run so far (a service's and a multi-node task's: their replicas' or nodes'), by the runs' ids. */
 export async function runCosts(db: Queryable, runIds: string[]): Promise<Map<string, number>> {
   if (runIds.length === 0) return new Map();
@@ -44,18 +76,53 @@ export async function runCosts(db: Queryable, runIds: string[]): Promise<Map<str
   return new Map(rows.map((r) => [r.id, r.dollars]));
 }
 
-/** Dollars the project spent from `since` (an hour boundary: the start of a budget period) on. */
+/** Dollars the project spent from `since` (the start of a budget period) on. */
 export async function projectSpent(db: Queryable, projectId: string, since: Date): Promise<number> {
   const [row] = await db.query<{ dollars: number | null }>(
-    `SELECT sum(dollars)::float8 AS dollars FROM cost_hours WHERE project_id = $1 AND hour >= $2`, [projectId, since]);
+    `SELECT sum(dollars)::float8 AS dollars FROM (${WINDOW_PIECES}) pieces`, [projectId, ...windowBounds(since, END_OF_TIME)]);
   return row?.dollars ?? 0;
 }
 
-/** Per group: what the hourly pieces are first summed by (one key of cost_hours), and how those sums find their names. */
-const GROUPS: Record<CostGroup, { key: string; join: string; name: string }> = {
+const HOUR_MS = 3_600_000;
+const DAY_MS = 86_400_000;
+const END_OF_TIME = new Date('9999-12-31T00:00:00Z');
+
+/**
+ * A window's bounds for WINDOW_PIECES: [since, until) in whole hours ($2, $3: since goes back to its hour, as the ledger
+ * keeps hourly pieces), and the whole UTC days within it ($4, $5; an empty range when there are none).
+ */
+function windowBounds(since: Date, until: Date): Date[] {
+  const from = new Date(Math.floor(since.getTime() / HOUR_MS) * HOUR_MS);
+  const daysFrom = new Date(Math.ceil(from.getTime() / DAY_MS) * DAY_MS);
+  const daysUntil = new Date(Math.max(daysFrom.getTime(), Math.floor(until.getTime() / DAY_MS) * DAY_MS));
+  return [from, until, daysFrom, daysUntil];
+}
+
+/**
+ * The project's ($1) pieces of cost in a window (windowBounds), each once, with the holder's name and user: the whole days
+ * from their sums in cost_days and the pieces not yet rolled into them (rollDays), the hours at either end from cost_hours.
+ */
+const WINDOW_PIECES = `
+  SELECT project_id, instance_id, run_name, user_id, seconds, dollars FROM cost_days
+  WHERE project_id = $1 AND day >= $4 AND day < $5
+  UNION ALL
+  SELECT c.project_id, c.instance_id, coalesce(r.name, ''), coalesce(r.user_id, ''), c.seconds, c.dollars
+  FROM cost_hours c LEFT JOIN runs r ON r.id = c.run_id AND c.run_id <> ''
+  WHERE c.project_id = $1 AND c.hour >= $2 AND c.hour < $3 AND (c.hour < $4 OR c.hour >= $5)
+  UNION ALL
+  SELECT c.project_id, c.instance_id, coalesce(r.name, ''), coalesce(r.user_id, ''), c.seconds, c.dollars
+  FROM instance_accruals a JOIN cost_hours c ON c.instance_id = a.instance_id AND c.hour >= a.rolled_until
+  LEFT JOIN runs r ON r.id = c.run_id AND c.run_id <> ''
+  WHERE a.rolled_until <> 'infinity' AND c.project_id = $1 AND c.hour >= $4 AND c.hour < $5`;
+
+/**
+ * Per group: what the pieces are first summed by, and how those sums find their names (none to find for runs: pieces
+ * carry the holder's name, '' for the fleet's time). by user and by run name what held the instance; '-' is the fleet's time.
+ */
+const GROUPS: Record<CostGroup, { key: string; join?: string; name: string }> = {
   project: { key: 'project_id', join: 'JOIN projects p ON p.id = s.key', name: 'p.name' },
-  user: { key: 'run_id', join: `LEFT JOIN runs r ON r.id = s.key AND s.key <> '' LEFT JOIN users u ON u.id = r.user_id`, name: `coalesce(u.name, '-')` },
-  run: { key: 'run_id', join: `LEFT JOIN runs r ON r.id = s.key AND s.key <> ''`, name: `coalesce(r.name, '-')` },
+  user: { key: 'user_id', join: 'LEFT JOIN users u ON u.id = s.key', name: `coalesce(u.name, '-')` },
+  run: { key: 'run_name', name: `CASE s.key WHEN '' THEN '-' ELSE s.key END` },
   fleet: { key: 'instance_id', join: 'JOIN instances i ON i.id = s.key JOIN fleets f ON f.id = i.fleet_id', name: 'f.name' },
   backend: { key: 'instance_id', join: 'JOIN instances i ON i.id = s.key', name: 'i.backend' },
 };
@@ -66,14 +133,14 @@ const GROUPS: Record<CostGroup, { key: string; join: string; name: string }> = {
  */
 export async function costReport(db: Queryable, project: { id: string; name: string }, by: CostGroup, since: Date, until: Date, limit: number): Promise<CostReport> {
   const group = GROUPS[by];
+  const sums = `SELECT ${group.key} AS key, sum(seconds) AS seconds, sum(dollars) AS dollars FROM (${WINDOW_PIECES}) pieces GROUP BY 1`;
+  const named = group.join
+    ? `SELECT ${group.name} AS name, sum(s.seconds)::float8 AS seconds, sum(s.dollars)::float8 AS dollars FROM (${sums}) s ${group.join} GROUP BY 1`
+    : `SELECT ${group.name} AS name, s.seconds::float8 AS seconds, s.dollars::float8 AS dollars FROM (${sums}) s`;
   const rows = await db.query<{ name: string; seconds: number; dollars: number; groups: number; all_seconds: number; all_dollars: number }>(
     `SELECT name, seconds, dollars, count(*) OVER ()::int AS groups, sum(seconds) OVER ()::float8 AS all_seconds, sum(dollars) OVER ()::float8 AS all_dollars
-     FROM (SELECT ${group.name} AS name, sum(s.seconds)::float8 AS seconds, sum(s.dollars)::float8 AS dollars
-           FROM (SELECT ${group.key} AS key, sum(seconds) AS seconds, sum(dollars) AS dollars FROM cost_hours
-                 WHERE project_id = $1 AND hour >= date_trunc('hour', $2::timestamptz) AND hour < $3 GROUP BY 1) s
-           ${group.join}
-           GROUP BY 1) named
-     ORDER BY dollars DESC, name LIMIT $4`, [project.id, since, until, limit > 0 ? limit : null]);
+     FROM (${named}) named
+     ORDER BY dollars DESC, name LIMIT $6`, [project.id, ...windowBounds(since, until), limit > 0 ? limit : null]);
   const [first] = rows;
   const shown = rows.map(({ name, seconds, dollars }) => ({ name, seconds, dollars }));
   const sum = (field: 'seconds' | 'dollars') => shown.reduce((total, row) => total + row[field], 0);

@@ -532,6 +532,29 @@ CREATE TRIGGER runs_blocks_changed BEFORE UPDATE OF status, blocks, instance_id 
   EXECUTE FUNCTION ledger_blocks_changed();
 `,
   },
+  {
+    version: 25,
+    name: 'ledger: the hourly pieces summed per UTC day, with the name and user of the run that held the instance, for reports',
+    sql: `
+-- An instance's pieces before rolled_until are summed in cost_days (store/ledger.ts#rollDays); only hours its account's
+-- counts are done with are rolled, so a piece is never added to its day and then grown.
+ALTER TABLE instance_accruals ADD COLUMN rolled_until timestamptz NOT NULL DEFAULT '-infinity';
+CREATE INDEX instance_accruals_unrolled ON instance_accruals (instance_id) WHERE rolled_until <> 'infinity';
+-- Keyed like cost_hours, by instance; run_name and user_id are the holder's ('' for the fleet's time).
+CREATE TABLE cost_days (
+  day timestamptz NOT NULL,
+  instance_id text NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
+  run_id text NOT NULL,
+  project_id text NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+  run_name text NOT NULL,
+  user_id text NOT NULL,
+  seconds float8 NOT NULL,
+  dollars float8 NOT NULL,
+  PRIMARY KEY (instance_id, day, run_id)
+);
+CREATE INDEX cost_days_project ON cost_days (project_id, day);
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;

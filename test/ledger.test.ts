@@ -24,6 +24,12 @@ async function usage(emulator: RunningEmulator): Promise<UsageList> {
 
 type Api = (method: string, path: string, body?: unknown) => Promise<{ status: number; body: any }>;
 
+/** What the fleet cost this month by `cost --month`: read from the ledger's daily sums (and the hours not yet added to them). */
+async function fleetThisMonth(api: Api, fleetName: string): Promise<number | undefined> {
+  const { body } = await api('GET', `/api/projects/main/costs?by=fleet&month=${new Date().toISOString().slice(0, 7)}`);
+  return (body as CostReport).rows.find((r) => r.name === fleetName)?.dollars;
+}
+
 /** The fleet's instances, ended ones too, with their cost so far. */
 async function instancesOf(api: Api, fleetName: string): Promise<Instance[]> {
   const { body } = await api('GET', '/api/projects/main/instances?all=true');
@@ -119,6 +125,7 @@ for (const kind of DATABASE_KINDS) {
         expect(Math.abs(ledger - seconds * H100_PER_SECOND)).to.be.lessThan(H100_PER_SECOND);
         const report = (await api('GET', '/api/projects/main/costs?by=fleet&since=1d')).body as CostReport;
         expect(report.rows.find((r) => r.name === 'crashes')!.dollars).to.be.closeTo(ledger, 1e-9);
+        expect(await fleetThisMonth(api, 'crashes')).to.be.closeTo(ledger, 1e-9);
       });
     });
 
@@ -142,6 +149,8 @@ for (const kind of DATABASE_KINDS) {
           const { ledger, cloud, seconds } = await endAndCompare(second.api, emulator, 'shared-db');
           expect(seconds).to.be.greaterThan(5);
           expect(Math.abs(ledger - cloud), `ledger $${ledger} vs the emulator's $${cloud} for ${seconds}s`).to.be.lessThan(H100_PER_SECOND);
+          // Both servers add finished hours to their days after each count: the month's report still has each second once.
+          expect(await fleetThisMonth(first.api, 'shared-db')).to.be.closeTo(ledger, 1e-9);
         });
       });
     }
