@@ -75,12 +75,13 @@ export interface RunViewVersion {
 /**
  * The project's newest runs (as listRunViews lists them, finished ones included), each with a version that changes
  * whenever its view may: a write to the run, its instance or any of its replicas or nodes (their `xmin`), its place in
- * the queue, its cost while the ledger still counts it, its schedule's last run. One narrow read, so that a list
- * followed live reads again the views of the runs that changed, not of all of them. Gateways are not in it.
+ * the queue, its cost while the ledger still counts it, its schedule's last run. A narrow read (and the queue's order,
+ * apart: joined in, the planner may rank the queue once per run), so that a list followed live reads again the views
+ * of the runs that changed, not of all of them. Gateways are not in it.
  */
 export async function runViewVersions(db: Queryable, projectId: string, limit: number): Promise<RunViewVersion[]> {
-  return db.query<RunViewVersion>(
-    `SELECT r.id, concat_ws('/', r.xmin::text, i.xmin::text, q.position,
+  const rows = await db.query(
+    `SELECT r.id, r.project_id, r.status, concat_ws('/', r.xmin::text, i.xmin::text,
        (SELECT count(*) || ':' || max(c.xmin::text::bigint) || ':' || max(ci.xmin::text::bigint)
         FROM runs c LEFT JOIN instances ci ON ci.id = c.instance_id WHERE c.service_id = r.id AND NOT c.deleted),
        CASE WHEN r.status <> 'submitted' AND (r.finished_at IS NULL OR r.finished_at > now() - interval '1 hour')
@@ -88,10 +89,10 @@ export async function runViewVersions(db: Queryable, projectId: string, limit: n
        CASE WHEN r.kind = 'task' AND r.spec -> 'schedule' IS NOT NULL
          THEN (SELECT max(c.submitted_at)::text FROM runs c WHERE c.schedule_id = r.id AND NOT c.deleted) END) AS version
      FROM runs r LEFT JOIN instances i ON i.id = r.instance_id
-     LEFT JOIN (SELECT id, row_number() OVER (ORDER BY priority DESC, submitted_at, id) AS position
-                FROM runs WHERE project_id = $1 AND status = 'submitted' AND NOT deleted) q ON q.id = r.id
      WHERE r.project_id = $1 AND NOT r.deleted AND r.service_id IS NULL
      ORDER BY r.submitted_at DESC, r.id DESC LIMIT $2`, [projectId, limit]);
+  const positions = await queuePositions(db, rows);
+  return rows.map((r) => ({ id: r.id, version: `${r.version}/${positions.get(r.id) ?? ''}` }));
 }
 
 /**

@@ -97,6 +97,14 @@ for (const kind of DATABASE_KINDS) {
       await page.waitForTimeout(2500);
       expect(await page.locator('.logs-panel').evaluate((element) => element.getBoundingClientRect().top), 'new samples move nothing below the charts').to.equal(chartTop);
 
+      // The server keeps what it measured: the page opened again charts the earlier samples at once, not from nothing.
+      const cpuChart = page.locator('figure.chart[aria-label="CPU"]');
+      const sampledBefore = Number(await cpuChart.getAttribute('data-points'));
+      await page.reload();
+      await page.locator('figure.chart[aria-label="CPU"]:not([data-points="0"])').waitFor({ timeout: WAIT_MS });
+      expect(Number(await cpuChart.getAttribute('data-points')), 'the samples taken before the reload').to.be.greaterThanOrEqual(sampledBefore);
+      await eventually(async () => (await drawnPixels(page, 'CPU')) > 20, WAIT_MS, 'the earlier samples drawn');
+
       await page.locator('.ports td', { hasText: 'localhost:8080' }).waitFor({ timeout: WAIT_MS });
       await page.locator('.ports td', { hasText: 'any free port' }).waitFor({ timeout: WAIT_MS });
       await screenshot(page, 'run-metrics-logs');

@@ -28,7 +28,8 @@ function measuredJobs(run: Run): Measured[] {
 
 /**
  * CPU, memory and each GPU's utilisation and memory over time, sampled from the run's instance every two seconds
- * while the page is open (the agent measures the moment it is asked; the server keeps no history of it).
+ * while the page is open (the agent measures the moment it is asked), after the samples of the last ten minutes that
+ * the server took before (for this page open earlier, or another).
  */
 export function RunMetricsCharts({ project, run }: { project: string; run: Run }) {
   const jobs = measuredJobs(run);
@@ -43,13 +44,21 @@ export function RunMetricsCharts({ project, run }: { project: string; run: Run }
     setProblem(null);
     if (!job) return;
     let stopped = false;
+    let timer: ReturnType<typeof setInterval> | undefined;
     const sample = () => call<AgentMetrics>('GET', path).then((metrics) => {
       if (stopped) return;
       setProblem(null);
-      setSamples((previous) => [...previous.slice(-(KEPT_SAMPLES - 1)), metrics]);
+      setSamples((previous) => [...previous.filter((kept) => kept.ts !== metrics.ts).slice(-(KEPT_SAMPLES - 1)), metrics]);
     }, (failure) => { if (!stopped) setProblem(failure instanceof ApiFailure ? failure.message : String(failure)); });
-    void sample();
-    const timer = setInterval(sample, SAMPLE_MS);
+    // What the server measured before (for this page open earlier, or another), then new samples after it.
+    const [metricsPath, query] = path.split('?');
+    void call<AgentMetrics[]>('GET', `${metricsPath}/history${query ? `?${query}` : ''}`).then(
+      (past) => { if (!stopped) setSamples(past.slice(-KEPT_SAMPLES)); }, () => undefined,
+    ).finally(() => {
+      if (stopped) return;
+      void sample();
+      timer = setInterval(sample, SAMPLE_MS);
+    });
     return () => {
       stopped = true;
       clearInterval(timer);
@@ -69,7 +78,7 @@ export function RunMetricsCharts({ project, run }: { project: string; run: Run }
             {jobs.map((one) => <option value={one.query}>{one.label}</option>)}
           </select></label>
         )}
-        <span class="muted">{!job ? 'metrics exist while the run runs' : problem ?? `sampled every ${SAMPLE_MS / 1000} s while this page is open`}</span>
+        <span class="muted">{!job ? 'metrics exist while the run runs' : problem ?? `sampled every ${SAMPLE_MS / 1000} s while the run's page is open; the last 10 minutes of samples are kept`}</span>
       </div>
       <div class="charts">
         <TimeChart title="CPU" unit="%" max={100} series={[{ label: 'CPU' }]} times={times} values={[samples.map((sample) => sample.cpuPercent)]} />

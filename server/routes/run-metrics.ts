@@ -7,20 +7,31 @@ import type { RunRecord } from '../../store/runs.js';
 import { listReplicas, replicaForLogs } from '../../store/services.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, HttpError, notFound } from '../http-errors.js';
+import { MetricsHistory } from '../metrics-history.js';
 import { runFor } from './runs.js';
 
 /**
  * `GET .../metrics`: CPU, memory and GPU use of the instance a running job is on. A service's are its
  * replicas' (`replica=N`) and a multi-node task's its nodes' (`node=RANK`): without one, 409 names those to ask.
+ * `GET .../metrics/history`: the samples of the last ten minutes that this server took, for a chart opened again.
  */
 export function runMetricsRoutes(server: ServerContext): Router {
   const router = new Router({ prefix: '/api/projects/:project/runs' });
+  const history = new MetricsHistory();
   router.get('/:name/metrics', async (ctx) => {
     const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
     const { job, label } = await measuredJob(server, ctx, run);
     const instance = job.instanceId ? await getInstance(server.db, job.instanceId) : null;
     if (job.status !== 'running' || !instance?.agentUrl) throw new HttpError(409, 'not_running', `${label} is ${job.status}; metrics exist only while it runs`);
-    ctx.body = await agentOf(instance).metrics();
+    const sample = await agentOf(instance).metrics();
+    history.record(job.id, sample);
+    ctx.body = sample;
+  });
+  /** The samples this server took of the job in the last ten minutes (see MetricsHistory), oldest first. */
+  router.get('/:name/metrics/history', async (ctx) => {
+    const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
+    const { job } = await measuredJob(server, ctx, run);
+    ctx.body = history.recent(job.id);
   });
   return router;
 }
