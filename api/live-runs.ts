@@ -16,3 +16,14 @@ export const LiveRunsChanges = Type.Object({
   removals: Type.Array(Type.String()),
 });
 export type LiveRunsChanges = Static<typeof LiveRunsChanges>;
+
+/**
+ * `event: lists`, sent first and whenever one changes: a version of each of the project's other lists that changes
+ * when the list may (its values mean nothing else); a page showing one reads it again when its version changes.
+ */
+export const LiveListVersions = Type.Object({
+  events: Type.String(),
+  fleets: Type.String({ description: 'fleets, their instances and what those cost' }),
+  gateways: Type.String(),
+});
+export type LiveListVersions = Static<typeof LiveListVersions>;

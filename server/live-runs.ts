@@ -1,6 +1,7 @@
 import type { Logger } from 'winston';
 import type { Db } from '../store/db.js';
 import { CHANNELS } from '../store/channels.js';
+import { listVersions } from '../store/list-versions.js';
 import { runViewsOf, runViewVersions } from '../store/run-views.js';
 
 /** The console's runs list holds this many runs, newest first, finished ones included. */
@@ -10,8 +11,11 @@ const REREAD_MS = 1000;
 /** NOTIFYs that come in a burst are read as one. */
 const NUDGE_DEBOUNCE_MS = 50;
 
-/** What a tab is sent: `snapshot`, the whole list, first; then `changes`, the runs whose views changed and the ids of those that left. */
-export type LiveRunsMessage = { event: 'snapshot' | 'changes'; data: string };
+/**
+ * What a tab is sent (api/live-runs.ts): `snapshot`, the whole list, first; then `changes`, the runs whose views
+ * changed and the ids of those that left; and `lists`, the versions of the project's other lists, first and on a change.
+ */
+export type LiveRunsMessage = { event: 'snapshot' | 'changes' | 'lists'; data: string };
 type Subscriber = (message: LiveRunsMessage) => void;
 
 /** A listed run as last read: the version its view was read at, and the view (JSON). */
@@ -24,6 +28,8 @@ interface Feed {
   subscribers: Set<Subscriber>;
   /** The list as last read, newest first; null before the first read. */
   runs: Map<string, Held> | null;
+  /** The other lists' versions as last read (JSON), '' before the first read. */
+  lists: string;
   /** A gateway changed, which no version shows: read every view again. */
   readAll: boolean;
   reading: boolean;
@@ -40,7 +46,9 @@ const snapshotOf = (runs: Map<string, Held>): LiveRunsMessage => ({
 /**
  * One reader of each project's runs list for every console tab that follows it. On each change (a NOTIFY, or the
  * periodic read of the versions finding one) it reads the views of the runs whose versions changed, and hands every
- * tab those that look different and the ids of those that left the list, however many tabs are open.
+ * tab those that look different and the ids of those that left the list, however many tabs are open. It reads the
+ * versions of the project's other lists (events, fleets, gateways) as often, so that their pages read them again
+ * when they change rather than on a timer of their own.
  */
 export class LiveRuns {
   private readonly feeds = new Map<string, Feed>();
@@ -51,8 +59,10 @@ export class LiveRuns {
   subscribe(projectId: string, send: Subscriber): () => void {
     const feed = this.feeds.get(projectId) ?? this.open(projectId);
     feed.subscribers.add(send);
-    if (feed.runs) send(snapshotOf(feed.runs));
-    else void this.read(projectId, feed);
+    if (feed.runs) {
+      send(snapshotOf(feed.runs));
+      if (feed.lists) send({ event: 'lists', data: feed.lists });
+    } else void this.read(projectId, feed);
     return () => {
       feed.subscribers.delete(send);
       if (feed.subscribers.size === 0) this.close(projectId, feed);
@@ -61,7 +71,7 @@ export class LiveRuns {
 
   private open(projectId: string): Feed {
     const feed: Feed = {
-      subscribers: new Set(), runs: null, readAll: false, reading: false, again: false, unlistens: [],
+      subscribers: new Set(), runs: null, lists: '', readAll: false, reading: false, again: false, unlistens: [],
       reread: setInterval(() => void this.read(projectId, feed), REREAD_MS),
     };
     const nudged = () => {
@@ -69,7 +79,7 @@ export class LiveRuns {
       feed.nudge = setTimeout(() => void this.read(projectId, feed), NUDGE_DEBOUNCE_MS);
     };
     feed.unlistens = [
-      ...[CHANNELS.runs, CHANNELS.instances].map((channel) => this.db.listen(channel, nudged)),
+      ...[CHANNELS.runs, CHANNELS.instances, CHANNELS.fleets].map((channel) => this.db.listen(channel, nudged)),
       this.db.listen(CHANNELS.gateways, () => { feed.readAll = true; nudged(); }),
     ];
     this.feeds.set(projectId, feed);
@@ -90,6 +100,7 @@ export class LiveRuns {
       do {
         feed.again = false;
         await this.readChanges(projectId, feed);
+        await this.readLists(projectId, feed);
       } while (feed.again);
     } catch (error) {
       this.logger.warn(`console live stream of project ${projectId}: ${(error as Error).message}`);
@@ -119,5 +130,12 @@ export class LiveRuns {
     if (!first && changed.length === 0 && removed.length === 0) return;
     const message = first ? snapshotOf(runs) : { event: 'changes' as const, data: `{"upserts":[${changed.join(',')}],"removals":${JSON.stringify(removed)}}` };
     for (const send of feed.subscribers) send(message);
+  }
+
+  private async readLists(projectId: string, feed: Feed): Promise<void> {
+    const lists = JSON.stringify(await listVersions(this.db, projectId));
+    if (lists === feed.lists) return;
+    feed.lists = lists;
+    for (const send of feed.subscribers) send({ event: 'lists', data: lists });
   }
 }

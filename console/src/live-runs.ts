@@ -1,4 +1,4 @@
-import type { LiveRunsChanges, LiveRunsSnapshot } from '../../api/live-runs.js';
+import type { LiveListVersions, LiveRunsChanges, LiveRunsSnapshot } from '../../api/live-runs.js';
 import type { Run } from '../../api/objects.js';
 import { useEffect, useState } from 'preact/hooks';
 import { ApiFailure, call, projectPath } from './api.js';
@@ -8,6 +8,8 @@ export interface LiveRuns {
   runs: Run[] | null;
   /** The most runs the stream holds: when `runs` has this many, older ones are left out. */
   limit: number;
+  /** The versions of the project's other lists: a page reads its list again when its version changes. Null until sent. */
+  lists: LiveListVersions | null;
   /** False while the stream is down and the browser reconnects. */
   connected: boolean;
   /** Why the server refused the stream (no such project, not a member); the stream is then closed. */
@@ -21,15 +23,15 @@ const newestFirst = (a: Run, b: Run) => (a.submittedAt === b.submittedAt ? (a.id
  * and the ids of those that left. Changes are applied once per animation frame, however many arrive in it.
  */
 export function useLiveRuns(project: string): LiveRuns {
-  const [state, setState] = useState<LiveRuns>({ runs: null, limit: 0, connected: true, refused: null });
+  const [state, setState] = useState<LiveRuns>({ runs: null, limit: 0, lists: null, connected: true, refused: null });
   useEffect(() => {
-    setState({ runs: null, limit: 0, connected: true, refused: null });
+    setState({ runs: null, limit: 0, lists: null, connected: true, refused: null });
     const source = new EventSource(`${projectPath(project)}/live`);
     let byId = new Map<string, Run>();
     let limit = 0;
     let pending: LiveRunsChanges[] = [];
     let frame = 0;
-    const publish = () => setState({ runs: [...byId.values()].sort(newestFirst), limit, connected: true, refused: null });
+    const publish = () => setState((previous) => ({ ...previous, runs: [...byId.values()].sort(newestFirst), limit, connected: true }));
     const applyPending = () => {
       frame = 0;
       for (const { upserts, removals } of pending) {
@@ -50,6 +52,10 @@ export function useLiveRuns(project: string): LiveRuns {
       pending.push(JSON.parse((event as MessageEvent<string>).data) as LiveRunsChanges);
       frame ||= requestAnimationFrame(applyPending);
     });
+    source.addEventListener('lists', (event) => {
+      const lists = JSON.parse((event as MessageEvent<string>).data) as LiveListVersions;
+      setState((previous) => ({ ...previous, lists }));
+    });
     source.onerror = () => {
       setState((previous) => ({ ...previous, connected: false }));
       // An EventSource cannot see the status: ask the same question plainly, rather than retry for ever a stream the
@@ -57,7 +63,7 @@ export function useLiveRuns(project: string): LiveRuns {
       call('GET', `${projectPath(project)}/runs`).catch((failure) => {
         if (!(failure instanceof ApiFailure) || failure.status >= 500) return;
         source.close();
-        setState({ runs: null, limit: 0, connected: false, refused: failure.message });
+        setState({ runs: null, limit: 0, lists: null, connected: false, refused: failure.message });
       });
     };
     return () => {
