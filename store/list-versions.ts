@@ -10,10 +10,10 @@ export async function listVersions(db: Queryable, projectId: string): Promise<Li
   const [row] = await db.query<LiveListVersions>(
     `SELECT coalesce((SELECT max(id) FROM events WHERE project_id = $1), 0)::text AS events,
        concat_ws('/',
-         (SELECT count(*) || ':' || max(xmin::text::bigint) FROM fleets WHERE project_id = $1),
-         (SELECT count(*) || ':' || max(xmin::text::bigint) FROM instances
-          WHERE project_id = $1 AND (status <> 'terminated' OR coalesce(terminated_at, updated_at) > now() - interval '1 hour')),
-         (SELECT sum(dollars) FROM cost_hours WHERE project_id = $1 AND hour >= date_trunc('hour', now()) - interval '1 hour')) AS fleets,
-       (SELECT count(*) || ':' || max(xmin::text::bigint) FROM gateways WHERE project_id = $1)::text AS gateways`, [projectId]);
+         coalesce((SELECT count(*) || ':' || max(xmin::text::bigint) FROM fleets WHERE project_id = $1), ''),
+         coalesce((SELECT count(*) || ':' || max(xmin::text::bigint) FROM instances
+          WHERE project_id = $1 AND (status <> 'terminated' OR coalesce(terminated_at, updated_at) > now() - interval '1 hour')), ''),
+         coalesce((SELECT sum(dollars) FROM cost_hours WHERE project_id = $1 AND hour >= date_trunc('hour', now()) - interval '1 hour')::text, '')) AS fleets,
+       coalesce((SELECT count(*) || ':' || max(xmin::text::bigint) FROM gateways WHERE project_id = $1), '') AS gateways`, [projectId]);
   return row!;
 }
