@@ -134,12 +134,15 @@ for (const kind of DATABASE_KINDS) {
           received += value;
         }
       };
-      /** Changes until `until` holds of them all, which must each name only the runs given. */
+      /** The versions of the other lists, as sent. */
+      const lists: Array<{ events: string }> = [];
+      /** Changes until `until` holds of them all, which must each name only the runs given (`lists` kept aside). */
       const changesUntil = async (until: (upserts: string[], removals: string[]) => boolean, only: string[]) => {
         const upserts: string[] = [];
         const removals: string[] = [];
         while (!until(upserts, removals)) {
           const message = await nextMessage();
+          if (message.event === 'lists') { lists.push(message.data); continue; }
           expect(message.event).to.equal('changes');
           upserts.push(...message.data.upserts.map((run: { name: string }) => run.name));
           removals.push(...message.data.removals);
@@ -152,8 +155,16 @@ for (const kind of DATABASE_KINDS) {
         expect(first.event).to.equal('snapshot');
         expect(first.data.limit).to.be.greaterThanOrEqual(1000);
         expect(first.data.runs.map((run: { name: string }) => run.name)).to.include('unchanged').and.not.to.include('streamed');
+        const firstLists = await nextMessage();
+        expect(firstLists.event).to.equal('lists');
+        expect(firstLists.data).to.have.keys('events', 'fleets', 'gateways');
         await server.api('POST', '/api/projects/main/runs/apply', sleeper('streamed'));
         await changesUntil((upserts) => upserts.includes('streamed'), ['streamed']);
+        // The run's Submitted event is a new event: the events list's version moved on.
+        while (!lists.some((sent) => sent.events !== firstLists.data.events)) {
+          const message = await nextMessage();
+          if (message.event === 'lists') lists.push(message.data);
+        }
         await server.api('POST', '/api/projects/main/runs/streamed/stop', { abort: true });
         await changesUntil((upserts) => upserts.includes('streamed'), ['streamed']);
         const streamed = (await server.api('GET', '/api/projects/main/runs/streamed')).body;
