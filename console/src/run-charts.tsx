@@ -5,9 +5,9 @@ import { useEffect, useState } from 'preact/hooks';
 import { ApiFailure, call, projectPath } from './api.js';
 import { TimeChart } from './time-chart.js';
 
-/** How often the page asks for the run's metrics, and how many samples it keeps (ten minutes). */
+/** How often the page asks for the run's metrics, and how far back it charts them (the agent keeps an hour). */
 const SAMPLE_MS = 2000;
-const KEPT_SAMPLES = 300;
+const KEPT_MS = 60 * 60_000;
 const SERVICE_WINDOW_SECONDS = 600;
 const SERVICE_STEP_SECONDS = 10;
 
@@ -27,9 +27,8 @@ function measuredJobs(run: Run): Measured[] {
 }
 
 /**
- * CPU, memory and each GPU's utilisation and memory over time, sampled from the run's instance every two seconds
- * while the page is open (the agent measures the moment it is asked), after the samples of the last ten minutes that
- * the server took before (for this page open earlier, or another).
+ * CPU, memory and each GPU's utilisation and memory over time: the samples the instance's agent took in the
+ * background while the job ran (every five seconds, the last hour), then the page's own, every two seconds.
  */
 export function RunMetricsCharts({ project, run }: { project: string; run: Run }) {
   const jobs = measuredJobs(run);
@@ -48,12 +47,13 @@ export function RunMetricsCharts({ project, run }: { project: string; run: Run }
     const sample = () => call<AgentMetrics>('GET', path).then((metrics) => {
       if (stopped) return;
       setProblem(null);
-      setSamples((previous) => [...previous.filter((kept) => kept.ts !== metrics.ts).slice(-(KEPT_SAMPLES - 1)), metrics]);
+      const since = Date.parse(metrics.ts) - KEPT_MS;
+      setSamples((previous) => [...previous.filter((kept) => kept.ts !== metrics.ts && Date.parse(kept.ts) >= since), metrics]);
     }, (failure) => { if (!stopped) setProblem(failure instanceof ApiFailure ? failure.message : String(failure)); });
-    // What the server measured before (for this page open earlier, or another), then new samples after it.
+    // What the agent measured before the page opened, then new samples after it.
     const [metricsPath, query] = path.split('?');
     void call<AgentMetrics[]>('GET', `${metricsPath}/history${query ? `?${query}` : ''}`).then(
-      (past) => { if (!stopped) setSamples(past.slice(-KEPT_SAMPLES)); }, () => undefined,
+      (past) => { if (!stopped) setSamples(past); }, () => undefined,
     ).finally(() => {
       if (stopped) return;
       void sample();
@@ -78,7 +78,7 @@ export function RunMetricsCharts({ project, run }: { project: string; run: Run }
             {jobs.map((one) => <option value={one.query}>{one.label}</option>)}
           </select></label>
         )}
-        <span class="muted">{!job ? 'metrics exist while the run runs' : problem ?? `sampled every ${SAMPLE_MS / 1000} s while the run's page is open; the last 10 minutes of samples are kept`}</span>
+        <span class="muted">{!job ? 'metrics exist while the run runs' : problem ?? `sampled by the instance's agent every 5 s while the job runs (the last hour), and every ${SAMPLE_MS / 1000} s while this page is open`}</span>
       </div>
       <div class="charts">
         <TimeChart title="CPU" unit="%" max={100} series={[{ label: 'CPU' }]} times={times} values={[samples.map((sample) => sample.cpuPercent)]} />
