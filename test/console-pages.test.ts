@@ -173,6 +173,20 @@ for (const kind of DATABASE_KINDS) {
       await page.context().close();
     });
 
+    it('reads the fleets, events and gateways once each when their page opens', async () => {
+      // Project edge is quiet: nothing in it changes, so the live stream's versions of its lists stay as first sent.
+      const page = await signedIn(server.adminToken, '/projects/edge/runs');
+      const reads: string[] = [];
+      page.on('request', (request) => { reads.push(new URL(request.url()).pathname); });
+      for (const [list, empty] of [['fleets', 'No fleets in this project.'], ['events', 'Nothing has happened in this project yet.'], ['gateways', 'No gateways in this project.']]) {
+        await page.goto(`${server.url}/projects/edge/${list}`);
+        await page.getByText(empty!).first().waitFor({ timeout: WAIT_MS });
+        await page.waitForTimeout(1500);
+        expect(reads.filter((path) => path === `/api/projects/edge/${list}`), list).to.have.length(1);
+      }
+      await page.context().close();
+    });
+
     it('shows each instance with its idle timer and the runs on it, and deletes a fleet after asking', async () => {
       expect((await server.api('POST', '/api/projects/main/fleets/apply', { spec: { type: 'fleet', name: 'spare', backends: ['gpucloud'], nodes: '0..2', idle_duration: '10m' } })).status).to.equal(201);
       const page = await signedIn();

@@ -16,6 +16,16 @@ export interface LiveRuns {
   refused: string | null;
 }
 
+/**
+ * The version of one of the project's lists that a page reads its list by: null until the live stream sends the
+ * versions (the page waits, rather than read once now and again when they come), and a mark of its own while the
+ * stream is down or refused without them, so that the page reads its list anyway.
+ */
+export function listVersion(live: LiveRuns, list: keyof LiveListVersions): string | null {
+  if (live.lists) return live.lists[list];
+  return live.connected ? null : 'no live stream';
+}
+
 const newestFirst = (a: Run, b: Run) => (a.submittedAt === b.submittedAt ? (a.id < b.id ? 1 : -1) : a.submittedAt < b.submittedAt ? 1 : -1);
 
 /**

@@ -4,7 +4,7 @@ import { projectPath } from '../api.js';
 import { Age, useNow } from '../format.js';
 import { Link } from '../navigation.js';
 import { setQueryFilter } from '../query-filters.js';
-import type { LiveRuns } from '../live-runs.js';
+import { listVersion, type LiveRuns } from '../live-runs.js';
 import { useApi } from '../use-api.js';
 import { runPath } from './runs.js';
 
@@ -35,7 +35,7 @@ export function EventsPage({ project, query, live }: { project: string; query: U
   if (kind) search.set('kind', kind);
   if (object) search.set('object', object);
   if (since) search.set('since', since);
-  const { data: events, error } = useApi<Event[]>(`${projectPath(project)}/events?${search}`, undefined, live.lists?.events);
+  const { data: events, error } = useApi<Event[]>(`${projectPath(project)}/events?${search}`, undefined, listVersion(live, 'events'));
   const filtered = kind || object || within;
   return (
     <section>

@@ -6,7 +6,7 @@ import { FINISHED_RUN_STATUSES } from '../../../api/status.js';
 import { call, projectPath } from '../api.js';
 import { ConfirmButton } from '../confirm-button.js';
 import { Age, costText, gpuText, priceText, relativeTime, useNow } from '../format.js';
-import type { LiveRuns } from '../live-runs.js';
+import { listVersion, type LiveRuns } from '../live-runs.js';
 import { Link } from '../navigation.js';
 import { useApi } from '../use-api.js';
 import { runPath } from './runs.js';
@@ -57,7 +57,7 @@ function IdleTimer({ instance, fleet, now }: { instance: Instance; fleet: Fleet;
  */
 export function FleetsPage({ project, live }: { project: string; live: LiveRuns }) {
   const now = useNow();
-  const { data: fleets, error, reload } = useApi<Fleet[]>(`${projectPath(project)}/fleets`, undefined, live.lists?.fleets);
+  const { data: fleets, error, reload } = useApi<Fleet[]>(`${projectPath(project)}/fleets`, undefined, listVersion(live, 'fleets'));
   return (
     <section>
       <div class="toolbar"><h2>Fleets</h2></div>

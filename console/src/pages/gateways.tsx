@@ -1,7 +1,7 @@
 import type { Gateway } from '../../../api/gateways.js';
 import { projectPath } from '../api.js';
 import { Age, useNow } from '../format.js';
-import type { LiveRuns } from '../live-runs.js';
+import { listVersion, type LiveRuns } from '../live-runs.js';
 import { useApi } from '../use-api.js';
 
 /** When a certificate runs out, relative (`in 89d`), with the exact time on hover. */
@@ -17,7 +17,7 @@ function Expiry({ at, now }: { at: string; now: number }) {
  */
 export function GatewaysPage({ project, live }: { project: string; live: LiveRuns }) {
   const now = useNow(60_000);
-  const { data: gateways, error } = useApi<Gateway[]>(`${projectPath(project)}/gateways`, undefined, live.lists?.gateways);
+  const { data: gateways, error } = useApi<Gateway[]>(`${projectPath(project)}/gateways`, undefined, listVersion(live, 'gateways'));
   return (
     <section>
       <div class="toolbar"><h2>Gateways</h2></div>
