@@ -11,8 +11,11 @@ import { runCosts } from './ledger.js';
 import { isMultiNodeParent, nodeViews } from './nodes.js';
 import { replicaViewsOf } from './services.js';
 
+/** Only the columns a view is made of: PGlite decodes every column of every row in JavaScript, a list's main cost. */
 const VIEW_SELECT = `
-  SELECT r.*, u.name AS user_name, p.name AS project_name, f.name AS fleet_name, i.name AS instance_name, i.offer AS instance_offer,
+  SELECT r.id, r.project_id, r.name, r.kind, r.spec, r.status, r.status_message, r.termination_reason, r.priority,
+    r.generation, r.attempt, r.exit_code, r.submitted_at, r.started_at, r.finished_at, r.inactivity_stop_at, r.service_id,
+    r.replica, r.desired_replicas, r.stable_generation, r.rollout_stall, r.scheduled_for, r.next_tick_at, u.name AS user_name, p.name AS project_name, f.name AS fleet_name, i.name AS instance_name, i.offer AS instance_offer,
     i.ssh_host_key AS instance_ssh_host_key, s.name AS schedule_name,
     CASE WHEN r.kind = 'task' AND r.spec -> 'schedule' IS NOT NULL THEN (
       SELECT c.name FROM runs c WHERE c.schedule_id = r.id AND NOT c.deleted ORDER BY c.submitted_at DESC LIMIT 1)
