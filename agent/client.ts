@@ -84,6 +84,11 @@ export class AgentClient {
     return this.call('GET', '/api/metrics');
   }
 
+  /** The samples the agent took in the background while the job ran (the last hour at most), oldest first. */
+  metricsHistory(jobId: string): Promise<AgentMetrics[]> {
+    return this.call('GET', `/api/jobs/${encodeURIComponent(jobId)}/metrics/history`);
+  }
+
   /** As `logs`, as the agent stores them: JSON lines, for copying without parsing each entry. */
   async logLines(jobId: string, after: number, waitMs = 0): Promise<LogLinesPage> {
     const query = new URLSearchParams({ after: String(after), wait: String(waitMs), format: 'jsonl' });

@@ -5,6 +5,7 @@ import { HttpError } from './http-errors.js';
 import type { JobManager } from './jobs.js';
 import { readJsonBody } from './json-body.js';
 import type { MetricsSampler } from './metrics.js';
+import type { MetricsHistory } from './metrics-history.js';
 import type { JobPorts, PortForward } from './port-forward.js';
 import { answerLogsPage, logsQuery } from './logs-page.js';
 import { parseStopRequest, parseSubmission } from './requests.js';
@@ -14,6 +15,7 @@ import type { SshAccess } from './ssh/ssh-access.js';
 export interface RouteDependencies {
   jobs: JobManager;
   metrics: MetricsSampler;
+  history: MetricsHistory;
   ports: JobPorts;
   portForward: PortForward;
   ssh: SshAccess;
@@ -24,7 +26,7 @@ function unknownJob(jobId: string): HttpError {
   return new HttpError(404, 'job_not_found', `no job ${jobId}`);
 }
 
-export function agentRoutes({ jobs, metrics, ports, portForward, ssh, identity }: RouteDependencies): Router {
+export function agentRoutes({ jobs, metrics, history, ports, portForward, ssh, identity }: RouteDependencies): Router {
   const router = new Router({ prefix: '/api' });
   const reported = (status: JobStatus): JobStatus => ({ ...status, forwarding: portForward.forwarding(status.jobId), ...ssh.activityOf(status.jobId) });
 
@@ -49,6 +51,12 @@ export function agentRoutes({ jobs, metrics, ports, portForward, ssh, identity }
     const status = jobs.status(ctx.params.id!);
     if (!status) throw unknownJob(ctx.params.id!);
     ctx.body = reported(status);
+  });
+
+  router.get('/jobs/:id/metrics/history', (ctx) => {
+    const status = jobs.status(ctx.params.id!);
+    if (!status) throw unknownJob(ctx.params.id!);
+    ctx.body = history.of(status);
   });
 
   router.get('/jobs/:id/logs', async (ctx) => {

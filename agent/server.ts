@@ -16,6 +16,7 @@ import { DEFAULT_MAX_LOG_BYTES } from './job-log.js';
 import { JobManager } from './jobs.js';
 import { createAgentLogger } from './logger.js';
 import { MetricsSampler } from './metrics.js';
+import { MetricsHistory } from './metrics-history.js';
 import { OrphanWatch } from './orphan-watch.js';
 import { agentCredential, DEFAULT_FIRST_BYTE_TIMEOUT_MS, DockerJobPorts, PortForward, ProcessJobPorts } from './port-forward.js';
 import { ProcessRuntime } from './process-runtime.js';
@@ -161,11 +162,16 @@ async function serve(
   });
   const ssh = new SshAccess({ jobs, ports, target: sshTarget, hostKey, authorized, logger });
 
+  const metrics = new MetricsSampler(gpu, workDir);
+  const history = new MetricsHistory();
+  history.start(() => metrics.sample(), () => jobs.hasUnfinishedJobs(), (error) => logger.warn('could not sample the metrics', { error: error.message }));
+
   const app = new Koa();
   app.on('error', (error: Error) => logger.warn('connection error', { error: error.message }));
   const router = agentRoutes({
     jobs,
-    metrics: new MetricsSampler(gpu, workDir),
+    metrics,
+    history,
     ports,
     portForward,
     ssh,
@@ -195,6 +201,7 @@ async function serve(
       });
     });
   } catch (error) {
+    history.stop();
     await jobs.close();
     throw error;
   }
@@ -210,6 +217,7 @@ async function serve(
   const stop = (forGood: boolean) => {
     closed ??= (async () => {
       orphanWatch.stop();
+      history.stop();
       portForward.close();
       ssh.close();
       await new Promise<void>((resolveClose) => {

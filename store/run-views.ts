@@ -11,8 +11,11 @@ import { runCosts } from './ledger.js';
 import { isMultiNodeParent, nodeViews } from './nodes.js';
 import { replicaViewsOf } from './services.js';
 
+/** Only the columns a view is made of: PGlite decodes every column of every row in JavaScript, a list's main cost. */
 const VIEW_SELECT = `
-  SELECT r.*, u.name AS user_name, p.name AS project_name, f.name AS fleet_name, i.name AS instance_name, i.offer AS instance_offer,
+  SELECT r.id, r.project_id, r.name, r.kind, r.spec, r.status, r.status_message, r.termination_reason, r.priority,
+    r.generation, r.attempt, r.exit_code, r.submitted_at, r.started_at, r.finished_at, r.inactivity_stop_at, r.service_id,
+    r.replica, r.desired_replicas, r.stable_generation, r.rollout_stall, r.scheduled_for, r.next_tick_at, u.name AS user_name, p.name AS project_name, f.name AS fleet_name, i.name AS instance_name, i.offer AS instance_offer,
     i.ssh_host_key AS instance_ssh_host_key, s.name AS schedule_name,
     CASE WHEN r.kind = 'task' AND r.spec -> 'schedule' IS NOT NULL THEN (
       SELECT c.name FROM runs c WHERE c.schedule_id = r.id AND NOT c.deleted ORDER BY c.submitted_at DESC LIMIT 1)
@@ -56,8 +59,43 @@ export async function getRunView(db: Queryable, runId: string): Promise<Run> {
 export async function listRunViews(db: Queryable, projectId: string, includeFinished: boolean, limit = 1000): Promise<Run[]> {
   const rows = await db.query(
     `${VIEW_SELECT} WHERE r.project_id = $1 AND NOT r.deleted AND r.service_id IS NULL AND ($2 OR r.status NOT IN ${FINISHED})
-     ORDER BY r.submitted_at DESC LIMIT $3`, [projectId, includeFinished, limit]);
+     ORDER BY r.submitted_at DESC, r.id DESC LIMIT $3`, [projectId, includeFinished, limit]);
   return withServices(db, rows);
+}
+
+/** The views of the runs with these ids (deleted ones included, as they were last). */
+export async function runViewsOf(db: Queryable, runIds: readonly string[]): Promise<Run[]> {
+  if (runIds.length === 0) return [];
+  return withServices(db, await db.query(`${VIEW_SELECT} WHERE r.id = ANY($1::text[])`, [runIds]));
+}
+
+/** A run of the project's list and the version of what its view is read from. */
+export interface RunViewVersion {
+  id: string;
+  version: string;
+}
+
+/**
+ * The project's newest runs (as listRunViews lists them, finished ones included), each with a version that changes
+ * whenever its view may: a write to the run, its instance or any of its replicas or nodes (their `xmin`), its place in
+ * the queue, its cost while the ledger still counts it, its schedule's last run. A narrow read (and the queue's order,
+ * apart: joined in, the planner may rank the queue once per run), so that a list followed live reads again the views
+ * of the runs that changed, not of all of them. Gateways are not in it.
+ */
+export async function runViewVersions(db: Queryable, projectId: string, limit: number): Promise<RunViewVersion[]> {
+  const rows = await db.query(
+    `SELECT r.id, r.project_id, r.status, concat_ws('/', r.xmin::text, i.xmin::text,
+       (SELECT count(*) || ':' || max(c.xmin::text::bigint) || ':' || max(ci.xmin::text::bigint)
+        FROM runs c LEFT JOIN instances ci ON ci.id = c.instance_id WHERE c.service_id = r.id AND NOT c.deleted),
+       CASE WHEN r.status <> 'submitted' AND (r.finished_at IS NULL OR r.finished_at > now() - interval '1 hour')
+         THEN (SELECT sum(h.dollars) FROM cost_hours h WHERE h.run_id = r.id) END,
+       CASE WHEN r.kind = 'task' AND r.spec -> 'schedule' IS NOT NULL
+         THEN (SELECT max(c.submitted_at)::text FROM runs c WHERE c.schedule_id = r.id AND NOT c.deleted) END) AS version
+     FROM runs r LEFT JOIN instances i ON i.id = r.instance_id
+     WHERE r.project_id = $1 AND NOT r.deleted AND r.service_id IS NULL
+     ORDER BY r.submitted_at DESC, r.id DESC LIMIT $2`, [projectId, limit]);
+  const positions = await queuePositions(db, rows);
+  return rows.map((r) => ({ id: r.id, version: `${r.version}/${positions.get(r.id) ?? ''}` }));
 }
 
 /**

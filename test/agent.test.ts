@@ -388,6 +388,23 @@ describe('agent (process runtime)', function () {
     }
   });
 
+  it("keeps the samples it took in the background while a job ran, for that job, behind its token", async () => {
+    const job = submission({ commands: ['sleep 30'] });
+    await client.submit(job);
+    const started = Date.parse((await waitForState(client, job.jobId, ['running'])).startedAt!);
+    let past: Awaited<ReturnType<AgentClient['metricsHistory']>> = [];
+    for (const deadline = Date.now() + 15_000; past.length < 2 && Date.now() < deadline;) {
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      past = await client.metricsHistory(job.jobId);
+    }
+    expect(past.length, 'two samples that nobody asked for').to.be.at.least(2);
+    expect(past.every((sample) => Date.parse(sample.ts) >= started && sample.memoryUsedMib > 0)).to.equal(true);
+    expect(past.map((sample) => sample.ts)).to.deep.equal(past.map((sample) => sample.ts).sort());
+    await expectAgentError(client.metricsHistory('no-such-job'), 404, 'job_not_found');
+    await expectAgentError(new AgentClient(agent.url, `${token}x`).metricsHistory(job.jobId), 401, 'unauthorized');
+    await client.stop(job.jobId, { abort: true });
+  });
+
   describe('client failures', () => {
     let silent: Server;
 

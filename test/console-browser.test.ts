@@ -3,7 +3,7 @@ import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { Browser, Page } from 'playwright-core';
 import { launchChromium } from './helpers/chromium.js';
-import { builtConsole, endConsoleSuite } from './helpers/console.js';
+import { builtConsole, endConsoleSuite, signedInPage } from './helpers/console.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 import { echoLlm } from './helpers/services.js';
@@ -12,6 +12,8 @@ import { echoLlm } from './helpers/services.js';
 const artifacts = fileURLToPath(new URL('../test-artifacts/console/', import.meta.url));
 const HOSTILE_LINE = '<img src=x onerror=alert(1)>';
 const WAIT_MS = 20_000;
+/** More runs than the live list held before it was virtualised (500). */
+const OLD_RUNS = 600;
 
 for (const kind of DATABASE_KINDS) {
   describe(`the web console in Chromium on ${kind}`, function () {
@@ -174,6 +176,49 @@ for (const kind of DATABASE_KINDS) {
       await admin.locator('[data-fleet="local"]').waitFor({ timeout: WAIT_MS });
       await screenshot(admin, 'fleets-dark');
       await admin.context().close();
+    });
+
+    it('keeps a long runs list live row by row: a run changes in place, a new one appears, one that leaves the filter or is deleted goes, and the oldest is reached by scrolling', async () => {
+      expect((await server.api('POST', '/api/projects/main/runs/apply', { spec: { type: 'task', name: 'template', commands: ['true'] } })).status).to.equal(201);
+      await eventually(async () => (await server.api('GET', '/api/projects/main/runs/template')).body.finishedAt !== null, 60_000, 'template to end');
+      // Finished copies, each older than the one before, as 600 runs of the past would leave them.
+      await server.db.query(
+        `INSERT INTO runs SELECT (jsonb_populate_record(null::runs, to_jsonb(r) || jsonb_build_object(
+           'id', r.id || '-' || g, 'name', 'old-' || g, 'submitted_at', r.submitted_at - g * interval '1 second'))).*
+         FROM runs r, generate_series(1, $1) g WHERE r.name = 'template' AND NOT r.deleted`, [OLD_RUNS]);
+      try {
+        const page = await signedInPage(browser, server, server.adminToken, '/projects/main/runs', WAIT_MS);
+        await page.locator('tr[data-run="template"]').waitFor({ timeout: WAIT_MS });
+        const listed = Number(await page.locator('table.runs').getAttribute('data-count'));
+        expect(listed).to.be.greaterThan(OLD_RUNS);
+        expect(await page.locator('tr[data-run]').count(), 'only the rows in view are drawn').to.be.lessThan(100);
+        await page.evaluate(() => { (window as unknown as { loadedOnce: boolean }).loadedOnce = true; });
+
+        await server.api('POST', '/api/projects/main/runs/apply', { spec: { type: 'task', name: 'row-task', commands: ['sleep 600'] } });
+        const row = page.locator('tr[data-run="row-task"]');
+        await row.waitFor({ timeout: WAIT_MS });
+        await row.evaluate((element) => { element.dataset.marked = 'yes'; });
+        await page.locator('tr[data-run="row-task"][data-marked="yes"] .status-running').waitFor({ timeout: 60_000 });
+        expect(await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce), 'the page was not reloaded').to.equal(true);
+
+        await page.getByLabel('Status').selectOption('running');
+        await row.waitFor({ timeout: WAIT_MS });
+        expect(await page.locator('tr[data-run="template"]').count()).to.equal(0);
+        await server.api('POST', '/api/projects/main/runs/row-task/stop', { abort: true });
+        await row.waitFor({ state: 'detached', timeout: 30_000 });
+        await page.getByLabel('Status').selectOption('');
+        await row.locator('.status-terminated').waitFor({ timeout: WAIT_MS });
+        expect((await server.api('DELETE', '/api/projects/main/runs/row-task')).status).to.be.lessThan(300);
+        await row.waitFor({ state: 'detached', timeout: WAIT_MS });
+
+        await page.evaluate(() => window.scrollTo(0, document.documentElement.scrollHeight));
+        await page.locator(`tr[data-run="old-${OLD_RUNS}"]`).waitFor({ timeout: WAIT_MS });
+        // The page is as long as the whole list: only the screen in view is worth a picture.
+        await page.screenshot({ path: `${artifacts}${kind}-runs-oldest.png` });
+        await page.context().close();
+      } finally {
+        await server.db.query(`DELETE FROM runs WHERE name LIKE 'old-%' OR name = 'template'`);
+      }
     });
   });
 }

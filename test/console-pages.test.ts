@@ -115,6 +115,15 @@ for (const kind of DATABASE_KINDS) {
       await nav(page, 'Events');
       const table = page.locator('table.events');
       await table.locator('td', { hasText: 'evented' }).first().waitFor({ timeout: WAIT_MS });
+      // The page reads the events when the live stream says a new one was recorded, not on a timer: while none is, it asks nothing.
+      const reads: string[] = [];
+      page.on('request', (request) => { if (new URL(request.url()).pathname === '/api/projects/main/events') reads.push(request.url()); });
+      const newest = async () => (await server.api('GET', '/api/projects/main/events?limit=1')).body[0]?.id;
+      const quietSince = await newest();
+      await page.waitForTimeout(5000);
+      if (await newest() === quietSince) expect(reads, 'no read while no event was recorded').to.deep.equal([]);
+      await server.api('POST', '/api/projects/main/runs/apply', { spec: { type: 'task', name: 'late-event', commands: ['true'] } });
+      await table.locator('td', { hasText: 'late-event' }).first().waitFor({ timeout: WAIT_MS });
       await page.getByLabel('Kind').selectOption('fleet');
       await eventually(async () => (await table.locator('tbody td:nth-child(2)').allTextContents()).every((text) => text === 'fleet'), WAIT_MS, 'fleet events only');
       await page.getByLabel('Kind').selectOption('run');
@@ -151,6 +160,20 @@ for (const kind of DATABASE_KINDS) {
       await screenshot(page, 'gateways');
       await page.goto(`${server.url}/projects/edge/gateways`);
       await page.getByText('No gateways in this project.').waitFor({ timeout: WAIT_MS });
+      await page.context().close();
+    });
+
+    it('reads the fleets, events and gateways once each when their page opens', async () => {
+      // Project edge is quiet: nothing in it changes, so the live stream's versions of its lists stay as first sent.
+      const page = await signedIn(server.adminToken, '/projects/edge/runs');
+      const reads: string[] = [];
+      page.on('request', (request) => { reads.push(new URL(request.url()).pathname); });
+      for (const [list, empty] of [['fleets', 'No fleets in this project.'], ['events', 'Nothing has happened in this project yet.'], ['gateways', 'No gateways in this project.']]) {
+        await page.goto(`${server.url}/projects/edge/${list}`);
+        await page.getByText(empty!).first().waitFor({ timeout: WAIT_MS });
+        await page.waitForTimeout(1500);
+        expect(reads.filter((path) => path === `/api/projects/edge/${list}`), list).to.have.length(1);
+      }
       await page.context().close();
     });
 

@@ -97,12 +97,36 @@ for (const kind of DATABASE_KINDS) {
       await page.waitForTimeout(2500);
       expect(await page.locator('.logs-panel').evaluate((element) => element.getBoundingClientRect().top), 'new samples move nothing below the charts').to.equal(chartTop);
 
+      // The page opened again charts the agent's samples of the job at once, not from nothing.
+      await page.reload();
+      await page.locator('figure.chart[aria-label="CPU"]:not([data-points="0"])').waitFor({ timeout: WAIT_MS });
+      await eventually(async () => (await drawnPixels(page, 'CPU')) > 20, WAIT_MS, 'the earlier samples drawn');
+
       await page.locator('.ports td', { hasText: 'localhost:8080' }).waitFor({ timeout: WAIT_MS });
       await page.locator('.ports td', { hasText: 'any free port' }).waitFor({ timeout: WAIT_MS });
       await screenshot(page, 'run-metrics-logs');
       await page.getByLabel('Search the logs').fill('line 12');
       await screenshot(page, 'logs-search');
       await server.api('POST', '/api/projects/main/runs/chatty/stop', { abort: true });
+      await page.context().close();
+    });
+
+    it('charts the past of a job whose page was never open: what its agent sampled in the background', async () => {
+      expect((await server.api('POST', '/api/projects/main/runs/apply', { spec: { type: 'task', name: 'unwatched', commands: ['sleep 120'] } })).status).to.equal(201);
+      let past: unknown[] = [];
+      await eventually(async () => {
+        const answer = await server.api('GET', '/api/projects/main/runs/unwatched/metrics/history');
+        past = answer.status === 200 ? answer.body as unknown[] : [];
+        return past.length >= 2;
+      }, WAIT_MS, 'two samples taken by the agent while nobody asked');
+      const page = await signedIn();
+      // Without the page's own samples, whatever it charts is the agent's.
+      await page.route('**/runs/unwatched/metrics', (route) => route.abort());
+      await page.goto(`${server.url}/projects/main/runs/unwatched`);
+      await page.locator('figure.chart[aria-label="CPU"]:not([data-points="0"])').waitFor({ timeout: WAIT_MS });
+      expect(Number(await page.locator('figure.chart[aria-label="CPU"]').getAttribute('data-points'))).to.be.greaterThanOrEqual(past.length);
+      await eventually(async () => (await drawnPixels(page, 'CPU')) > 20 && (await drawnPixels(page, 'Memory')) > 20, WAIT_MS, 'the past drawn');
+      await server.api('POST', '/api/projects/main/runs/unwatched/stop', { abort: true });
       await page.context().close();
     });
 
@@ -114,7 +138,7 @@ for (const kind of DATABASE_KINDS) {
       await link.waitFor({ timeout: 60_000 });
       expect(await link.getAttribute('href')).to.equal('vscode://vscode-remote/ssh-remote+box');
       await page.getByText('orchestrator ssh box').waitFor({ timeout: WAIT_MS });
-      await page.locator('figure.chart[aria-label="CPU"][data-points="3"]').waitFor({ timeout: WAIT_MS });
+      await eventually(async () => Number(await page.locator('figure.chart[aria-label="CPU"]').getAttribute('data-points')) >= 3, WAIT_MS, 'three samples');
       await screenshot(page, 'dev-environment-dark');
       await server.api('POST', '/api/projects/main/runs/box/stop', { abort: true });
       await page.context().close();

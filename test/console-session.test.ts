@@ -4,7 +4,7 @@ import { gunzipSync } from 'node:zlib';
 import { hashToken } from '../store/projects.js';
 import { builtConsole, signInToConsole } from './helpers/console.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
-import { LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
+import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
 const sleeper = (name: string) => ({ spec: { type: 'task', name, commands: ['sleep 600'] } });
 
@@ -109,21 +109,24 @@ for (const kind of DATABASE_KINDS) {
       expect((await server.api('GET', '/api/projects/main/runs', undefined, 'wrong')).status).to.equal(401);
     });
 
-    it('streams the runs list live: the list at once, and a run applied elsewhere without asking again', async () => {
+    it('streams the runs list live: the whole list at once, then only the runs that changed and those that left', async () => {
+      await server.api('POST', '/api/projects/main/runs/apply', sleeper('unchanged'));
+      // Once the scheduler has said why it waits, nothing changes it while the test runs.
+      await eventually(async () => !!(await server.api('GET', '/api/projects/main/runs/unchanged')).body.statusMessage, 30_000, 'a reason for unchanged');
       const session = await signInToConsole(server.url, server.adminToken);
       const abort = new AbortController();
       const response = await fetch(`${server.url}/api/projects/main/live`, { headers: { cookie: session.cookie }, signal: abort.signal });
       expect(response.headers.get('content-type')).to.match(/^text\/event-stream/);
       const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
       let received = '';
-      const nextRuns = async (): Promise<Array<{ name: string }>> => {
+      const nextMessage = async (): Promise<{ event: string; data: any }> => {
         for (;;) {
           const end = received.indexOf('\n\n');
           if (end !== -1) {
             const message = received.slice(0, end);
             received = received.slice(end + 2);
-            const data = /^event: runs\ndata: (.*)$/m.exec(message);
-            if (data) return JSON.parse(data[1]);
+            const parts = /^event: (\w+)\ndata: (.*)$/m.exec(message);
+            if (parts) return { event: parts[1]!, data: JSON.parse(parts[2]!) };
             continue;
           }
           const { value, done } = await reader.read();
@@ -131,13 +134,44 @@ for (const kind of DATABASE_KINDS) {
           received += value;
         }
       };
+      /** The versions of the other lists, as sent. */
+      const lists: Array<{ events: string }> = [];
+      /** Changes until `until` holds of them all, which must each name only the runs given (`lists` kept aside). */
+      const changesUntil = async (until: (upserts: string[], removals: string[]) => boolean, only: string[]) => {
+        const upserts: string[] = [];
+        const removals: string[] = [];
+        while (!until(upserts, removals)) {
+          const message = await nextMessage();
+          if (message.event === 'lists') { lists.push(message.data); continue; }
+          expect(message.event).to.equal('changes');
+          upserts.push(...message.data.upserts.map((run: { name: string }) => run.name));
+          removals.push(...message.data.removals);
+        }
+        expect([...new Set(upserts)].filter((name) => !only.includes(name)), 'runs that did not change are not sent again').to.deep.equal([]);
+        return { upserts, removals };
+      };
       try {
-        const before = (await nextRuns()).map((run) => run.name);
-        expect(before).not.to.include('streamed');
+        const first = await nextMessage();
+        expect(first.event).to.equal('snapshot');
+        expect(first.data.limit).to.be.greaterThanOrEqual(1000);
+        expect(first.data.runs.map((run: { name: string }) => run.name)).to.include('unchanged').and.not.to.include('streamed');
+        const firstLists = await nextMessage();
+        expect(firstLists.event).to.equal('lists');
+        expect(firstLists.data).to.have.keys('events', 'fleets', 'gateways');
         await server.api('POST', '/api/projects/main/runs/apply', sleeper('streamed'));
-        let names: string[] = [];
-        while (!names.includes('streamed')) names = (await nextRuns()).map((run) => run.name);
+        await changesUntil((upserts) => upserts.includes('streamed'), ['streamed']);
+        // The run's Submitted event is a new event: the events list's version moved on.
+        while (!lists.some((sent) => sent.events !== firstLists.data.events)) {
+          const message = await nextMessage();
+          if (message.event === 'lists') lists.push(message.data);
+        }
         await server.api('POST', '/api/projects/main/runs/streamed/stop', { abort: true });
+        await changesUntil((upserts) => upserts.includes('streamed'), ['streamed']);
+        const streamed = (await server.api('GET', '/api/projects/main/runs/streamed')).body;
+        await eventually(async () => (await server.api('GET', '/api/projects/main/runs/streamed')).body.status === 'terminated', 30_000, 'streamed to end');
+        await server.api('DELETE', '/api/projects/main/runs/streamed');
+        await changesUntil((_, removals) => removals.includes(streamed.id), ['streamed']);
+        await server.api('POST', '/api/projects/main/runs/unchanged/stop', { abort: true });
       } finally {
         abort.abort();
       }

@@ -5,9 +5,9 @@ import { useEffect, useState } from 'preact/hooks';
 import { ApiFailure, call, projectPath } from './api.js';
 import { TimeChart } from './time-chart.js';
 
-/** How often the page asks for the run's metrics, and how many samples it keeps (ten minutes). */
+/** How often the page asks for the run's metrics, and how far back it charts them (the agent keeps an hour). */
 const SAMPLE_MS = 2000;
-const KEPT_SAMPLES = 300;
+const KEPT_MS = 60 * 60_000;
 const SERVICE_WINDOW_SECONDS = 600;
 const SERVICE_STEP_SECONDS = 10;
 
@@ -27,8 +27,8 @@ function measuredJobs(run: Run): Measured[] {
 }
 
 /**
- * CPU, memory and each GPU's utilisation and memory over time, sampled from the run's instance every two seconds
- * while the page is open (the agent measures the moment it is asked; the server keeps no history of it).
+ * CPU, memory and each GPU's utilisation and memory over time: the samples the instance's agent took in the
+ * background while the job ran (every five seconds, the last hour), then the page's own, every two seconds.
  */
 export function RunMetricsCharts({ project, run }: { project: string; run: Run }) {
   const jobs = measuredJobs(run);
@@ -43,13 +43,22 @@ export function RunMetricsCharts({ project, run }: { project: string; run: Run }
     setProblem(null);
     if (!job) return;
     let stopped = false;
+    let timer: ReturnType<typeof setInterval> | undefined;
     const sample = () => call<AgentMetrics>('GET', path).then((metrics) => {
       if (stopped) return;
       setProblem(null);
-      setSamples((previous) => [...previous.slice(-(KEPT_SAMPLES - 1)), metrics]);
+      const since = Date.parse(metrics.ts) - KEPT_MS;
+      setSamples((previous) => [...previous.filter((kept) => kept.ts !== metrics.ts && Date.parse(kept.ts) >= since), metrics]);
     }, (failure) => { if (!stopped) setProblem(failure instanceof ApiFailure ? failure.message : String(failure)); });
-    void sample();
-    const timer = setInterval(sample, SAMPLE_MS);
+    // What the agent measured before the page opened, then new samples after it.
+    const [metricsPath, query] = path.split('?');
+    void call<AgentMetrics[]>('GET', `${metricsPath}/history${query ? `?${query}` : ''}`).then(
+      (past) => { if (!stopped) setSamples(past); }, () => undefined,
+    ).finally(() => {
+      if (stopped) return;
+      void sample();
+      timer = setInterval(sample, SAMPLE_MS);
+    });
     return () => {
       stopped = true;
       clearInterval(timer);
@@ -69,7 +78,7 @@ export function RunMetricsCharts({ project, run }: { project: string; run: Run }
             {jobs.map((one) => <option value={one.query}>{one.label}</option>)}
           </select></label>
         )}
-        <span class="muted">{!job ? 'metrics exist while the run runs' : problem ?? `sampled every ${SAMPLE_MS / 1000} s while this page is open`}</span>
+        <span class="muted">{!job ? 'metrics exist while the run runs' : problem ?? `sampled by the instance's agent every 5 s while the job runs (the last hour), and every ${SAMPLE_MS / 1000} s while this page is open`}</span>
       </div>
       <div class="charts">
         <TimeChart title="CPU" unit="%" max={100} series={[{ label: 'CPU' }]} times={times} values={[samples.map((sample) => sample.cpuPercent)]} />

@@ -8,9 +8,9 @@ import { LiveRuns } from '../live-runs.js';
 const HEARTBEAT_MS = 15_000;
 
 /**
- * The console's one live stream (server-sent events): `runs`, the project's runs list, sent at once and again
- * whenever it changes, whether a NOTIFY says so or the periodic read finds it. Every tab of a project shares one
- * reader of the list.
+ * The console's one live stream (server-sent events, api/live-runs.ts): `snapshot`, the project's runs list, at once;
+ * then `changes`, the runs that changed and those that left, whenever a NOTIFY or the periodic read of the runs'
+ * versions finds some. Every tab of a project shares one reader of the list.
  */
 export function liveRoutes(server: ServerContext): Router {
   const live = new LiveRuns(server.db, server.logger);
@@ -24,8 +24,8 @@ export function liveRoutes(server: ServerContext): Router {
     ctx.type = 'text/event-stream';
     ctx.body = stream;
 
-    const unsubscribe = live.subscribe(project.id, (runs) => {
-      if (!stream.destroyed) stream.write(`event: runs\ndata: ${runs}\n\n`);
+    const unsubscribe = live.subscribe(project.id, ({ event, data }) => {
+      if (!stream.destroyed) stream.write(`event: ${event}\ndata: ${data}\n\n`);
     });
     const heartbeat = setInterval(() => stream.write(': keep-alive\n\n'), HEARTBEAT_MS);
     ctx.req.once('close', () => {

@@ -1,5 +1,6 @@
 import Router from '@koa/router';
 import type { Context } from 'koa';
+import type { AgentClient } from '../../agent/client.js';
 import { agentOf } from '../../controllers/run-controller.js';
 import { getInstance } from '../../store/instances.js';
 import { isMultiNodeParent, listNodes } from '../../store/nodes.js';
@@ -12,17 +13,28 @@ import { runFor } from './runs.js';
 /**
  * `GET .../metrics`: CPU, memory and GPU use of the instance a running job is on. A service's are its
  * replicas' (`replica=N`) and a multi-node task's its nodes' (`node=RANK`): without one, 409 names those to ask.
+ * `GET .../metrics/history`: the samples the job's agent took in the background while it ran (the last hour), oldest
+ * first, for a chart that opens with the past.
  */
 export function runMetricsRoutes(server: ServerContext): Router {
   const router = new Router({ prefix: '/api/projects/:project/runs' });
   router.get('/:name/metrics', async (ctx) => {
-    const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
-    const { job, label } = await measuredJob(server, ctx, run);
-    const instance = job.instanceId ? await getInstance(server.db, job.instanceId) : null;
-    if (job.status !== 'running' || !instance?.agentUrl) throw new HttpError(409, 'not_running', `${label} is ${job.status}; metrics exist only while it runs`);
-    ctx.body = await agentOf(instance).metrics();
+    ctx.body = await (await runningJob(server, ctx)).agent.metrics();
+  });
+  router.get('/:name/metrics/history', async (ctx) => {
+    const { agent, jobId } = await runningJob(server, ctx);
+    ctx.body = await agent.metricsHistory(jobId);
   });
   return router;
+}
+
+/** The agent of the instance that the measured job runs on, and the job's id there; 409 when the job does not run. */
+async function runningJob(server: ServerContext, ctx: Context): Promise<{ agent: AgentClient; jobId: string }> {
+  const { run } = await runFor(server, ctx, ctx.params.project!, ctx.params.name!);
+  const { job, label } = await measuredJob(server, ctx, run);
+  const instance = job.instanceId ? await getInstance(server.db, job.instanceId) : null;
+  if (job.status !== 'running' || !instance?.agentUrl || !job.jobId) throw new HttpError(409, 'not_running', `${label} is ${job.status}; metrics exist only while it runs`);
+  return { agent: agentOf(instance), jobId: job.jobId };
 }
 
 /** The job whose instance is measured, and how messages name it. */

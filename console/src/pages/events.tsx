@@ -4,6 +4,7 @@ import { projectPath } from '../api.js';
 import { Age, useNow } from '../format.js';
 import { Link } from '../navigation.js';
 import { setQueryFilter } from '../query-filters.js';
+import { listVersion, type LiveRuns } from '../live-runs.js';
 import { useApi } from '../use-api.js';
 import { runPath } from './runs.js';
 
@@ -14,12 +15,13 @@ const WINDOWS: { value: string; label: string; seconds: number }[] = [
   { value: '1d', label: 'last day', seconds: 86_400 },
   { value: '7d', label: 'last week', seconds: 604_800 },
 ];
-/** Events arrive as things happen: the page reads the newest again this often. */
-const REFRESH_MS = 3000;
 const SHOWN = 500;
 
-/** The project's events, newest first, filtered by kind of object, object and time window (all in the URL). */
-export function EventsPage({ project, query }: { project: string; query: URLSearchParams }) {
+/**
+ * The project's events, newest first, filtered by kind of object, object and time window (all in the URL), read again
+ * when the live stream says a new one was recorded.
+ */
+export function EventsPage({ project, query, live }: { project: string; query: URLSearchParams; live: LiveRuns }) {
   const now = useNow(10_000);
   const kind = query.get('kind') ?? '';
   const object = query.get('object') ?? '';
@@ -33,7 +35,7 @@ export function EventsPage({ project, query }: { project: string; query: URLSear
   if (kind) search.set('kind', kind);
   if (object) search.set('object', object);
   if (since) search.set('since', since);
-  const { data: events, error } = useApi<Event[]>(`${projectPath(project)}/events?${search}`, REFRESH_MS);
+  const { data: events, error } = useApi<Event[]>(`${projectPath(project)}/events?${search}`, undefined, listVersion(live, 'events'));
   const filtered = kind || object || within;
   return (
     <section>

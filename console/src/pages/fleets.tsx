@@ -6,13 +6,10 @@ import { FINISHED_RUN_STATUSES } from '../../../api/status.js';
 import { call, projectPath } from '../api.js';
 import { ConfirmButton } from '../confirm-button.js';
 import { Age, costText, gpuText, priceText, relativeTime, useNow } from '../format.js';
-import type { LiveRuns } from '../live-runs.js';
+import { listVersion, type LiveRuns } from '../live-runs.js';
 import { Link } from '../navigation.js';
 import { useApi } from '../use-api.js';
 import { runPath } from './runs.js';
-
-/** Fleets change seldom: the page reads them again this often, one request for the whole page. */
-const REFRESH_MS = 3000;
 
 /** Runs that have not ended and use the instance: as their job, one of their nodes, or one of their replicas. */
 function runsOn(instance: Instance, runs: Run[]): string[] {
@@ -54,10 +51,13 @@ function IdleTimer({ instance, fleet, now }: { instance: Instance; fleet: Fleet;
   );
 }
 
-/** The project's fleets, each with its instances: state, backend, GPU, price, idle timer and the runs on it; a fleet can be deleted. */
+/**
+ * The project's fleets, each with its instances: state, backend, GPU, price, idle timer and the runs on it; a fleet can
+ * be deleted. Read again when the live stream says a fleet, an instance or their cost changed.
+ */
 export function FleetsPage({ project, live }: { project: string; live: LiveRuns }) {
   const now = useNow();
-  const { data: fleets, error, reload } = useApi<Fleet[]>(`${projectPath(project)}/fleets`, REFRESH_MS);
+  const { data: fleets, error, reload } = useApi<Fleet[]>(`${projectPath(project)}/fleets`, undefined, listVersion(live, 'fleets'));
   return (
     <section>
       <div class="toolbar"><h2>Fleets</h2></div>

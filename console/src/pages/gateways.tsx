@@ -1,9 +1,8 @@
 import type { Gateway } from '../../../api/gateways.js';
 import { projectPath } from '../api.js';
 import { Age, useNow } from '../format.js';
+import { listVersion, type LiveRuns } from '../live-runs.js';
 import { useApi } from '../use-api.js';
-
-const REFRESH_MS = 5000;
 
 /** When a certificate runs out, relative (`in 89d`), with the exact time on hover. */
 function Expiry({ at, now }: { at: string; now: number }) {
@@ -12,10 +11,13 @@ function Expiry({ at, now }: { at: string; now: number }) {
   return <time dateTime={at} title={new Date(at).toString()} class={days < 14 ? 'status-failed' : ''}>{text}</time>;
 }
 
-/** The project's gateways: domain, where they listen, their state, and each certificate's expiry or why it failed. */
-export function GatewaysPage({ project }: { project: string }) {
+/**
+ * The project's gateways: domain, where they listen, their state, and each certificate's expiry or why it failed; read
+ * again when the live stream says one changed.
+ */
+export function GatewaysPage({ project, live }: { project: string; live: LiveRuns }) {
   const now = useNow(60_000);
-  const { data: gateways, error } = useApi<Gateway[]>(`${projectPath(project)}/gateways`, REFRESH_MS);
+  const { data: gateways, error } = useApi<Gateway[]>(`${projectPath(project)}/gateways`, undefined, listVersion(live, 'gateways'));
   return (
     <section>
       <div class="toolbar"><h2>Gateways</h2></div>
