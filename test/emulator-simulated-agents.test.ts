@@ -61,6 +61,10 @@ for (const kind of DATABASE_KINDS) {
       expect(await lines('three')).to.deep.equal(['before']);
 
       await eventually(async () => (await lines('forever')).length >= 2, 30_000, 'two ticks');
+      const history = await server.api('GET', '/api/projects/main/runs/forever/metrics/history');
+      expect(history.status).to.equal(200);
+      expect(history.body, 'a sample from the start of the job, as the agent keeps them').to.not.be.empty;
+      expect(history.body[0].gpus.map((gpu: { name: string }) => gpu.name)).to.include('L4');
       expect((await server.api('POST', '/api/projects/main/runs/forever/stop', {})).status).to.equal(202);
       const stopped = await eventually(async () => {
         const current = await run('forever');

@@ -10,6 +10,7 @@ import { errorResponses, HttpError } from '../../agent/http-errors.js';
 import { readJsonBody } from '../../agent/json-body.js';
 import { agentCredential } from '../../agent/port-forward.js';
 import { answerLogsPage, logsQuery } from '../../agent/logs-page.js';
+import { HISTORY_INTERVAL_MS, HISTORY_KEPT_MS } from '../../agent/metrics-history.js';
 import { parseStopRequest, parseSubmission } from '../../agent/requests.js';
 import { generateEd25519KeyPair } from '../../agent/ssh/key-pair.js';
 import { agentVersion } from '../../agent/version.js';
@@ -139,6 +140,9 @@ export class SimulatedAgents {
     router.get('/metrics', (ctx) => {
       ctx.body = this.metrics(ctx.state.agent);
     });
+    router.get('/jobs/:id/metrics/history', (ctx) => {
+      ctx.body = this.metricsHistory(ctx.state.agent, job(ctx.state.agent, ctx.params.id!).status);
+    });
     router.post('/jobs', async (ctx) => {
       const submission = parseSubmission(await readJsonBody(ctx));
       const { jobs } = ctx.state.agent;
@@ -198,6 +202,17 @@ export class SimulatedAgents {
     this.server.on('upgrade', (_req, socket) => {
       socket.end('HTTP/1.1 501 Not Implemented\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
     });
+  }
+
+  /** What a real agent's background samples would hold for the job: one every 5 s while it ran, the last hour at most. */
+  private metricsHistory(agent: Simulated, status: JobStatus): AgentMetrics[] {
+    if (status.startedAt === null) return [];
+    const end = status.finishedAt === null ? Date.now() : Date.parse(status.finishedAt);
+    const start = Math.max(Date.parse(status.startedAt), end - HISTORY_KEPT_MS);
+    const sample = this.metrics(agent);
+    const samples: AgentMetrics[] = [];
+    for (let at = start; at <= end; at += HISTORY_INTERVAL_MS) samples.push({ ...sample, ts: new Date(at).toISOString() });
+    return samples;
   }
 
   private metrics(agent: Simulated): AgentMetrics {
