@@ -14,7 +14,9 @@ import type { Controller } from './manager.js';
  */
 export class BudgetController implements Controller {
   readonly name = 'budget';
-  readonly channel = CHANNELS.runs;
+  // Not the runs' channel: spend moves with the ledger's counts, which the one-second interval follows, and a run's
+  // change would make every budget be counted again for nothing.
+  readonly channel = CHANNELS.budgets;
 
   constructor(private readonly db: Db, private readonly logger: Logger) {}
 

@@ -59,17 +59,13 @@ export abstract class LeasedController<T> implements Controller {
     for (;;) {
       while (this.inFlight.size >= limit) await Promise.race(this.inFlight.values());
       const room = limit - this.inFlight.size;
-      const rows = await claimDue(this.db, this.options.table, this.owner, this.options.leaseMs ?? 60_000, room, this.options.where, this.options.claimAheadMs);
+      const { rows, nextDueInMs } = await claimDue(this.db, this.options.table, this.owner, this.options.leaseMs ?? 60_000, room, this.options.where, this.options.claimAheadMs);
       for (const row of rows) {
         if (this.inFlight.has(row.id)) continue;
         this.inFlight.set(row.id, this.reconcileRow(row).finally(() => this.inFlight.delete(row.id)));
       }
-      if (rows.length < room) break;
+      if (rows.length < room) return nextDueInMs ?? undefined;
     }
-    const [next] = await this.db.query<{ ms: number | null }>(
-      `SELECT (EXTRACT(EPOCH FROM min(next_reconcile_at) - now()) * 1000)::float8 AS ms FROM ${this.options.table}
-       WHERE lease_owner IS NULL AND (${this.options.where})`);
-    return next?.ms ?? undefined;
   }
 
   /** Waits for the reconciles still running, so their leases are given back before the server stops. */

@@ -40,6 +40,7 @@ export function costRoutes(server: ServerContext): Router {
     if (problems.length > 0) throw badRequest(problems.map((p) => `${p.path.join('.') || 'budget'}: ${p.message}`).join('; '), problems);
     await setBudget(db, project.id, body as Budget, 'api');
     // A raised budget lets held runs go on at the scheduler's next pass.
+    await db.notify(CHANNELS.budgets);
     await db.notify(CHANNELS.runs);
     ctx.body = await budgetView(db, project);
   });
@@ -47,6 +48,7 @@ export function costRoutes(server: ServerContext): Router {
   router.delete('/budget', async (ctx) => {
     const project = await projectAdminFor(db, ctx, ctx.params.project);
     if (!(await deleteBudget(db, project.id))) throw notFound(`project ${project.name} has no budget`);
+    await db.notify(CHANNELS.budgets);
     await db.notify(CHANNELS.runs);
     ctx.status = 204;
   });
