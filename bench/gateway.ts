@@ -12,8 +12,8 @@
  *
  * The server runs as a child process (bench/gateway-server.ts) on the local backend, process runtime; the
  * upstream is a tiny node:http server deployed as a service replica. Figures are printed beside the goals
- * (≥ 0.8 × nginx's requests per second, < 1 ms added at p50, < 300 MB with 1 000 streams and 10 000 idle
- * connections); nothing is asserted.
+ * (≥ 0.4 × nginx's requests per second at 32 connections, ≤ 0.3 ms added at p50 at one connection, < 300 MB
+ * with 1 000 streams and 10 000 idle connections); nothing is asserted.
  */
 import { execFileSync, fork, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -46,7 +46,8 @@ const IDLE_CONNECTIONS = flag('idle', 10_000);
 const IDLE_IN_FLIGHT = 64;
 const SCALE_LOAD_RPS = 50;
 const SECTIONS = new Set((process.argv.includes('--sections') ? process.argv[process.argv.indexOf('--sections') + 1]! : '1,2,3,4,5').split(','));
-const GOALS = { nginxRatio: 0.8, addedP50Ms: 1, memoryMb: 300 };
+/** Issue 24's goals for the proxy hop; the memory goal is issue 11's. */
+const GOALS = { nginxRatio: 0.4, addedP50Ms: 0.3, memoryMb: 300 };
 
 const SERVER_MAIN = join(dirname(fileURLToPath(import.meta.url)), 'gateway-server.js');
 
@@ -289,7 +290,7 @@ async function throughput(deployment: Deployment, nginxDir: string): Promise<voi
     const added = ours.p50 - direct.p50;
     return [
       `ours / nginx, req/s: ${fixed(ratio)} (goal ≥ ${GOALS.nginxRatio}: ${verdict(ratio >= GOALS.nginxRatio)}); auth: false service / nginx: ${fixed(open.rps / nginxFigures.rps)}; agent forward alone / nginx: ${fixed(agent.rps / nginxFigures.rps)}`,
-      `p50 added over direct: ours ${fixed(added)} ms (goal < ${GOALS.addedP50Ms} ms: ${verdict(added < GOALS.addedP50Ms)}), auth: false ${fixed(open.p50 - direct.p50)} ms, of which the agent's forward alone ${fixed(agent.p50 - direct.p50)} ms; nginx ${fixed(nginxFigures.p50 - direct.p50)} ms`,
+      `p50 added over direct: ours ${fixed(added)} ms (goal ≤ ${GOALS.addedP50Ms} ms: ${verdict(added <= GOALS.addedP50Ms)}), auth: false ${fixed(open.p50 - direct.p50)} ms; the agent's HTTP forward alone (which our proxy's requests no longer take) ${fixed(agent.p50 - direct.p50)} ms; nginx ${fixed(nginxFigures.p50 - direct.p50)} ms`,
     ];
   });
 }

@@ -130,7 +130,7 @@ export class ProxyCore {
       ejectPlugins: true,
       plugins: [events],
     });
-    table.afterEachRead((routes) => this.replicaTunnels.keepOnly(new Set(routes.flatMap((route) => route.replicas.map((replica) => replica.id)))));
+    table.afterEachRead((routes) => this.replicaTunnels.keepOnly(routes.flatMap((route) => route.replicas)));
   }
 
   async web(req: IncomingMessage, res: ServerResponse, exchange: Exchange): Promise<void> {
@@ -275,7 +275,7 @@ export class ProxyCore {
     // The request goes to the replica itself, over a tunnel: the agent's token is the tunnel's, never the request's.
     const proxyReq = sendOn(req, {
       host: forward.host, port: forward.port, path: req.url ?? '/', headers: requestHeaders(req.headers),
-      agent: this.replicaTunnels.poolOf(flight.replica!.id, () => forward),
+      agent: this.replicaTunnels.poolOf(flight.replica!, () => forward),
       firstByteTimeoutMs: timeoutMs, timeoutError: () => new FirstByteTimeout(timeoutMs), body: exchange.body,
     });
     flight.proxyReq = proxyReq;

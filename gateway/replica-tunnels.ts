@@ -2,6 +2,7 @@ import { Agent, request, type AgentOptions, type IncomingMessage } from 'node:ht
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { AGENT_TUNNEL_PROTOCOL } from '../api/agent.js';
+import type { ReplicaRoute } from '../api/services.js';
 import { POOLED_SOCKET_IDLE_MS } from '../agent/http-forward.js';
 
 /** Where a replica's port forward is: the agent's address, the forward's path and the agent's own headers. */
@@ -86,22 +87,29 @@ class TunnelPool extends Agent {
   }
 }
 
-/** The tunnel pools of the replicas in rotation, by replica. */
+/** A replica's place: a replica moved to another agent, port or token gets a pool of its own. */
+function placeOf(replica: ReplicaRoute): string {
+  return `${replica.id}\n${replica.agentUrl}\n${replica.port}\n${replica.agentToken}`;
+}
+
+/** The tunnel pools of the replicas in rotation. */
 export class ReplicaTunnels {
   private readonly pools = new Map<string, TunnelPool>();
 
-  poolOf(replicaId: string, access: () => ForwardAccess): Agent {
-    let pool = this.pools.get(replicaId);
-    if (!pool) this.pools.set(replicaId, pool = new TunnelPool(access(), { keepAlive: true, timeout: POOLED_SOCKET_IDLE_MS }));
+  poolOf(replica: ReplicaRoute, access: () => ForwardAccess): Agent {
+    const place = placeOf(replica);
+    let pool = this.pools.get(place);
+    if (!pool) this.pools.set(place, pool = new TunnelPool(access(), { keepAlive: true, timeout: POOLED_SOCKET_IDLE_MS }));
     return pool;
   }
 
   /** Retires the pools of replicas no longer in rotation: their idle tunnels close now, the busy ones after their exchange. */
-  keepOnly(replicaIds: ReadonlySet<string>): void {
-    for (const [id, pool] of this.pools) {
-      if (replicaIds.has(id)) continue;
+  keepOnly(replicas: readonly ReplicaRoute[]): void {
+    const kept = new Set(replicas.map(placeOf));
+    for (const [place, pool] of this.pools) {
+      if (kept.has(place)) continue;
       pool.retire();
-      this.pools.delete(id);
+      this.pools.delete(place);
     }
   }
 

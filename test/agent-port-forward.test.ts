@@ -268,14 +268,14 @@ describe('agent port forward (process runtime)', function () {
     const forwarding = async () => (await client.job(job.jobId)).forwarding;
     await eventually(async () => await forwarding() === 0, 5000, 'no exchange in flight');
     const tunnels = new ReplicaTunnels();
-    const pool = tunnels.poolOf(job.jobId, () => forwardAccess());
+    const pool = tunnels.poolOf({ id: job.jobId, replica: 0, port: jobPort, agentUrl: agent.url, agentToken: token }, () => forwardAccess());
     const answers = [await getThrough(pool, '/first'), await getThrough(pool, '/second?x=1')];
     expect(answers.map((answer) => answer.status)).to.deep.equal([203, 203]);
     const seen = answers.map((answer) => JSON.parse(answer.body) as { url: string; headers: Record<string, string> });
     expect(seen.map((answer) => answer.url)).to.deep.equal(['/first', '/second?x=1']);
     for (const answer of seen) expect(answer.headers).not.to.have.property(AGENT_FORWARD_AUTH_HEADER);
     expect(await forwarding(), 'one tunnel carried both').to.equal(1);
-    tunnels.keepOnly(new Set());
+    tunnels.keepOnly([]);
     await eventually(async () => await forwarding() === 0, 5000, 'the retired pool to close its idle tunnel');
     tunnels.close();
   });
