@@ -22,6 +22,9 @@ export class TunnelRefused extends Error {
   }
 }
 
+/** An agent that neither opens nor refuses a tunnel by then is taken as unreachable. */
+const TUNNEL_OPEN_TIMEOUT_MS = 10_000;
+
 /** The agent's refusals are small JSON; a larger answer is not the agent's. */
 const REFUSAL_MAX_BYTES = 4096;
 
@@ -48,12 +51,18 @@ export function openTunnel(access: ForwardAccess): Promise<Socket> {
       host: access.host, port: access.port, path: `${access.basePath}/`, agent: false,
       headers: { ...access.headers, connection: 'Upgrade', upgrade: AGENT_TUNNEL_PROTOCOL },
     });
+    const timer = setTimeout(() => opening.destroy(new Error(`the replica's agent did not open a tunnel within ${TUNNEL_OPEN_TIMEOUT_MS / 1000} s`)), TUNNEL_OPEN_TIMEOUT_MS);
+    opening.once('close', () => clearTimeout(timer));
     opening.once('upgrade', (_answer, socket: Socket, head: Buffer) => {
+      clearTimeout(timer);
       if (head.length > 0) socket.unshift(head);
       socket.setNoDelay(true);
       resolve(socket);
     });
-    opening.once('response', (answer) => void refusalOf(answer).then(reject, reject));
+    opening.once('response', (answer) => {
+      clearTimeout(timer);
+      void refusalOf(answer).then(reject, reject);
+    });
     opening.once('error', reject);
     opening.end();
   });
