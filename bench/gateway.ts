@@ -289,12 +289,12 @@ async function measure(targets: Target[], hops: Hop[] = []): Promise<{ loaded: M
 
 /** The two tables of `measure`'s figures, each followed by what `compare` says of it. */
 function printFigures(targets: Target[], figures: Awaited<ReturnType<typeof measure>>, compare: (figures: Map<Target, Summary>) => string[]): void {
-  const cpu = (summary: Summary) => summary.cpuUs.map((us) => pad(`${fixed(us, 0)} µs`, 12)).join(' ');
+  const cpu = (summary: Summary) => summary.cpuUs.map((us) => pad(`${fixed(us, 0)} µs`, 16)).join('');
   const row = (name: string, summary: Summary) =>
     `${pad(name, 34)} ${pad(fixed(summary.rps, 0), 9)} ${pad(`${fixed(summary.p50)} ms`, 10)} ${pad(`${fixed(summary.p99)} ms`, 10)} ${pad(String(summary.failures), 9)}${cpu(summary)}`;
   for (const [title, runs] of [[`${LOADED.connections} connections, ${LOADED.threads} threads`, figures.loaded], [`1 connection (unloaded), ${UNLOADED.seconds} s`, figures.unloaded]] as const) {
     console.log(`\n${title}`);
-    console.log(`${pad('target', 34)} ${pad('req/s', 9)} ${pad('p50', 10)} ${pad('p99', 10)} ${pad('failures', 9)}${figures.hops.map((hop) => pad(`CPU/req ${hop.name}`, 13)).join('')}`);
+    console.log(`${pad('target', 34)} ${pad('req/s', 9)} ${pad('p50', 10)} ${pad('p99', 10)} ${pad('failures', 9)}${figures.hops.map((hop) => pad(`CPU/req ${hop.name}`, 16)).join('')}`);
     for (const target of targets) console.log(row(target.name, runs.get(target)!));
     for (const line of compare(runs)) console.log(line);
   }
