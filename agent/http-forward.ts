@@ -6,7 +6,7 @@ import {
  * Idle pooled connections are closed after this long, under the 5 s keep-alive of Node servers (and of most
  * others), so a request is never sent on a connection at the moment its far end closes it.
  */
-const POOLED_SOCKET_IDLE_MS = 4000;
+export const POOLED_SOCKET_IDLE_MS = 4000;
 
 /** A keep-alive pool for forwards. */
 export function forwardingPool(): Agent {

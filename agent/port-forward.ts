@@ -1,10 +1,10 @@
 import type Docker from 'dockerode';
 import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
-import { createServer as createNetServer, type AddressInfo } from 'node:net';
+import { connect, createServer as createNetServer, type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { createProxyMiddleware, debugProxyErrorsPlugin, type Plugin, type RequestHandler } from 'http-proxy-middleware';
 import type { Logger } from 'winston';
-import { AGENT_FIRST_BYTE_TIMEOUT_HEADER, AGENT_FORWARD_AUTH_HEADER, MAX_FIRST_BYTE_TIMEOUT_MS, type JobStatus, type JobSubmission } from '../api/agent.js';
+import { AGENT_FIRST_BYTE_TIMEOUT_HEADER, AGENT_FORWARD_AUTH_HEADER, AGENT_TUNNEL_PROTOCOL, MAX_FIRST_BYTE_TIMEOUT_MS, type JobStatus, type JobSubmission } from '../api/agent.js';
 import { LABELS } from './docker-runtime.js';
 import { HttpError, type ErrorBody } from './http-errors.js';
 import { awaitFirstByte, flushHeadIfQuiet, forwardingPool, hasNoBody, passBody, requestHeaders, responseHeaders, sendOn, staleConnection } from './http-forward.js';
@@ -232,6 +232,26 @@ function sendError(res: ServerResponse, error: HttpError, headers: Record<string
   res.writeHead(error.status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
 }
 
+/**
+ * Connects an upgraded connection to the job's port and relays bytes both ways until either side ends; a port
+ * that refuses the connection is answered with the API's error instead of the switch.
+ */
+function relay(socket: Duplex, upstream: Upstream, head: Buffer): void {
+  const job = connect({ host: upstream.host, port: upstream.port, noDelay: true });
+  job.once('error', (error) => refuseUpgrade(socket, upstreamFailure(error)));
+  job.once('connect', () => {
+    job.removeAllListeners('error');
+    if (!socket.writable) return void job.destroy();
+    socket.write(`HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${AGENT_TUNNEL_PROTOCOL}\r\n\r\n`);
+    if (head.length > 0) job.write(head);
+    (socket as { setNoDelay?: (noDelay: boolean) => void }).setNoDelay?.(true);
+    job.pipe(socket).pipe(job);
+    job.once('error', () => socket.destroy());
+    job.once('close', () => socket.destroy());
+    socket.once('close', () => job.destroy());
+  });
+}
+
 /** Answers an upgrade request that will not be forwarded, on its raw socket. */
 export function refuseUpgrade(socket: Duplex, error: HttpError, headers: Record<string, string> = {}): void {
   if (!socket.writable) {
@@ -341,8 +361,11 @@ export class PortForward {
       refuseUpgrade(socket, UNAUTHORIZED, { 'WWW-Authenticate': 'Bearer' });
       return;
     }
+    this.options.contact();
+    const tunnel = req.headers.upgrade?.toLowerCase() === AGENT_TUNNEL_PROTOCOL;
     this.prepare(req, socket).then(
       ({ upstream, path, removedHeaders, firstByteTimeoutMs }) => {
+        if (tunnel) return relay(socket, upstream, head);
         const host = upstream.host.includes(':') ? `[${upstream.host}]` : upstream.host;
         this.upgrades.set(req, { target: `http://${host}:${upstream.port}`, firstByteTimeoutMs });
         for (const name of removedHeaders) delete req.headers[name];

@@ -145,6 +145,13 @@ export const AGENT_FIRST_BYTE_TIMEOUT_HEADER = 'x-agent-first-byte-timeout-ms';
 /** The longest first-byte wait a caller may ask for. */
 export const MAX_FIRST_BYTE_TIMEOUT_MS = 3_600_000;
 
+/**
+ * A port forward asked with `Upgrade: <this>` becomes a byte tunnel to the job's port once the agent has checked the
+ * token, the job and the port: the caller then speaks HTTP to the job itself over it, request after request, and the
+ * agent relays bytes without parsing them. The caller's upstream pool keeps such tunnels open.
+ */
+export const AGENT_TUNNEL_PROTOCOL = 'orchestrator-tunnel';
+
 export const LOG_LINES_HEADERS = { first: 'x-log-first', next: 'x-log-next', finished: 'x-log-finished' } as const;
 
 export const AgentHealth = Type.Object({

@@ -9,6 +9,7 @@ export interface WrkLoad {
 }
 
 export interface WrkFigures {
+  requests: number;
   requestsPerSecond: number;
   p50Ms: number;
   p99Ms: number;
@@ -36,6 +37,7 @@ export function parseWrk(output: string): WrkFigures {
   const socketErrors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(output);
   const non2xx = /Non-2xx or 3xx responses: (\d+)/.exec(output);
   return {
+    requests: Number(figure(/(\d+) requests in /)),
     requestsPerSecond: Number(figure(/Requests\/sec:\s+([\d.]+)/)),
     p50Ms: durationMs(figure(/^\s+50%\s+(\S+)\s*$/m)),
     p99Ms: durationMs(figure(/^\s+99%\s+(\S+)\s*$/m)),

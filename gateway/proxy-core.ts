@@ -11,6 +11,7 @@ import { Balancer } from './balancer.js';
 import { coalesced } from './coalesce.js';
 import { GatewayError, refuseUpgrade, sendError, type ErrorShape } from './errors.js';
 import { RateLimiter } from './rate-limit.js';
+import { ReplicaTunnels, TunnelRefused, type ForwardAccess } from './replica-tunnels.js';
 import type { RoutingTable } from './routing-table.js';
 import type { CountedRequest, ServiceStatsRecorder } from './stats.js';
 
@@ -32,20 +33,18 @@ export interface Exchange {
 export const RETRY_AFTER_SECONDS = 5;
 
 /**
- * The agent's answers that say the request never reached the replica: it stopped or is stopping (its port no
- * longer accepts connections), or the agent no longer has it.
+ * The agent's refusals of a tunnel that say the replica is gone: it stopped or is stopping (its port no longer
+ * accepts connections), or the agent no longer has it. A refused tunnel never carried the request.
  */
-const REPLICA_GONE = new Map([[404, ['job_not_found', 'port_not_declared']], [409, ['job_not_running']], [502, ['upstream_refused']]]);
+const REPLICA_GONE = new Map([[404, ['job_not_found', 'port_not_declared']], [409, ['job_not_running']], [502, ['upstream_refused', 'upstream_failed']]]);
 /** Methods HTTP lets a proxy send again when the replica failed mid-exchange (a replica killed while answering). */
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS']);
 
-/** Whether the agent's refusal means the request may go to another replica. */
-function mayGoElsewhere(req: IncomingMessage, status: number, code: string): boolean {
-  if (REPLICA_GONE.get(status)?.includes(code)) return true;
-  return status === 502 && code === 'upstream_failed' && IDEMPOTENT.has(req.method ?? '') && hasNoBody(req);
+/** Whether a failed attempt may go to another replica: it never reached one, or HTTP lets it be sent again. */
+function mayGoElsewhere(req: IncomingMessage, error: Error & { code?: string }): boolean {
+  if (error instanceof TunnelRefused) return REPLICA_GONE.get(error.status)?.includes(error.code) ?? false;
+  return error.code === 'ECONNREFUSED' || (IDEMPOTENT.has(req.method ?? '') && hasNoBody(req));
 }
-/** The agent's refusals are small JSON; a larger answer is the service's own and is never held back to be read. */
-const AGENT_REFUSAL_MAX_BYTES = 4096;
 
 class FirstByteTimeout extends Error {
   constructor(ms: number) {
@@ -57,11 +56,10 @@ class FirstByteTimeout extends Error {
 interface ReplicaAccess {
   /** For the WebSocket proxy: the forward's URL without a trailing slash. */
   target: string;
-  host: string;
-  port: number;
-  /** The forward's path, to which the service's path is appended. */
-  basePath: string;
-  headers: Record<string, string>;
+  /** For the WebSocket proxy: the agent's token and the service's first-byte timeout. */
+  upgradeHeaders: Record<string, string>;
+  /** For the tunnels that carry requests. */
+  forward: ForwardAccess;
 }
 
 /** One request on its way through the core, across its attempts. */
@@ -87,15 +85,18 @@ interface Flight {
  * Carries requests and WebSocket upgrades to a service's replicas through their agents' port forwards:
  * holds a request while the service has no ready replica, balances, streams both ways, enforces the
  * service's limits and timeouts, sends a request that never reached a replica to another, and counts it all.
- * Requests go out with `http.request` (agent/http-forward.ts); WebSocket upgrades through http-proxy-middleware.
+ * Requests go out with `http.request` (agent/http-forward.ts) over pooled tunnels through the replica's agent
+ * (replica-tunnels.ts), which relays their bytes; WebSocket upgrades go through http-proxy-middleware to the
+ * agent's port forward, which checks and forwards each.
  */
 export class ProxyCore {
   /** WebSocket upgrades on their way, for the proxy library's events. */
   private readonly flights = new WeakMap<IncomingMessage, Flight>();
   private readonly accesses = new WeakMap<ReplicaRoute, ReplicaAccess>();
   private readonly balancer = new Balancer();
-  /** Node keeps a pool of idle connections per agent address in one keep-alive agent. */
+  /** For WebSocket upgrades: Node keeps a pool of idle connections per agent address in one keep-alive agent. */
   private readonly upstreamAgent = forwardingPool();
+  private readonly replicaTunnels = new ReplicaTunnels();
   private readonly proxy: RequestHandler;
   private readonly tunnels = new Set<Duplex>();
   private readonly limiter = new RateLimiter();
@@ -129,6 +130,7 @@ export class ProxyCore {
       ejectPlugins: true,
       plugins: [events],
     });
+    table.afterEachRead((routes) => this.replicaTunnels.keepOnly(routes.flatMap((route) => route.replicas)));
   }
 
   async web(req: IncomingMessage, res: ServerResponse, exchange: Exchange): Promise<void> {
@@ -172,10 +174,11 @@ export class ProxyCore {
     }
     exchange.route = route;
     prepareHeaders(req, exchange);
-    if (!this.aim(req, flight)) {
+    if (!this.aim(flight)) {
       flight.counted.answered(503);
       return refuseUpgrade(socket, noReplica(route));
     }
+    Object.assign(req.headers, flight.access!.upgradeHeaders);
     this.proxy.upgrade(req, socket as Socket, head);
   }
 
@@ -210,6 +213,7 @@ export class ProxyCore {
     this.closing = true;
     for (const socket of this.tunnels) socket.destroy();
     this.upstreamAgent.destroy();
+    this.replicaTunnels.close();
   }
 
   /**
@@ -231,8 +235,8 @@ export class ProxyCore {
     return undefined;
   }
 
-  /** Picks the next replica for the flight and points the request at it; false when none is left to try. */
-  private aim(req: IncomingMessage, flight: Flight): boolean {
+  /** Picks the next replica for the flight; false when none is left to try. */
+  private aim(flight: Flight): boolean {
     const { route } = flight.exchange;
     if (flight.replica) this.balancer.release(flight.replica);
     const replica = this.balancer.acquire(route.runId, route.replicas, flight.tried);
@@ -240,7 +244,6 @@ export class ProxyCore {
     if (!replica) return false;
     flight.tried.add(replica.id);
     flight.access = this.accessOf(replica, route);
-    Object.assign(req.headers, flight.access.headers);
     return true;
   }
 
@@ -251,10 +254,13 @@ export class ProxyCore {
       const parsed = new URL(url);
       access = {
         target: url.replace(/\/$/, ''),
-        host: parsed.hostname.replace(/^\[(.*)\]$/, '$1'),
-        port: Number(parsed.port || 80),
-        basePath: parsed.pathname.replace(/\/$/, ''),
-        headers: { ...headers, [AGENT_FIRST_BYTE_TIMEOUT_HEADER]: String(route.firstByteTimeoutMs) },
+        upgradeHeaders: { ...headers, [AGENT_FIRST_BYTE_TIMEOUT_HEADER]: String(route.firstByteTimeoutMs) },
+        forward: {
+          host: parsed.hostname.replace(/^\[(.*)\]$/, '$1'),
+          port: Number(parsed.port || 80),
+          basePath: parsed.pathname.replace(/\/$/, ''),
+          headers,
+        },
       };
       this.accesses.set(replica, access);
     }
@@ -262,17 +268,19 @@ export class ProxyCore {
   }
 
   private launch(req: IncomingMessage, res: ServerResponse, flight: Flight): void {
-    if (!this.aim(req, flight)) return void this.awaitAnotherReplica(req, res, flight);
-    const { host, port, basePath } = flight.access!;
+    if (!this.aim(flight)) return void this.awaitAnotherReplica(req, res, flight);
+    const { forward } = flight.access!;
     const { exchange } = flight;
     const timeoutMs = exchange.route.firstByteTimeoutMs;
+    // The request goes to the replica itself, over a tunnel: the agent's token is the tunnel's, never the request's.
     const proxyReq = sendOn(req, {
-      host, port, path: `${basePath}${req.url}`, headers: requestHeaders(req.headers), agent: this.upstreamAgent,
+      host: forward.host, port: forward.port, path: req.url ?? '/', headers: requestHeaders(req.headers),
+      agent: this.replicaTunnels.poolOf(flight.replica!, () => forward),
       firstByteTimeoutMs: timeoutMs, timeoutError: () => new FirstByteTimeout(timeoutMs), body: exchange.body,
     });
     flight.proxyReq = proxyReq;
     proxyReq.on('error', (error) => this.onError(error, req, res, flight, proxyReq));
-    proxyReq.once('response', (proxyRes) => void this.onProxyRes(proxyRes, req, res, flight));
+    proxyReq.once('response', (proxyRes) => this.onProxyRes(proxyRes, res, flight));
   }
 
   /**
@@ -310,28 +318,15 @@ export class ProxyCore {
     awaitFirstByte(proxyReq, timeoutMs, () => new FirstByteTimeout(timeoutMs));
   }
 
-  private async onProxyRes(proxyRes: IncomingMessage, req: IncomingMessage, res: ServerResponse, flight: Flight): Promise<void> {
+  private onProxyRes(proxyRes: IncomingMessage, res: ServerResponse, flight: Flight): void {
     if (flight.settled || res.destroyed) {
       proxyRes.destroy();
       return;
-    }
-    const refusal = await agentRefusal(proxyRes);
-    if (refusal?.code !== undefined && mayGoElsewhere(req, proxyRes.statusCode ?? 0, refusal.code)) {
-      if (this.mayRetry(flight)) {
-        req.unpipe(flight.proxyReq);
-        if (!flight.proxyReq?.writableFinished) flight.proxyReq?.destroy();
-        return this.launch(req, res, flight);
-      }
-      return this.fail(flight, res, new GatewayError(502, 'replica_gone', 'the replica went away while the request was on its way; try again'));
     }
     flight.settled = true;
     flight.counted.answered(proxyRes.statusCode ?? 502);
     // Raw pairs, so that a header the service sent twice (Set-Cookie, its own CSP beside ours) goes out twice.
     res.writeHead(proxyRes.statusCode ?? 502, proxyRes.statusMessage, [...responseHeaders(proxyRes.rawHeaders), ...Object.entries(this.answerHeaders).flat()]);
-    if (refusal) {
-      res.end(refusal.body);
-      return;
-    }
     flushHeadIfQuiet(proxyRes, res);
     this.stream(proxyRes, res, flight);
   }
@@ -371,11 +366,15 @@ export class ProxyCore {
   private onError(error: Error & { code?: string }, req: IncomingMessage, res: ServerResponse, flight: Flight, proxyReq: ClientRequest): void {
     if (flight.settled || flight.proxyReq !== proxyReq) return;
     req.unpipe(proxyReq);
-    if (error.code === 'ECONNREFUSED' && this.mayRetry(flight)) return this.launch(req, res, flight);
+    if (error instanceof FirstByteTimeout) return this.fail(flight, res, upstreamFailure(error));
     if (staleConnection(proxyReq, error, flight.exchange.body !== undefined || hasNoBody(req)) && !flight.resent && flight.replica) {
       flight.resent = true;
       flight.tried.delete(flight.replica.id);
       return this.launch(req, res, flight);
+    }
+    if (mayGoElsewhere(req, error)) {
+      if (this.mayRetry(flight)) return this.launch(req, res, flight);
+      if (error instanceof TunnelRefused) return this.fail(flight, res, new GatewayError(502, 'replica_gone', 'the replica went away while the request was on its way; try again'));
     }
     this.fail(flight, res, upstreamFailure(error));
   }
@@ -410,6 +409,7 @@ function noReplica(route: ServiceRoute): GatewayError {
 
 function upstreamFailure(error: Error & { code?: string }): GatewayError {
   if (error instanceof FirstByteTimeout) return new GatewayError(504, 'upstream_timeout', error.message);
+  if (error instanceof TunnelRefused) return new GatewayError(502, 'upstream_failed', `the replica's agent refused the connection: ${error.code}: ${error.message}`);
   return new GatewayError(502, 'upstream_failed', `the connection to the service's replica failed: ${error.code ?? error.message}`);
 }
 
@@ -423,20 +423,4 @@ function prepareHeaders(req: IncomingMessage, exchange: Exchange): void {
   if (exchange.prefix) req.headers['x-forwarded-prefix'] = exchange.prefix;
   else delete req.headers['x-forwarded-prefix'];
   req.url = exchange.path;
-}
-
-/** Reads a small JSON 404, 409 or 502, which may be the agent saying the replica is gone; anything else is left unread. */
-async function agentRefusal(proxyRes: IncomingMessage): Promise<{ code: string | undefined; body: Buffer } | undefined> {
-  const length = Number(proxyRes.headers['content-length']);
-  const json = (proxyRes.headers['content-type'] ?? '').startsWith('application/json');
-  if (!REPLICA_GONE.has(proxyRes.statusCode ?? 0) || !json || !(length <= AGENT_REFUSAL_MAX_BYTES)) return undefined;
-  const chunks: Buffer[] = [];
-  for await (const chunk of proxyRes) chunks.push(chunk as Buffer);
-  const body = Buffer.concat(chunks);
-  try {
-    const code = (JSON.parse(body.toString('utf8')) as { error?: { code?: unknown } }).error?.code;
-    return { code: typeof code === 'string' ? code : undefined, body };
-  } catch {
-    return { code: undefined, body };
-  }
 }

@@ -22,6 +22,7 @@ export class RoutingTable {
   /** Reads the table; calls while a read runs make one more read after it, so that none misses a change. */
   readonly refresh = coalesced(() => this.read());
   private readonly waiters = new Set<() => void>();
+  private readonly readListeners: ((routes: ServiceRoute[]) => void)[] = [];
   private timer: NodeJS.Timeout | undefined;
   private unwatch: (() => Promise<void>) | undefined;
 
@@ -60,6 +61,11 @@ export class RoutingTable {
       .sort((a, b) => a.run.localeCompare(b.run));
   }
 
+  /** Calls `listener` with the routes after every read that succeeds. */
+  afterEachRead(listener: (routes: ServiceRoute[]) => void): void {
+    this.readListeners.push(listener);
+  }
+
   /** Resolves after the next read of the table, or after `timeoutMs`, whichever comes first. */
   nextRead(timeoutMs: number): Promise<void> {
     return new Promise((resolve) => {
@@ -78,6 +84,7 @@ export class RoutingTable {
       const routes = await this.source.read();
       this.byName = new Map(routes.map((route) => [`${route.project}/${route.run}`, route]));
       this.byRunId = new Map(routes.map((route) => [route.runId, route]));
+      for (const listener of this.readListeners) listener(routes);
     } catch (error) {
       this.logger.warn(`gateway: reading the routing table failed, serving the last copy: ${(error as Error).message}`);
     }

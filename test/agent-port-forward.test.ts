@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer as createHttpServer, type Server } from 'node:http';
+import { createServer as createHttpServer, request, type Agent, type Server } from 'node:http';
 import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -9,6 +9,7 @@ import WebSocket from 'ws';
 import { AGENT_FORWARD_AUTH_HEADER, type JobSubmission } from '../api/agent.js';
 import { AgentClient } from '../agent/client.js';
 import { startAgent, type RunningAgent } from '../agent/server.js';
+import { openTunnel, ReplicaTunnels, TunnelRefused, type ForwardAccess } from '../gateway/replica-tunnels.js';
 import { base64, randomToken, submission, waitForLine, waitForState } from './helpers/agent-jobs.js';
 import { startPodmanAgent, TEST_IMAGE, type PodmanAgent } from './helpers/podman.js';
 import { freePort } from './helpers/ports.js';
@@ -72,6 +73,22 @@ require('node:http')
   .listen(Number(process.env.PORT), '127.0.0.1', () => console.log('ready'));
 `;
 
+/** A GET through `pool`: its status and body. */
+function getThrough(pool: Agent, path: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    request({ host: '127.0.0.1', path, agent: pool }, (res) => {
+      let body = '';
+      res.setEncoding('utf8').on('data', (chunk: string) => { body += chunk; }).on('end', () => resolve({ status: res.statusCode!, body }));
+    }).on('error', reject).end();
+  });
+}
+
+async function tunnelRefusal(access: ForwardAccess): Promise<TunnelRefused> {
+  const error = await openTunnel(access).then((socket) => { socket.destroy(); throw new Error('the tunnel opened'); }, (refusal: unknown) => refusal);
+  expect(error).to.be.instanceOf(TunnelRefused);
+  return error as TunnelRefused;
+}
+
 function errorCode(body: string): string | undefined {
   return (JSON.parse(body) as { error?: { code?: string } }).error?.code;
 }
@@ -87,6 +104,10 @@ describe('agent port forward (process runtime)', function () {
   let silentPort: number;
 
   const access = (path: string, port = jobPort, jobId = job.jobId) => client.portAccess(jobId, port, path);
+  const forwardAccess = (port = jobPort, jobId = job.jobId, headers = access('').headers): ForwardAccess => {
+    const { hostname, port: agentPort, pathname } = new URL(access('', port, jobId).url);
+    return { host: hostname, port: Number(agentPort), basePath: pathname.replace(/\/$/, ''), headers };
+  };
 
   before(async () => {
     scratch = mkdtempSync(join(tmpdir(), 'agent-port-forward-'));
@@ -241,6 +262,33 @@ describe('agent port forward (process runtime)', function () {
     expect(await forwarding()).to.equal(1);
     socket.close();
     await eventually(async () => await forwarding() === 0, 5000, 'the closed WebSocket to be counted out');
+  });
+
+  it('opens a tunnel that carries request after request to the job without the agent\'s token, counted while open, closed when its pool retires', async () => {
+    const forwarding = async () => (await client.job(job.jobId)).forwarding;
+    await eventually(async () => await forwarding() === 0, 5000, 'no exchange in flight');
+    const tunnels = new ReplicaTunnels();
+    const pool = tunnels.poolOf({ id: job.jobId, replica: 0, port: jobPort, agentUrl: agent.url, agentToken: token }, () => forwardAccess());
+    const answers = [await getThrough(pool, '/first'), await getThrough(pool, '/second?x=1')];
+    expect(answers.map((answer) => answer.status)).to.deep.equal([203, 203]);
+    const seen = answers.map((answer) => JSON.parse(answer.body) as { url: string; headers: Record<string, string> });
+    expect(seen.map((answer) => answer.url)).to.deep.equal(['/first', '/second?x=1']);
+    for (const answer of seen) expect(answer.headers).not.to.have.property(AGENT_FORWARD_AUTH_HEADER);
+    expect(await forwarding(), 'one tunnel carried both').to.equal(1);
+    tunnels.keepOnly([]);
+    await eventually(async () => await forwarding() === 0, 5000, 'the retired pool to close its idle tunnel');
+    tunnels.close();
+  });
+
+  it('refuses a tunnel without the agent\'s token, to an undeclared port, an unknown job, or a port nothing listens on', async () => {
+    const wrong = await tunnelRefusal(forwardAccess(jobPort, job.jobId, { [AGENT_FORWARD_AUTH_HEADER]: 'Bearer wrong' }));
+    expect([wrong.status, wrong.code]).to.deep.equal([401, 'unauthorized']);
+    const undeclared = await tunnelRefusal(forwardAccess(jobPort + 1 === silentPort ? jobPort + 2 : jobPort + 1));
+    expect([undeclared.status, undeclared.code]).to.deep.equal([404, 'port_not_declared']);
+    const unknown = await tunnelRefusal(forwardAccess(jobPort, 'no-such-job'));
+    expect([unknown.status, unknown.code]).to.deep.equal([404, 'job_not_found']);
+    const refused = await tunnelRefusal(forwardAccess(silentPort));
+    expect([refused.status, refused.code]).to.deep.equal([502, 'upstream_refused']);
   });
 
   it('starts two jobs of one servicePort side by side, each told its own PORT and reached through ports/<servicePort>', async () => {

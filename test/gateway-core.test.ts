@@ -55,7 +55,7 @@ describe('gateway core: a replica that has just gone', function () {
         { id: 'on-a-lost-instance', replica: 2, port, agentUrl: unreachableAgent, agentToken: token },
       ],
     };
-    const table = { serviceById: () => route, nextRead: async () => {} } as unknown as RoutingTable;
+    const table = { serviceById: () => route, nextRead: async () => {}, afterEachRead: () => {} } as unknown as RoutingTable;
     const logger = winston.createLogger({ silent: true });
     core = new ProxyCore(table, new ServiceStatsRecorder(async () => {}, logger), async () => {}, logger);
     gateway = createServer((req, res) => void core.web(req, res, { route, path: req.url!, servicePath: req.url!, errorShape: 'api', ...(req.headers['x-read'] ? { body: Buffer.from('{}') } : {}) }));

@@ -174,6 +174,7 @@ describe('kubernetes backend: GPU pods on a real kube-apiserver, with the test a
 
   it('reaches the agent through the API server\'s pod proxy, for a server outside the cluster, and again after the server restarts', async function () {
     // The API server proxies only to routable pod IPs, never to loopback: the pod gets this machine's own address.
+    this.timeout(180_000);
     const address = Object.values(networkInterfaces()).flat().find((i) => i && i.family === 'IPv4' && !i.internal)?.address;
     if (!address) this.skip();
     const namespace = 'proxied';
@@ -191,6 +192,23 @@ describe('kubernetes backend: GPU pods on a real kube-apiserver, with the test a
       expect(pod?.status?.podIP).to.equal(address);
       const { body: logs } = await outside.api('GET', '/api/projects/main/runs/through-proxy/logs');
       expect(JSON.stringify(logs)).to.contain('through the proxy');
+
+      // A service's requests cross the relay and the API server's pod proxy too, over the gateway's tunnels to the agent.
+      const port = await freePort();
+      await apply({
+        type: 'service', name: 'web-through-proxy', port, auth: false, resources: { gpu: 'A100' }, fleets: ['outside'],
+        commands: ['echo served through the pod proxy > index.html', `python3 -m http.server ${port}`],
+      }, 'runs', outside);
+      const served = await eventually(async () => {
+        const response = await fetch(`${outside.url}/proxy/services/main/web-through-proxy/`, { signal: AbortSignal.timeout(5000) }).catch(() => null);
+        return response?.status === 200 ? response.text() : null;
+      }, 60_000, 'the service to answer through the proxy').catch(async (error: Error) => {
+        const run = (await outside.api('GET', '/api/projects/main/runs/web-through-proxy')).body as Run;
+        throw new Error(`${error.message}; the service: ${JSON.stringify(run.service)} ${run.status} ${run.statusMessage}`);
+      });
+      expect(served).to.equal('served through the pod proxy\n');
+      await outside.api('POST', '/api/projects/main/runs/web-through-proxy/stop');
+      await eventually(async () => ['terminated', 'done', 'failed'].includes(((await outside.api('GET', '/api/projects/main/runs/web-through-proxy')).body as Run).status), 30_000, 'the service to stop');
 
       // A restarted server relays on another port: the idle pod's agent is found again and takes the next run.
       await first.close();

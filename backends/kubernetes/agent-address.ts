@@ -1,6 +1,7 @@
 import type { KubeConfig, V1Pod } from '@kubernetes/client-node';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { Agent as HttpsAgent, type AgentOptions } from 'node:https';
+import { request as httpRequest } from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest, type AgentOptions } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { createProxyMiddleware, type RequestHandler } from 'http-proxy-middleware';
 import { AGENT_FORWARD_AUTH_HEADER } from '../../api/agent.js';
@@ -62,13 +63,15 @@ export class ApiProxyRelay implements AgentAddress {
     const proxy = createProxyMiddleware({
       target: this.config.getCurrentCluster()!.server,
       changeOrigin: true,
-      ws: true,
+      // Upgrades come through `proxy.upgrade` below, after the credentials: with `ws: true` the library would also
+      // take every upgrade itself, without them, and refuse any that is not a WebSocket.
+      ws: false,
       agent: new HttpsAgent({ ca: tls.ca, cert: tls.cert, key: tls.key, rejectUnauthorized: tls.rejectUnauthorized, keepAlive: true }),
       pathRewrite: (path) => this.apiServerPath(path) ?? path,
     });
     const server = createServer((req, res) => void this.relay(proxy, req, res));
     server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => void this.credentials(req).then(
-      () => proxy.upgrade(req, socket, head),
+      () => (req.headers.upgrade?.toLowerCase() === 'websocket' ? proxy.upgrade(req, socket, head) : this.passUpgrade(req, socket, head, tls)),
       () => socket.destroy(),
     ));
     await new Promise<void>((resolve, reject) => {
@@ -93,6 +96,42 @@ export class ApiProxyRelay implements AgentAddress {
     await proxy(req, res, () => res.writeHead(502).end());
   }
 
+  /**
+   * An upgrade to another protocol than WebSocket (the gateway's tunnels to a replica), which the proxy library
+   * refuses: sent to the API server as it came, and its answer relayed back, the connection's bytes after a switch.
+   */
+  private passUpgrade(req: IncomingMessage, socket: Socket, head: Buffer, tls: AgentOptions): void {
+    socket.on('error', () => socket.destroy());
+    const path = this.apiServerPath(req.url ?? '');
+    if (path === null) return void socket.destroy();
+    const cluster = new URL(this.config.getCurrentCluster()!.server);
+    const send = cluster.protocol === 'http:' ? httpRequest : httpsRequest;
+    const upstream = send({
+      host: cluster.hostname, port: cluster.port || (cluster.protocol === 'http:' ? 80 : 443), path, method: req.method,
+      headers: { ...req.headers, host: cluster.host }, ca: tls.ca, cert: tls.cert, key: tls.key, rejectUnauthorized: tls.rejectUnauthorized, agent: false,
+    });
+    upstream.once('upgrade', (answer: IncomingMessage, tunnel: Socket, tunnelHead: Buffer) => {
+      socket.write(`HTTP/1.1 101 Switching Protocols\r\n${headerLines(answer.rawHeaders)}\r\n`);
+      if (tunnelHead.length > 0) socket.write(tunnelHead);
+      if (head.length > 0) tunnel.write(head);
+      tunnel.pipe(socket).pipe(tunnel);
+      tunnel.once('error', () => socket.destroy());
+      tunnel.once('close', () => socket.destroy());
+      socket.once('close', () => tunnel.destroy());
+    });
+    upstream.once('response', (answer: IncomingMessage) => {
+      const chunks: Buffer[] = [];
+      answer.on('data', (chunk: Buffer) => chunks.push(chunk)).once('end', () => {
+        const body = Buffer.concat(chunks);
+        const type = answer.headers['content-type'] ?? 'text/plain';
+        socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 ${answer.statusCode} ${answer.statusMessage}\r\ncontent-type: ${type}\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n`), body]));
+      });
+    });
+    upstream.once('error', () => socket.destroy());
+    socket.once('close', () => upstream.destroy());
+    upstream.end();
+  }
+
   /** `/<namespace>/<pod>/rest?query` → the API server's proxy path to the agent port of that pod; null for any other path. */
   private apiServerPath(path: string): string | null {
     const match = /^\/([a-z0-9-]+)\/([a-z0-9.-]+)(\/.*)?$/.exec(path);
@@ -110,6 +149,12 @@ export class ApiProxyRelay implements AgentAddress {
     if (clusterAuthorization) req.headers.authorization = clusterAuthorization;
     else delete req.headers.authorization;
   }
+}
+
+function headerLines(rawHeaders: string[]): string {
+  let lines = '';
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) lines += `${rawHeaders[i]}: ${rawHeaders[i + 1]}\r\n`;
+  return lines;
 }
 
 export type AgentAddressSetting = 'auto' | 'pod-ip' | 'api-proxy';

@@ -1,0 +1,38 @@
+/** The CPU time of a process, and which process listens on a port, from /proc (Linux). */
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+
+const CLOCK_TICKS_PER_SECOND = 100;
+
+/** User plus system CPU seconds the process has used so far. */
+export function cpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // The command name, in parentheses, may hold spaces: the fields are counted after its closing parenthesis.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND;
+}
+
+/** The process with a socket listening on the TCP port, or undefined when none of this user's is found. */
+export function listenerPid(port: number): number | undefined {
+  const hexPort = port.toString(16).toUpperCase().padStart(4, '0');
+  const inodes = new Set<string>();
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    for (const line of readFileSync(table, 'utf8').split('\n').slice(1)) {
+      const columns = line.trim().split(/\s+/);
+      if (columns[1]?.endsWith(`:${hexPort}`) && columns[3] === '0A') inodes.add(`socket:[${columns[9]}]`);
+    }
+  }
+  for (const entry of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+    let fds: string[];
+    try {
+      fds = readdirSync(`/proc/${entry}/fd`);
+    } catch {
+      continue;
+    }
+    for (const fd of fds) {
+      try {
+        if (inodes.has(readlinkSync(`/proc/${entry}/fd/${fd}`))) return Number(entry);
+      } catch { /* closed meanwhile */ }
+    }
+  }
+  return undefined;
+}
