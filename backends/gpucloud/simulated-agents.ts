@@ -1,14 +1,14 @@
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
 import Router from '@koa/router';
 import Koa from 'koa';
 import { createLogger } from 'winston';
-import type { AgentHealth, AgentMetrics, JobStatus } from '../../api/agent.js';
+import { AGENT_TUNNEL_PROTOCOL, type AgentHealth, type AgentMetrics, type JobStatus } from '../../api/agent.js';
 import type { GpuInfo } from '../../api/offer.js';
 import { bearerAuth, bearerCheck } from '../../agent/auth.js';
 import { errorResponses, HttpError } from '../../agent/http-errors.js';
 import { readJsonBody } from '../../agent/json-body.js';
-import { agentCredential } from '../../agent/port-forward.js';
+import { agentCredential, refuseUpgrade } from '../../agent/port-forward.js';
 import { answerLogsPage, logsQuery } from '../../agent/logs-page.js';
 import { HISTORY_INTERVAL_MS, HISTORY_KEPT_MS } from '../../agent/metrics-history.js';
 import { parseStopRequest, parseSubmission } from '../../agent/requests.js';
@@ -184,24 +184,58 @@ export class SimulatedAgents {
       ctx.status = 204;
     });
     app.use(async (ctx, next) => {
-      const forward = /^\/instances\/[^/]+\/api\/jobs\/([^/]+)\/ports\/(\d+)(\/.*)?$/.exec(ctx.path);
+      const forward = forwardOf(ctx.path);
       if (!forward) return next();
-      const [, id, port, path] = forward;
-      const found = job(ctx.state.agent, decodeURIComponent(id!));
-      if (found.status.state !== 'running') throw new HttpError(409, 'job_not_running', `job ${found.status.jobId} is ${found.status.state}, not running`);
-      const { ports, servicePort } = found.submission;
-      if (!ports.includes(Number(port)) && servicePort !== Number(port)) throw new HttpError(404, 'port_not_declared', `job ${found.status.jobId} did not declare port ${port}`);
-      // What the job's server answers: a simulated one answers every request.
-      ctx.body = { simulated: true, job: found.status.jobId, port: Number(port), path: path ?? '/' };
+      const { id, port, path } = forward;
+      const found = this.forwarded(ctx.state.agent, id, port);
+      ctx.body = jobServerAnswer(found, port, path);
     });
     app.use(router.routes());
     app.use(router.allowedMethods());
     const api = app.callback();
     this.server.on('request', (req, res) => void api(req, res));
-    // SSH and WebSocket tunnels need a process behind them; a simulated agent refuses them.
-    this.server.on('upgrade', (_req, socket) => {
-      socket.end('HTTP/1.1 501 Not Implemented\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+    this.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => this.upgrade(req, socket, head));
+  }
+
+  /** The job a port forward reaches, once it is running and declared the port. */
+  private forwarded(agent: Simulated, id: string, port: number): SimulatedJob {
+    const found = agent.jobs.get(id);
+    if (!found) throw new HttpError(404, 'job_not_found', `no job ${id}`);
+    if (found.status.state !== 'running') throw new HttpError(409, 'job_not_running', `job ${found.status.jobId} is ${found.status.state}, not running`);
+    const { ports, servicePort } = found.submission;
+    if (!ports.includes(port) && servicePort !== port) throw new HttpError(404, 'port_not_declared', `job ${found.status.jobId} did not declare port ${port}`);
+    return found;
+  }
+
+  /**
+   * A byte tunnel to a job's port, as the real agent opens it for the proxy: checked once, then switched, and every
+   * request over it answered by the job's simulated server. SSH and WebSocket tunnels need a process behind them; a
+   * simulated agent refuses them.
+   */
+  private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
+    socket.on('error', () => socket.destroy());
+    const agent = this.agents.get(/^\/instances\/([^/]+)\//.exec(req.url ?? '')?.[1] ?? '');
+    if (!agent) return void socket.destroy();
+    const forward = forwardOf(new URL(req.url ?? '/', 'http://agent').pathname);
+    if (req.headers.upgrade?.toLowerCase() !== AGENT_TUNNEL_PROTOCOL || !forward) {
+      return void socket.end('HTTP/1.1 501 Not Implemented\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+    }
+    if (!agent.authorized(agentCredential(req))) {
+      return refuseUpgrade(socket, new HttpError(401, 'unauthorized', 'a valid bearer token is required'), { 'WWW-Authenticate': 'Bearer' });
+    }
+    let found: SimulatedJob;
+    try {
+      found = this.forwarded(agent, forward.id, forward.port);
+    } catch (error) {
+      return refuseUpgrade(socket, error as HttpError);
+    }
+    socket.write(`HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${AGENT_TUNNEL_PROTOCOL}\r\n\r\n`);
+    if (head.length > 0) socket.unshift(head);
+    const jobServer = createServer((request, response) => {
+      const body = JSON.stringify(jobServerAnswer(found, forward.port, new URL(request.url ?? '/', 'http://job').pathname));
+      response.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
     });
+    jobServer.emit('connection', socket);
   }
 
   /** What a real agent's background samples would hold for the job: one every 5 s while it ran, the last hour at most. */
@@ -228,6 +262,16 @@ export class SimulatedAgents {
       })),
     };
   }
+}
+
+function forwardOf(path: string): { id: string; port: number; path: string } | null {
+  const forward = /^\/instances\/[^/]+\/api\/jobs\/([^/]+)\/ports\/(\d+)(\/.*)?$/.exec(path);
+  return forward ? { id: decodeURIComponent(forward[1]!), port: Number(forward[2]), path: forward[3] ?? '/' } : null;
+}
+
+/** What the job's server answers: a simulated one answers every request. */
+function jobServerAnswer(job: SimulatedJob, port: number, path: string): object {
+  return { simulated: true, job: job.status.jobId, port, path };
 }
 
 function publicHostKey(): string {
