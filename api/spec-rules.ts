@@ -4,7 +4,7 @@ import { parsePortMapping } from './mappings.js';
 import { parseCountRange } from './quantity.js';
 import { entrypointWords } from './run-container.js';
 import { checkFleet } from './fleet-rules.js';
-import type { SpecType } from './spec.js';
+import { Resources, type SpecType } from './spec.js';
 import type { IssueAt, Path } from './validate.js';
 
 type Report = (path: Path, message: string, at: IssueAt) => void;
@@ -90,6 +90,7 @@ function checkReplicaGroups(spec: Record<string, unknown>, groups: unknown[], re
     const earlier = names.get(name);
     if (earlier !== undefined) report(['replicas', index, 'name'], `"${name}" names group ${earlier} as well; each replica group needs its own name`, 'value');
     else names.set(name, index);
+    if (group.image !== undefined && group.python !== undefined) report(['replicas', index, 'python'], 'cannot be combined with image; the image brings its own Python', 'key');
     if (spec.commands === undefined && spec.image === undefined && group.commands === undefined && group.image === undefined) {
       report(['replicas', index, 'commands'], 'required field is missing; a replica group needs commands or an image, here or at the top level', 'parent');
     }
@@ -163,7 +164,7 @@ export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: ['task'], path: ['groups'], message: 'node groups are not supported: the nodes of a multi-node task are alike; give nodes, commands and resources at the top level' },
   { kinds: ['service'], path: ['groups'], message: 'groups is not a field of a service: give replica groups as a list under replicas, each with count, commands and resources' },
   { kinds: ['service'], path: ['model', 'format'], message: 'model formats other than openai are not supported: the model endpoint speaks the OpenAI API; serve the model with an OpenAI-compatible server (vLLM, SGLang, TGI\'s /v1) and set format: openai', sameMeaning: (v) => v === 'openai' },
-  { kinds: ['service'], path: ['router'], message: 'routers are not supported: the proxy balances requests over the ready replicas itself' },
+  { kinds: ['service'], path: ['router'], message: 'routers are not supported: the proxy balances requests over the ready replicas itself, without prefill or decode roles; remove router, or run the router as a service of its own that calls the workers\' service' },
   { kinds: ['dev-environment'], path: ['version'], message: 'version (of the IDE) is not supported: the desktop IDE brings its own server when it connects over ssh' },
   { kinds: RUN_KINDS, path: ['resources', 'gpu', 'total_memory'], message: 'total_memory is not supported: give the memory of one card (memory) and count' },
   { kinds: RUN_KINDS, path: ['resources', 'gpu', 'compute_capability'], message: 'compute_capability is not supported: name the models instead, such as H100,H200' },
@@ -200,7 +201,7 @@ function refusedItems(spec: Record<string, unknown>, type: SpecType): [Path, str
       }
     }
     for (const [index, group] of type === 'service' ? entries('replicas') : []) {
-      for (const field of isMap(group) ? Object.keys(group).filter((f) => SERVICE_WIDE.includes(f)) : []) {
+      for (const field of isMap(group) ? Object.keys(group).filter((f) => SERVICE_WIDE.includes(f) || f === 'router') : []) {
         const unsupported = UNSUPPORTED.find((rule) => rule.kinds.includes('service') && rule.path.length === 1 && rule.path[0] === field);
         found.push([['replicas', index, field], unsupported?.message ?? `${field} per replica group is not supported: set it at the top level, where it applies to every group`, 'key']);
       }
@@ -213,9 +214,9 @@ function refusedItems(spec: Record<string, unknown>, type: SpecType): [Path, str
   return found;
 }
 
-/** Fields dstack may come to take per replica group that are the service's alone here (a group takes count, scaling, commands, image, resources, spot_policy). */
+/** Fields dstack may come to take per replica group that are the service's alone here (a group takes count, scaling, commands, image, python, resources, spot_policy). */
 const SERVICE_WIDE: readonly string[] = [
-  'port', 'env', 'python', 'regions', 'backends', 'fleets', 'instance_types', 'max_price', 'volumes', 'files', 'repos', 'working_dir',
+  'port', 'env', 'regions', 'backends', 'fleets', 'instance_types', 'max_price', 'volumes', 'files', 'repos', 'working_dir',
   'entrypoint', 'probes', 'model', 'registry_auth', 'privileged', 'shell', 'docker', 'retry', 'reservation', 'availability_zones',
 ];
 
@@ -269,9 +270,13 @@ export function refuseUnsupported(spec: Record<string, unknown>, type: SpecType,
   return refused ? null : kept;
 }
 
-/** A better message for a field that belongs to another kind: which kinds have it, and what it means there. */
+/**
+ * A better message for a field that belongs to another kind (which kinds have it, and what it means there), or
+ * under resources (a resources map whose lines lost their indentation).
+ */
 export function otherKindsHint(path: Path, field: string, type: SpecType, schemas: Record<SpecType, TObject>): string | null {
   if (path.length > 0) return null;
+  if (Object.hasOwn(Resources.properties, field)) return `unknown field at the top level; ${field} belongs under resources: indent it there`;
   const owners = (Object.keys(schemas) as SpecType[]).filter((other) => other !== type && Object.hasOwn(schemas[other].properties, field));
   if (owners.length === 0) return null;
   const byMeaning = new Map<string, SpecType[]>();

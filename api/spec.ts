@@ -278,9 +278,10 @@ export const ReplicaGroup = Type.Object({
   scaling: Type.Optional(Scaling),
   commands: Type.Optional(Commands),
   image: Type.Optional(Image),
+  python: Type.Optional(Python),
   resources: Type.Optional(Resources),
   spot_policy: Type.Optional(SpotPolicy),
-}, { additionalProperties: false, description: 'A group of replicas: count (n or min..max with scaling), and commands, image, resources and spot_policy in place of the service\'s' });
+}, { additionalProperties: false, description: 'A group of replicas: count (n or min..max with scaling), and commands, image or python, resources and spot_policy in place of the service\'s' });
 export type ReplicaGroup = Static<typeof ReplicaGroup>;
 
 export const ServiceSpec = Type.Object({

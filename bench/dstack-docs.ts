@@ -2,8 +2,9 @@
  * How many of dstack's documented configurations this orchestrator accepts: every YAML block of a fleet,
  * task, service or dev environment in a dstack checkout's docs (mkdocs/ and examples/ markdown) and every
  * such file under examples/, parsed as `orchestrator apply` parses them. Prints the accepted share, the
- * configurations refused by name (every message says "not supported" or "deprecated"), and those refused
- * otherwise, each with its messages.
+ * configurations refused by name (every message says "not supported" or "deprecated"), the excerpts (blocks
+ * that dstack refuses as well: a required field left out, a `...` placeholder, lines of resources that lost
+ * their indentation), and those refused otherwise, each with its messages.
  *
  *   node dist/bench/dstack-docs.js /path/to/dstack
  */
@@ -64,18 +65,24 @@ function main(): void {
   // `${{ env.NAME }}` and bare env entries take a value, as they would from the applying user's environment.
   const environment = new Proxy({}, { get: () => 'value', has: () => true }) as Record<string, string>;
   const named = (error: SpecError) => /not supported|deprecated/.test(error.message);
+  const partOfExcerpt = (error: SpecError) => /required field is missing|got "\.\.\."|belongs under resources|^expected a map with gpu, .*got nothing$/.test(error.message);
   const refused: { place: string; errors: SpecError[] }[] = [];
   for (const config of configs) {
     const { errors } = parseSpecText(config.text, config.place, environment);
     if (errors.length > 0) refused.push({ place: config.place, errors });
   }
   const byName = refused.filter((r) => r.errors.every(named));
-  const otherwise = refused.filter((r) => !r.errors.every(named));
+  const excerpts = refused.filter((r) => !r.errors.every(named) && r.errors.every(partOfExcerpt));
+  const otherwise = refused.filter((r) => !byName.includes(r) && !excerpts.includes(r));
   const accepted = configs.length - refused.length;
-  console.log(`${configs.length} configurations: ${accepted} accepted (${(100 * accepted / configs.length).toFixed(1)}%), ${byName.length} refused by name, ${otherwise.length} refused otherwise`);
+  const complete = configs.length - excerpts.length;
+  const share = (part: number, whole: number) => `${(100 * part / whole).toFixed(1)}%`;
+  console.log(`${configs.length} configurations: ${accepted} accepted (${share(accepted, configs.length)}), ${byName.length} refused by name, ${excerpts.length} excerpts, ${otherwise.length} refused otherwise`);
+  console.log(`of the ${complete} complete configurations (excerpts left out): ${accepted} accepted (${share(accepted, complete)}), ${byName.length} refused by name (${share(byName.length, complete)})`);
   const features = new Map<string, number>();
   for (const error of byName.flatMap((r) => r.errors)) features.set(error.path, (features.get(error.path) ?? 0) + 1);
   console.log(`\nrefused by name, by field:\n${[...features].sort((a, b) => b[1] - a[1]).map(([path, count]) => `  ${String(count).padStart(4)}  ${path}`).join('\n')}`);
+  console.log(`\nexcerpts, which dstack refuses as well:\n${excerpts.map((r) => `  ${r.place}: ${r.errors.map((e) => e.path).join(', ')}`).join('\n')}`);
   console.log(`\nrefused otherwise:\n${otherwise.map((r) => `  ${r.place}\n${r.errors.map((e) => `    ${e.path}: ${e.message}`).join('\n')}`).join('\n')}`);
 }
 

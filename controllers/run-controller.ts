@@ -187,7 +187,7 @@ export class RunController extends LeasedController<RunRecord> {
   private async blockGpuIndices(blocks: number[], instance: InstanceRecord): Promise<number[]> {
     const fleet = await getFleetById(this.db, instance.fleetId);
     const gpus = instance.offer?.gpu.count ?? 0;
-    return blockGpus(blocks, gpus, blockCount(fleet.spec, gpus));
+    return blockGpus(blocks, gpus, blockCount(fleet.spec, gpus, instance.sshHost?.name ?? null));
   }
 
   private async requeue(run: RunRecord, message: string): Promise<void> {

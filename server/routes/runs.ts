@@ -216,7 +216,7 @@ function planProblem(spec: RunSpec, placement: ReturnType<typeof placeNodes>, li
 function blocksPlan(placement: Extract<ReturnType<typeof place>, { kind: 'blocks' }>, queuedBefore: number): RunPlan['instance'] {
   const { instance, fleet, blocks } = placement;
   const offer = instance.offer!;
-  const total = blockCount(fleet.spec, offer.gpu.count);
+  const total = blockCount(fleet.spec, offer.gpu.count, instance.sshHost?.name ?? null);
   return {
     state: 'idle', name: queuedBefore === 0 ? instance.name : null, fleet: fleet.name,
     gpu: blockShare(offer, total, blocks.length).gpu, pricePerHour: offer.pricePerHour,
