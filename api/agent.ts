@@ -35,6 +35,8 @@ export const JobRepo = Type.Object({
   diffBase64: Type.Optional(Type.String({ format: 'base64', 'x-expected': 'base64 (A-Z, a-z, 0-9, + and /, padded with =)' })),
   /** The working tree, relative to `path`, when there is no `url` to clone. */
   files: Type.Optional(Type.Array(JobFile)),
+  /** Where files are at `path` already (the image's): fail the job, or leave them and skip the repo; left out, the repo goes over them. */
+  ifExists: Type.Optional(Type.Union([Type.Literal('error'), Type.Literal('skip')])),
 }, { additionalProperties: false });
 export type JobRepo = Static<typeof JobRepo>;
 

@@ -185,7 +185,7 @@ export const UNSUPPORTED_TYPES: Record<string, string> = {
 
 const IMPORTED = 'is another project\'s (dstack\'s exports); imported resources are not supported: each project here has its own fleets and gateways, so apply one in this project and name it';
 
-/** Refusals inside lists and values of known fields: network volumes, repos' if_exists, imported fleets and gateways. */
+/** Refusals inside lists and values of known fields: network volumes, imported fleets and gateways. */
 function refusedItems(spec: Record<string, unknown>, type: SpecType): [Path, string, IssueAt][] {
   const found: [Path, string, IssueAt][] = [];
   const entries = (field: string): [number, unknown][] => (Array.isArray(spec[field]) ? [...(spec[field] as unknown[]).entries()] : []);
@@ -193,11 +193,6 @@ function refusedItems(spec: Record<string, unknown>, type: SpecType): [Path, str
     for (const [index, volume] of entries('volumes')) {
       if (isMap(volume) && Object.hasOwn(volume, 'name')) {
         found.push([['volumes', index, 'name'], 'network volumes are not supported: a run mounts a directory of its instance; write instance_path and path instead of name', 'key']);
-      }
-    }
-    for (const [index, repo] of entries('repos')) {
-      if (isMap(repo) && Object.hasOwn(repo, 'if_exists')) {
-        found.push([['repos', index, 'if_exists'], 'if_exists is not supported: the repo is always put at its path, over what the image holds there; remove if_exists, or give the repo a path the image leaves empty', 'key']);
       }
     }
     for (const [index, group] of type === 'service' ? entries('replicas') : []) {

@@ -114,6 +114,11 @@ export const UtilizationPolicy = Type.Object({
   time_window: duration('positive-duration', 'How long utilization must stay low'),
 }, { additionalProperties: false, description: 'Stop the run when every GPU stays below min_gpu_utilization for time_window' });
 
+/** What to do where the image already holds files at the repo's path, as dstack's `if_exists`; left out, the repo is put over them. */
+export const RepoIfExists = Type.Union([Type.Literal('error'), Type.Literal('skip')], {
+  description: 'Where the image already has files at the repo\'s path: error fails the run, skip leaves them and puts no repo there',
+});
+
 export const Repo = Type.Union([
   Type.String({ minLength: 1, ...checked('repo', 'a folder, "folder:path" or a git URL', 'A folder (".", "..:/workflow/parent") or a git URL') }),
   Type.Object({
@@ -122,6 +127,7 @@ export const Repo = Type.Union([
     branch: Type.Optional(Type.String({ minLength: 1 })),
     hash: Type.Optional(Type.String({ minLength: 1 })),
     path: Type.Optional(Type.String({ minLength: 1, description: 'Where the repo lands in the container' })),
+    if_exists: Type.Optional(RepoIfExists),
   }, { additionalProperties: false, ...checked('repo', 'a map with url or local_path', 'A repo given by url or local_path') }),
 ], { 'x-expected': 'a local path or git URL, or a map with url or local_path', description: 'A local directory or git URL to make available to the run' });
 

@@ -21,11 +21,11 @@ describe('dstack configurations: refused by name', () => {
     expect(accepted).to.include.members(['task.dstack.yml', 'multi-node.dstack.yml', 'service.dstack.yml', 'dev-environment.dstack.yml', 'fleet.dstack.yml', 'ssh-fleet.dstack.yml']);
     expect(refused).to.include.members(['replica-groups.dstack.yml', 'tpu.dstack.yml', 'aws-fleet.dstack.yml']);
     expect(refused, 'forms that misled before, each now refused by name').to.include.members([
-      'replica-group-fields.dstack.yml', 'network-volumes.dstack.yml', 'repo-if-exists.dstack.yml', 'imported.dstack.yml', 'backends.dstack.yml',
+      'replica-group-fields.dstack.yml', 'network-volumes.dstack.yml', 'imported.dstack.yml', 'backends.dstack.yml',
       'run-access.dstack.yml', 'several.dstack.yml', 'model-format.dstack.yml', 'router-group.dstack.yml',
     ]);
     expect(accepted).to.include.members(['accelerators.dstack.yml', 'cluster-fleet.dstack.yml', 'blocks-fleet.dstack.yml', 'replica-list.dstack.yml', 'replica-groups-named.dstack.yml',
-      'ssh-blocks-fleet.dstack.yml', 'replica-group-python.dstack.yml']);
+      'ssh-blocks-fleet.dstack.yml', 'replica-group-python.dstack.yml', 'repo-if-exists.dstack.yml']);
   });
 
   for (const name of refused) {
@@ -68,16 +68,17 @@ for (const kind of DATABASE_KINDS) {
       expect(plan).to.contain('  groups       0: 1..2 replicas, 1 GPU with 48 GB, its own commands\n               1: 1..4 replicas, 1 GPU with 24 GB, its own commands\n');
       expect(plan, 'the plan places a replica of the first group').to.match(/^ {2}problem {6}no offers: no local offer matches 48GB:1 in fleet local;/m);
       expect(plan).not.to.contain('  resources ');
-      expect(plans.get('replica-group-python.dstack.yml')).to.contain('  groups       gpu: 1 replica, 1 GPU with 24 GB, its own commands\n               cpu: 1 replica, 2 CPUs, its own commands, python\n');
+      expect(plans.get('replica-group-python.dstack.yml')).to.contain('  groups       gpu: 1 replica, 1 GPU with 24 GB, its own commands\n               small: 1 replica, 1 GPU with 16 GB, its own commands, python\n');
     });
 
-    it('keeps each SSH host\'s own blocks, and a replica group\'s own Python in place of the service\'s image', async () => {
+    it('keeps each SSH host\'s own blocks, a repo\'s if_exists, and a replica group\'s own Python in place of the service\'s image', async () => {
       const fleet = await api<Fleet>('/fleets/my-ssh-fleet');
       expect((fleet.spec.ssh_config as { hosts: unknown[] }).hosts).to.deep.equal([
         { hostname: '3.255.177.61', blocks: 4 }, { hostname: '3.255.177.62', blocks: 'auto' }, { hostname: '3.255.177.63', blocks: 1 },
       ]);
+      expect((await api<Run>('/runs/trl-sft')).spec.repos).to.deep.equal([{ url: 'https://github.com/huggingface/trl.git', path: '/my-repo', if_exists: 'skip' }]);
       const service = await api<Run>('/runs/mixed-groups');
-      expect((service.spec.replicas as Array<Record<string, unknown>>).map((g) => [g.name, g.python ?? null])).to.deep.equal([['gpu', null], ['cpu', '3.12']]);
+      expect((service.spec.replicas as Array<Record<string, unknown>>).map((g) => [g.name, g.python ?? null])).to.deep.equal([['gpu', null], ['small', '3.12']]);
     });
 
     it('knows the accelerators of dstack\'s docs: GB10, and a Tenstorrent Galaxy\'s 32 chips', async () => {
