@@ -26,16 +26,28 @@ export function entrypointWords(entrypoint: string): string[] {
   return split(entrypoint);
 }
 
-type ContainerFields = 'image' | 'shell' | 'entrypoint' | 'privileged' | 'shmSizeMib';
+/**
+ * The image of a run with `docker: true`: dstack's own Docker-in-Docker image (Docker, Compose and the NVIDIA
+ * container toolkit), which the run starts its Docker daemon in with `start-dockerd`, in a privileged container.
+ */
+export const DIND_IMAGE = 'dstackai/dind';
 
-/** How the job of a run is started: its image, the shell or entrypoint its commands go to, and its container's settings. */
-export function jobContainer(spec: Pick<RunSpec, 'image' | 'python' | 'shell' | 'entrypoint' | 'privileged' | 'resources'>): Pick<JobSubmission, ContainerFields> {
+type ContainerFields = 'image' | 'shell' | 'entrypoint' | 'privileged' | 'shmSizeMib' | 'commands';
+
+/**
+ * How the job of a run is started: its image, the shell or entrypoint `commands` go to, and its container's
+ * settings. With `docker: true`, in DIND_IMAGE, privileged, its Docker daemon started first, as dstack does it.
+ */
+export function jobContainer(spec: Pick<RunSpec, 'image' | 'python' | 'shell' | 'entrypoint' | 'privileged' | 'docker' | 'resources'>, commands: string[]): Pick<JobSubmission, ContainerFields> {
   const shmSizeMib = normalizeResources(spec.resources, 'run').shmSizeMib;
+  const docker = spec.docker === true;
   return {
-    image: spec.image ?? (spec.python === undefined ? undefined : pythonImage(spec.python)),
+    image: docker ? DIND_IMAGE : spec.image ?? (spec.python === undefined ? undefined : pythonImage(spec.python)),
     shell: shellPath(spec.shell),
     ...(spec.entrypoint === undefined ? {} : { entrypoint: entrypointWords(spec.entrypoint) }),
-    ...(spec.privileged ? { privileged: true } : {}),
+    ...(spec.privileged || docker ? { privileged: true } : {}),
     ...(shmSizeMib === null ? {} : { shmSizeMib }),
+    // As in dstack, an entrypoint takes the commands as they are.
+    commands: docker && spec.entrypoint === undefined ? ['start-dockerd', ...commands] : commands,
   };
 }

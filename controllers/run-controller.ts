@@ -287,8 +287,7 @@ function jobFor(run: RunRecord, instance: InstanceRecord, ips: string[], gpuIndi
   return {
     jobId: run.id,
     runName: run.name,
-    ...jobContainer(spec),
-    commands: run.kind === 'dev-environment' ? devEnvironmentCommands(spec.init) : spec.commands ?? [],
+    ...jobContainer(spec, run.kind === 'dev-environment' ? devEnvironmentCommands(spec.init) : spec.commands ?? []),
     env: spec.env ?? {},
     files: run.files,
     workingDir: spec.working_dir,

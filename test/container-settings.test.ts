@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { Run, RunLogsPage } from '../api/objects.js';
 import { FINISHED_RUN_STATUSES } from '../api/status.js';
 import { endCliSuite, runCli, show, startLocalCliSuite, type LocalCliSuite } from './helpers/cli.js';
-import { BASH_TEST_IMAGE, ensureBashImage, ensurePodman, TEST_IMAGE } from './helpers/podman.js';
+import { BASH_TEST_IMAGE, ensureBashImage, ensureFakeDindImage, ensurePodman, removeFakeDindImage, TEST_IMAGE } from './helpers/podman.js';
 import { eventually, LOCAL_DOCKER_CONFIG } from './helpers/server.js';
 
 /** CAP_SYS_ADMIN, which mount needs: a privileged container has it, a default one does not. */
@@ -20,6 +20,7 @@ const TASKS: Record<string, string[]> = {
   'ash': [`image: ${TEST_IMAGE}`, 'shell: /bin/ash', 'commands:', '  - echo "shell $0"'],
   'no-bash': [`image: ${TEST_IMAGE}`, 'shell: bash', 'commands:', '  - echo never'],
   'python': ['python: "3.12"', 'commands:', '  - python --version'],
+  'docker': ['docker: true', ...PROBE],
 };
 
 describe('container settings: privileged, resources.shm_size, entrypoint, shell, python (local backend, runtime docker on Podman)', function () {
@@ -34,6 +35,7 @@ describe('container settings: privileged, resources.shm_size, entrypoint, shell,
     this.timeout(600_000);
     process.env.DOCKER_HOST = await ensurePodman();
     await ensureBashImage();
+    await ensureFakeDindImage();
     suite = await startLocalCliSuite('pglite', LOCAL_DOCKER_CONFIG);
     const file = join(suite.work, 'tasks.yml');
     writeFileSync(file, Object.entries(TASKS).map(([name, lines]) => ['type: task', `name: ${name}`, ...lines, ''].join('\n')).join('---\n'));
@@ -52,6 +54,7 @@ describe('container settings: privileged, resources.shm_size, entrypoint, shell,
   after(async function () {
     this.timeout(60_000);
     await endCliSuite(suite?.server, suite?.home, suite?.work);
+    await removeFakeDindImage();
     if (previousDockerHost === undefined) delete process.env.DOCKER_HOST;
     else process.env.DOCKER_HOST = previousDockerHost;
   });
@@ -61,8 +64,15 @@ describe('container settings: privileged, resources.shm_size, entrypoint, shell,
     return output.get(name)!;
   };
 
+  const sysAdmin = (text: string) => (BigInt(`0x${/CapEff:\s*([0-9a-f]+)/.exec(text)![1]}`) >> CAP_SYS_ADMIN) & 1n;
+
+  it('runs a task with docker: true as dstack does: in dstack\'s Docker-in-Docker image, privileged, start-dockerd before its commands', () => {
+    const logged = done('docker');
+    expect(logged.split('\n')[0]).to.equal('start-dockerd ran');
+    expect(sysAdmin(logged), logged).to.equal(1n);
+  });
+
   it('makes the container privileged and sizes its /dev/shm as asked; without them, the engine\'s defaults', () => {
-    const sysAdmin = (text: string) => (BigInt(`0x${/CapEff:\s*([0-9a-f]+)/.exec(text)![1]}`) >> CAP_SYS_ADMIN) & 1n;
     const shmKib = (text: string) => Number(/^shm\s+(\d+)/m.exec(text)![1]);
     const [asked, plain] = [done('privileged'), done('unprivileged')];
     expect(sysAdmin(asked), asked).to.equal(1n);

@@ -25,7 +25,8 @@ describe('dstack configurations: refused by name', () => {
       'run-access.dstack.yml', 'several.dstack.yml', 'model-format.dstack.yml', 'router-group.dstack.yml',
     ]);
     expect(accepted).to.include.members(['accelerators.dstack.yml', 'cluster-fleet.dstack.yml', 'blocks-fleet.dstack.yml', 'replica-list.dstack.yml', 'replica-groups-named.dstack.yml',
-      'ssh-blocks-fleet.dstack.yml', 'replica-group-python.dstack.yml', 'repo-if-exists.dstack.yml']);
+      'ssh-blocks-fleet.dstack.yml', 'replica-group-python.dstack.yml', 'repo-if-exists.dstack.yml',
+      'docker-in-run.dstack.yml']);
   });
 
   for (const name of refused) {
@@ -61,6 +62,16 @@ for (const kind of DATABASE_KINDS) {
         '  resources    8 MI300X GPUs\n               cpu, memory and disk not given: any amount here (dstack\'s defaults: cpu 2.., memory 8GB.., disk 100GB..)\n',
       );
       expect(plans.get('task.dstack.yml')).not.to.contain('not given');
+    });
+
+    it('keeps docker: true, and says in the plan that an instance running jobs as processes starts no Docker daemon', async () => {
+      expect((await api<Run>('/runs/docker-nvidia-smi')).spec).to.include({ docker: true });
+      expect(plans.get('docker-in-run.dstack.yml')).to.contain('docker: not used: this instance runs jobs as processes on the machine itself, without a container, so no Docker daemon is started for the run');
+    });
+
+    it('says in the plan that placement: cluster on an SSH fleet asks for nothing more', () => {
+      expect(plans.get('ssh-fleet.dstack.yml')).to.contain('  ignored      placement: nothing more to do on an SSH fleet: its hosts reach each other at their internal addresses (internal_ip, network or hostname) already\n');
+      expect(plans.get('cluster-fleet.dstack.yml')).not.to.contain('ignored');
     });
 
     it('shows each replica group in the plan: its count, resources and what it runs of its own', () => {

@@ -95,6 +95,28 @@ export async function ensureBashImage(): Promise<string> {
   return BASH_TEST_IMAGE;
 }
 
+/**
+ * A stand-in for dstack's Docker-in-Docker image under its name (the test machines reach no registry): TEST_IMAGE's
+ * busybox with a `start-dockerd` that says it ran. Built by ensureFakeDindImage; removeFakeDindImage removes it.
+ */
+export const FAKE_DIND_IMAGE = 'docker.io/dstackai/dind:latest';
+
+export async function ensureFakeDindImage(): Promise<void> {
+  await ensurePodman();
+  const context = mkdtempSync(join(tmpdir(), 'orch-dind-image-'));
+  try {
+    writeFileSync(join(context, 'start-dockerd'), '#!/bin/sh\necho "start-dockerd ran"\n', { mode: 0o755 });
+    writeFileSync(join(context, 'Containerfile'), `FROM ${TEST_IMAGE}\nCOPY start-dockerd /bin/start-dockerd\n`);
+    await run('podman', ['build', '--quiet', '--pull=never', '-t', FAKE_DIND_IMAGE, context]);
+  } finally {
+    rmSync(context, { recursive: true, force: true });
+  }
+}
+
+export async function removeFakeDindImage(): Promise<void> {
+  await run('podman', ['rmi', '--force', FAKE_DIND_IMAGE]).catch(() => undefined);
+}
+
 function run(command: string, args: string[]): Promise<string> {
   return new Promise((resolve, reject) => {
     execFile(command, args, { maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => (error ? reject(new Error(`${command} failed: ${stderr || error.message}`)) : resolve(stdout)));
