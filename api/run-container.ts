@@ -27,6 +27,14 @@ export function entrypointWords(entrypoint: string): string[] {
 }
 
 /**
+ * The image of a run with `nvcc: true`: the default image's devel variant (docker/base/Dockerfile with
+ * CUDA_VARIANT=devel), which has the CUDA compiler beside Ubuntu 24.04's Python 3.12 and uv.
+ */
+export const NVCC_IMAGE = 'orchestrator/base:cuda-12.8-devel';
+/** The Python of NVCC_IMAGE: the only `python` a run with `nvcc: true` may ask for. */
+export const NVCC_IMAGE_PYTHON = '3.12';
+
+/**
  * The image of a run with `docker: true`: dstack's own Docker-in-Docker image (Docker, Compose and the NVIDIA
  * container toolkit), which the run starts its Docker daemon in with `start-dockerd`, in a privileged container.
  */
@@ -38,11 +46,11 @@ type ContainerFields = 'image' | 'shell' | 'entrypoint' | 'privileged' | 'shmSiz
  * How the job of a run is started: its image, the shell or entrypoint `commands` go to, and its container's
  * settings. With `docker: true`, in DIND_IMAGE, privileged, its Docker daemon started first, as dstack does it.
  */
-export function jobContainer(spec: Pick<RunSpec, 'image' | 'python' | 'shell' | 'entrypoint' | 'privileged' | 'docker' | 'resources'>, commands: string[]): Pick<JobSubmission, ContainerFields> {
+export function jobContainer(spec: Pick<RunSpec, 'image' | 'python' | 'shell' | 'entrypoint' | 'privileged' | 'docker' | 'nvcc' | 'resources'>, commands: string[]): Pick<JobSubmission, ContainerFields> {
   const shmSizeMib = normalizeResources(spec.resources, 'run').shmSizeMib;
   const docker = spec.docker === true;
   return {
-    image: docker ? DIND_IMAGE : spec.image ?? (spec.python === undefined ? undefined : pythonImage(spec.python)),
+    image: docker ? DIND_IMAGE : spec.nvcc === true ? NVCC_IMAGE : spec.image ?? (spec.python === undefined ? undefined : pythonImage(spec.python)),
     shell: shellPath(spec.shell),
     ...(spec.entrypoint === undefined ? {} : { entrypoint: entrypointWords(spec.entrypoint) }),
     ...(spec.privileged || docker ? { privileged: true } : {}),

@@ -2,7 +2,7 @@ import type { TObject } from '@sinclair/typebox';
 import { parseDuration } from './duration.js';
 import { parsePortMapping } from './mappings.js';
 import { parseCountRange } from './quantity.js';
-import { DIND_IMAGE, entrypointWords } from './run-container.js';
+import { DIND_IMAGE, entrypointWords, NVCC_IMAGE, NVCC_IMAGE_PYTHON } from './run-container.js';
 import { checkFleet } from './fleet-rules.js';
 import { Resources, type SpecType } from './spec.js';
 import type { IssueAt, Path } from './validate.js';
@@ -97,6 +97,14 @@ function checkReplicaGroups(spec: Record<string, unknown>, groups: unknown[], re
   });
 }
 
+/** `nvcc: true` runs in NVCC_IMAGE: not with an image of the run's own, and with its Python only. */
+function checkNvcc(spec: Record<string, unknown>, report: Report): void {
+  if (spec.image !== undefined) report(['nvcc'], `cannot be combined with image, as in dstack: nvcc: true runs in ${NVCC_IMAGE}; give an image that has the CUDA compiler, such as nvidia/cuda:12.8.1-devel-ubuntu24.04, and leave nvcc out`, 'key');
+  else if (spec.python !== undefined && spec.python !== NVCC_IMAGE_PYTHON) {
+    report(['python'], `python ${String(spec.python)} with nvcc: true is not supported: the image with the CUDA compiler (${NVCC_IMAGE}) has Python ${NVCC_IMAGE_PYTHON}; set python: "${NVCC_IMAGE_PYTHON}", or give an image with both`, 'value');
+  }
+}
+
 /** Rules that tie several fields of one spec together, checked after each field on its own. */
 export function checkSpecRules(spec: Record<string, unknown>, report: Report): void {
   const type = spec.type;
@@ -107,9 +115,10 @@ export function checkSpecRules(spec: Record<string, unknown>, report: Report): v
   if (spec.image !== undefined && spec.python !== undefined) {
     report(['python'], 'cannot be combined with image; the image brings its own Python', 'key');
   }
-  for (const field of spec.docker === true ? ['image', 'python'] : []) {
-    if (spec[field] !== undefined) report([field], `cannot be combined with docker: true, which runs in dstack's Docker-in-Docker image (${DIND_IMAGE}), as in dstack`, 'key');
+  for (const field of spec.docker === true ? ['image', 'python', 'nvcc'] : []) {
+    if (spec[field] !== undefined && spec[field] !== false) report([field], `cannot be combined with docker: true, which runs in dstack's Docker-in-Docker image (${DIND_IMAGE}), as in dstack`, 'key');
   }
+  if (spec.nvcc === true && spec.docker !== true) checkNvcc(spec, report);
   if (spec.registry_auth !== undefined && spec.image === undefined) {
     report(['registry_auth'], 'only used to pull image, which is not set', 'key');
   }
@@ -157,7 +166,6 @@ export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: RUN_KINDS, path: ['idle_duration'], message: 'idle_duration on a run is not supported: instances belong to fleets; set idle_duration on the fleet' },
   { kinds: RUN_KINDS, path: ['instances'], message: 'choosing instances is not supported: the scheduler places a run on an instance of a fleet that fits; use fleets to narrow it' },
   { kinds: RUN_KINDS, path: ['user'], message: 'user is not supported: the commands run as the image\'s default user' },
-  { kinds: RUN_KINDS, path: ['nvcc'], message: 'the CUDA compiler (nvcc) is not supported in the default image: neither it nor python\'s image has one; set image to one that has it, such as nvidia/cuda:12.8.1-devel-ubuntu24.04', sameMeaning: (v) => v === false },
   { kinds: RUN_KINDS, path: ['dstack'], message: 'access to the server from inside the run is not supported: a run gets no server address or token; drive the orchestrator from outside the run, with the CLI or the HTTP API', sameMeaning: (v) => v === false },
   { kinds: RUN_KINDS, path: ['single_branch'], message: 'single_branch: false is not supported: a repo is cloned at one commit', sameMeaning: (v) => v === true },
   { kinds: RUN_KINDS, path: ['home_dir'], message: 'home_dir is deprecated in dstack and has no effect there; remove it' },

@@ -208,6 +208,7 @@ const runCommon = {
   working_dir: Type.Optional(Type.String({ minLength: 1, description: 'Directory the commands start in' })),
   volumes: Type.Optional(Type.Array(Volume)),
   privileged: Type.Optional(Type.Boolean({ default: false, description: 'Run the container in privileged mode' })),
+  nvcc: Type.Optional(Type.Boolean({ default: false, description: 'The CUDA compiler in the run, as in dstack: the default image\'s devel variant, with Python 3.12; cannot be combined with image, or with python other than 3.12' })),
   docker: Type.Optional(Type.Boolean({ default: false, description: 'A Docker daemon in the run, as in dstack: its Docker-in-Docker image, privileged, dockerd started before the commands; cannot be combined with image or python' })),
   entrypoint: Type.Optional(Type.String({ minLength: 1, description: 'The container entrypoint the commands are passed to, instead of the shell' })),
   shell: Type.Optional(Type.String({ pattern: '^(sh|bash|/.+)$', 'x-expected': 'sh, bash, or an absolute path such as /usr/bin/zsh', description: 'The shell that runs the commands: sh, bash, or an absolute path' })),

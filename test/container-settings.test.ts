@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { Run, RunLogsPage } from '../api/objects.js';
 import { FINISHED_RUN_STATUSES } from '../api/status.js';
 import { endCliSuite, runCli, show, startLocalCliSuite, type LocalCliSuite } from './helpers/cli.js';
-import { BASH_TEST_IMAGE, ensureBashImage, ensureFakeDindImage, ensurePodman, removeFakeDindImage, TEST_IMAGE } from './helpers/podman.js';
+import { BASH_TEST_IMAGE, ensureBashImage, ensurePodman, ensureStandInImage, removeStandInImage, TEST_IMAGE } from './helpers/podman.js';
 import { eventually, LOCAL_DOCKER_CONFIG } from './helpers/server.js';
 
 /** CAP_SYS_ADMIN, which mount needs: a privileged container has it, a default one does not. */
@@ -21,7 +21,11 @@ const TASKS: Record<string, string[]> = {
   'no-bash': [`image: ${TEST_IMAGE}`, 'shell: bash', 'commands:', '  - echo never'],
   'python': ['python: "3.12"', 'commands:', '  - python --version'],
   'docker': ['docker: true', ...PROBE],
+  'nvcc': ['python: "3.12"', 'nvcc: true', 'commands:', '  - nvcc --version', '  - python3 --version'],
 };
+
+/** dstack's Docker-in-Docker image and the default image's devel variant, which the test machines cannot pull: stand-ins under their names. */
+const STAND_INS = { dind: 'docker.io/dstackai/dind:latest', devel: 'docker.io/orchestrator/base:cuda-12.8-devel' };
 
 describe('container settings: privileged, resources.shm_size, entrypoint, shell, python (local backend, runtime docker on Podman)', function () {
   this.timeout(60_000);
@@ -35,7 +39,8 @@ describe('container settings: privileged, resources.shm_size, entrypoint, shell,
     this.timeout(600_000);
     process.env.DOCKER_HOST = await ensurePodman();
     await ensureBashImage();
-    await ensureFakeDindImage();
+    await ensureStandInImage(STAND_INS.dind, { 'start-dockerd': 'echo "start-dockerd ran"' });
+    await ensureStandInImage(STAND_INS.devel, { nvcc: 'echo "nvcc: NVIDIA (R) Cuda compiler driver (stand-in)"', python3: 'echo "Python 3.12 (stand-in)"' });
     suite = await startLocalCliSuite('pglite', LOCAL_DOCKER_CONFIG);
     const file = join(suite.work, 'tasks.yml');
     writeFileSync(file, Object.entries(TASKS).map(([name, lines]) => ['type: task', `name: ${name}`, ...lines, ''].join('\n')).join('---\n'));
@@ -54,7 +59,7 @@ describe('container settings: privileged, resources.shm_size, entrypoint, shell,
   after(async function () {
     this.timeout(60_000);
     await endCliSuite(suite?.server, suite?.home, suite?.work);
-    await removeFakeDindImage();
+    for (const image of Object.values(STAND_INS)) await removeStandInImage(image);
     if (previousDockerHost === undefined) delete process.env.DOCKER_HOST;
     else process.env.DOCKER_HOST = previousDockerHost;
   });
@@ -70,6 +75,10 @@ describe('container settings: privileged, resources.shm_size, entrypoint, shell,
     const logged = done('docker');
     expect(logged.split('\n')[0]).to.equal('start-dockerd ran');
     expect(sysAdmin(logged), logged).to.equal(1n);
+  });
+
+  it('runs a task with nvcc: true and python 3.12 in the default image\'s devel variant, which has the CUDA compiler', () => {
+    expect(done('nvcc')).to.equal('nvcc: NVIDIA (R) Cuda compiler driver (stand-in)\nPython 3.12 (stand-in)\n');
   });
 
   it('makes the container privileged and sizes its /dev/shm as asked; without them, the engine\'s defaults', () => {

@@ -96,25 +96,24 @@ export async function ensureBashImage(): Promise<string> {
 }
 
 /**
- * A stand-in for dstack's Docker-in-Docker image under its name (the test machines reach no registry): TEST_IMAGE's
- * busybox with a `start-dockerd` that says it ran. Built by ensureFakeDindImage; removeFakeDindImage removes it.
+ * A stand-in, under its name, for an image of a registry the test machines cannot reach (dstack's Docker-in-Docker
+ * image, the default image's devel variant): TEST_IMAGE's busybox with `programs` in /bin, scripts that say they ran.
+ * removeStandInImage removes it.
  */
-export const FAKE_DIND_IMAGE = 'docker.io/dstackai/dind:latest';
-
-export async function ensureFakeDindImage(): Promise<void> {
+export async function ensureStandInImage(image: string, programs: Record<string, string>): Promise<void> {
   await ensurePodman();
-  const context = mkdtempSync(join(tmpdir(), 'orch-dind-image-'));
+  const context = mkdtempSync(join(tmpdir(), 'orch-stand-in-image-'));
   try {
-    writeFileSync(join(context, 'start-dockerd'), '#!/bin/sh\necho "start-dockerd ran"\n', { mode: 0o755 });
-    writeFileSync(join(context, 'Containerfile'), `FROM ${TEST_IMAGE}\nCOPY start-dockerd /bin/start-dockerd\n`);
-    await run('podman', ['build', '--quiet', '--pull=never', '-t', FAKE_DIND_IMAGE, context]);
+    for (const [name, script] of Object.entries(programs)) writeFileSync(join(context, name), `#!/bin/sh\n${script}\n`, { mode: 0o755 });
+    writeFileSync(join(context, 'Containerfile'), [`FROM ${TEST_IMAGE}`, ...Object.keys(programs).map((name) => `COPY ${name} /bin/${name}`), ''].join('\n'));
+    await run('podman', ['build', '--quiet', '--pull=never', '-t', image, context]);
   } finally {
     rmSync(context, { recursive: true, force: true });
   }
 }
 
-export async function removeFakeDindImage(): Promise<void> {
-  await run('podman', ['rmi', '--force', FAKE_DIND_IMAGE]).catch(() => undefined);
+export async function removeStandInImage(image: string): Promise<void> {
+  await run('podman', ['rmi', '--force', image]).catch(() => undefined);
 }
 
 function run(command: string, args: string[]): Promise<string> {
