@@ -27,6 +27,14 @@ export const LABELS = {
   instanceId: 'orchestrator.instance-id',
 } as const;
 
+/** Where a job's virtual environment is made (JobSubmission.venvPython), as dstack makes its own at /dstack/venv. */
+export const VENV_DIR = '/orchestrator/venv';
+
+/** Makes a virtual environment of that Python with uv (pip seeded into it, as in dstack) and activates it for the commands after. */
+function venvCommands(python: string): string[] {
+  return [`uv venv -q --prompt orchestrator --python ${python} --seed ${VENV_DIR}`, `. ${VENV_DIR}/bin/activate`];
+}
+
 /** How long the log stream may lag behind the container's exit before it is cut. */
 const LOG_DRAIN_MS = 3000;
 
@@ -133,7 +141,7 @@ export class DockerRuntime implements JobRuntime {
   private containerSpec(submission: JobSubmission, image: string, workingDir: string, binds: string[]): Docker.ContainerCreateOptions {
     const { instanceId, portHost, gpus } = this.options;
     const ports = submission.ports.map((port) => `${port}/tcp`);
-    const commandLine = jobCommandLine(submission);
+    const commandLine = jobCommandLine(submission.venvPython === undefined ? submission : { ...submission, commands: [...venvCommands(submission.venvPython), ...submission.commands] });
     return {
       Image: image,
       // The whole command line as the entrypoint, with no command after it: the image's own entrypoint would otherwise wrap it.

@@ -52,7 +52,7 @@ const NOT_ACTED_ON: readonly Entry[] = [
 const UNUSED_BY_PROCESS_RUNTIME: readonly Entry[] = [
   { kinds: RUNS, field: 'image', message: 'not used: this instance runs jobs as processes on the machine itself, without a container (a backend with runtime: docker runs images)' },
   { kinds: RUNS, field: 'registry_auth', message: 'not used: this instance pulls no image, as it runs jobs as processes on the machine itself' },
-  { kinds: RUNS, field: 'python', message: 'not used: this instance runs jobs as processes on the machine itself, without the Python image; the commands get the machine\'s own Python' },
+  { kinds: RUNS, field: 'python', message: 'not used: this instance runs jobs as processes on the machine itself, without the default image and its virtual environment of that Python; the commands get the machine\'s own Python' },
   { kinds: RUNS, field: 'nvcc', message: 'not used: this instance runs jobs as processes on the machine itself, without the image that has the CUDA compiler; the commands get the machine\'s own nvcc, if it has one' },
   { kinds: RUNS, field: 'docker', message: 'not used: this instance runs jobs as processes on the machine itself, without a container, so no Docker daemon is started for the run (a backend with runtime: docker starts one)' },
   { kinds: RUNS, field: 'privileged', message: 'not used: this instance runs jobs as processes on the machine itself, with the agent\'s own privileges; only a container can be made privileged' },

@@ -2,7 +2,7 @@ import type { TObject } from '@sinclair/typebox';
 import { parseDuration } from './duration.js';
 import { parsePortMapping } from './mappings.js';
 import { parseCountRange } from './quantity.js';
-import { DIND_IMAGE, entrypointWords, NVCC_IMAGE, NVCC_IMAGE_PYTHON } from './run-container.js';
+import { DIND_IMAGE, entrypointWords, NVCC_IMAGE } from './run-container.js';
 import { checkFleet } from './fleet-rules.js';
 import { Resources, type SpecType } from './spec.js';
 import type { IssueAt, Path } from './validate.js';
@@ -97,12 +97,9 @@ function checkReplicaGroups(spec: Record<string, unknown>, groups: unknown[], re
   });
 }
 
-/** `nvcc: true` runs in NVCC_IMAGE: not with an image of the run's own, and with its Python only. */
+/** `nvcc: true` runs in NVCC_IMAGE: not with an image of the run's own. */
 function checkNvcc(spec: Record<string, unknown>, report: Report): void {
   if (spec.image !== undefined) report(['nvcc'], `cannot be combined with image, as in dstack: nvcc: true runs in ${NVCC_IMAGE}; give an image that has the CUDA compiler, such as nvidia/cuda:12.8.1-devel-ubuntu24.04, and leave nvcc out`, 'key');
-  else if (spec.python !== undefined && spec.python !== NVCC_IMAGE_PYTHON) {
-    report(['python'], `python ${String(spec.python)} with nvcc: true is not supported: the image with the CUDA compiler (${NVCC_IMAGE}) has Python ${NVCC_IMAGE_PYTHON}; set python: "${NVCC_IMAGE_PYTHON}", or give an image with both`, 'value');
-  }
 }
 
 /** Rules that tie several fields of one spec together, checked after each field on its own. */

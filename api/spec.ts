@@ -92,7 +92,7 @@ export const PortMapping = Type.Union([Port, Type.String(checked('port-mapping',
   description: 'A container port to forward, or "local:container"',
 });
 
-export const Python = Type.String(checked('python', 'a Python version such as "3.12"', 'Python version of the default image: 3.9 to 3.13; cannot be combined with image'));
+export const Python = Type.String(checked('python', 'a Python version such as "3.12"', 'The Python of the virtual environment the commands run in, in the default image (as in dstack): 3.9 to 3.13; cannot be combined with image'));
 export const Image = Type.String({ minLength: 1, description: 'Docker image to run in' });
 export const Commands = Type.Array(Type.String(), { minItems: 1, description: 'Shell commands, run in order in one shell' });
 export const RegistryAuth = Type.Object({
@@ -208,7 +208,7 @@ const runCommon = {
   working_dir: Type.Optional(Type.String({ minLength: 1, description: 'Directory the commands start in' })),
   volumes: Type.Optional(Type.Array(Volume)),
   privileged: Type.Optional(Type.Boolean({ default: false, description: 'Run the container in privileged mode' })),
-  nvcc: Type.Optional(Type.Boolean({ default: false, description: 'The CUDA compiler in the run, as in dstack: the default image\'s devel variant, with Python 3.12; cannot be combined with image, or with python other than 3.12' })),
+  nvcc: Type.Optional(Type.Boolean({ default: false, description: 'The CUDA compiler in the run, as in dstack: the default image\'s devel variant; cannot be combined with image' })),
   docker: Type.Optional(Type.Boolean({ default: false, description: 'A Docker daemon in the run, as in dstack: its Docker-in-Docker image, privileged, dockerd started before the commands; cannot be combined with image or python' })),
   entrypoint: Type.Optional(Type.String({ minLength: 1, description: 'The container entrypoint the commands are passed to, instead of the shell' })),
   shell: Type.Optional(Type.String({ pattern: '^(sh|bash|/.+)$', 'x-expected': 'sh, bash, or an absolute path such as /usr/bin/zsh', description: 'The shell that runs the commands: sh, bash, or an absolute path' })),

@@ -22,11 +22,11 @@ describe('dstack configurations: refused by name', () => {
     expect(refused).to.include.members(['replica-groups.dstack.yml', 'tpu.dstack.yml', 'aws-fleet.dstack.yml']);
     expect(refused, 'forms that misled before, each now refused by name').to.include.members([
       'replica-group-fields.dstack.yml', 'network-volumes.dstack.yml', 'imported.dstack.yml', 'backends.dstack.yml',
-      'run-access.dstack.yml', 'several.dstack.yml', 'model-format.dstack.yml', 'router-group.dstack.yml', 'nvcc-python.dstack.yml',
+      'run-access.dstack.yml', 'several.dstack.yml', 'model-format.dstack.yml', 'router-group.dstack.yml',
     ]);
     expect(accepted).to.include.members(['accelerators.dstack.yml', 'cluster-fleet.dstack.yml', 'blocks-fleet.dstack.yml', 'replica-list.dstack.yml', 'replica-groups-named.dstack.yml',
       'ssh-blocks-fleet.dstack.yml', 'replica-group-python.dstack.yml', 'repo-if-exists.dstack.yml',
-      'docker-in-run.dstack.yml', 'nvcc.dstack.yml']);
+      'docker-in-run.dstack.yml', 'nvcc.dstack.yml', 'nvcc-python.dstack.yml']);
   });
 
   for (const name of refused) {
@@ -67,6 +67,7 @@ for (const kind of DATABASE_KINDS) {
     it('keeps docker: true and nvcc: true, and says in the plan that an instance running jobs as processes has neither a Docker daemon nor the image with nvcc', async () => {
       expect((await api<Run>('/runs/docker-nvidia-smi')).spec).to.include({ docker: true });
       expect((await api<Run>('/runs/train-nvcc')).spec).to.include({ nvcc: true, python: '3.12' });
+      expect((await api<Run>('/runs/trl-train')).spec, 'nvcc: true with another Python, in a virtual environment of it').to.include({ nvcc: true, python: '3.10' });
       expect(plans.get('nvcc.dstack.yml')).to.contain('nvcc: not used: this instance runs jobs as processes on the machine itself, without the image that has the CUDA compiler');
       expect(plans.get('docker-in-run.dstack.yml')).to.contain('docker: not used: this instance runs jobs as processes on the machine itself, without a container, so no Docker daemon is started for the run');
     });
