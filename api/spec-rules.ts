@@ -148,7 +148,6 @@ const NO_CLOUD_CHOICE = 'the scheduler takes the cheapest offer of the fleet\'s 
 
 /** dstack's configuration fields that have no counterpart here, with why; docs/compatibility.md has the whole table. */
 export const UNSUPPORTED: readonly Unsupported[] = [
-  { kinds: ['fleet'], path: ['env'], message: 'env on a fleet is not supported: set env on each run' },
   { kinds: ['fleet'], path: ['termination_policy'], message: 'termination_policy is deprecated in dstack; use idle_duration' },
   { kinds: ['fleet'], path: ['termination_idle_time'], message: 'termination_idle_time is deprecated in dstack; use idle_duration' },
   { kinds: ['fleet'], path: ['retry'], message: 'retry on a fleet is not supported: a fleet keeps trying to reach its minimum; set retry on runs' },

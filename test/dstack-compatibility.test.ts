@@ -1,8 +1,9 @@
 import { expect } from 'chai';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Fleet, Run } from '../api/objects.js';
+import type { Fleet, Run, RunLogsPage } from '../api/objects.js';
+import { FINISHED_RUN_STATUSES } from '../api/status.js';
 import { makeHome, runCli, show } from './helpers/cli.js';
 import { useLocalCliSuite } from './helpers/local-cli-hooks.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
@@ -26,7 +27,7 @@ describe('dstack configurations: refused by name', () => {
     ]);
     expect(accepted).to.include.members(['accelerators.dstack.yml', 'cluster-fleet.dstack.yml', 'blocks-fleet.dstack.yml', 'replica-list.dstack.yml', 'replica-groups-named.dstack.yml',
       'ssh-blocks-fleet.dstack.yml', 'replica-group-python.dstack.yml', 'repo-if-exists.dstack.yml',
-      'docker-in-run.dstack.yml', 'nvcc.dstack.yml', 'nvcc-python.dstack.yml']);
+      'docker-in-run.dstack.yml', 'nvcc.dstack.yml', 'nvcc-python.dstack.yml', 'ssh-fleet-env.dstack.yml']);
   });
 
   for (const name of refused) {
@@ -105,6 +106,7 @@ for (const kind of DATABASE_KINDS) {
       expect(fleet.spec).to.include({ nodes: '0..2', idle_duration: '1h', placement: 'any' });
       expect((await api<Fleet>('/fleets/my-cluster-fleet')).spec).to.include({ placement: 'cluster' });
       expect((await api<Fleet>('/fleets/my-fleet')).spec).to.include({ blocks: 4 });
+      expect((await api<Fleet>('/fleets/proxied-fleet')).spec.env).to.deep.equal({ HTTP_PROXY: 'http://proxy.example.com:80', HTTPS_PROXY: 'http://proxy.example.com:80', NO_PROXY: 'localhost,127.0.0.1' });
       const service = await api<Run>('/runs/llama');
       expect(service.spec).to.include({ replicas: '1..2', port: 8000, gateway: false, https: false });
       expect(service.spec.rate_limits).to.deep.equal([{ prefix: '/v1', rps: 4, burst: 9, key: 'header', header: 'X-API-Key' }]);
@@ -137,3 +139,30 @@ for (const kind of DATABASE_KINDS) {
     });
   });
 }
+
+describe('dstack configurations: a fleet\'s env reaches every job on its instances', function () {
+  this.timeout(120_000);
+  const current = useLocalCliSuite('pglite');
+
+  it('gives a task on the fleet the fleet\'s variables, its own env winning for a name both give', async () => {
+    const file = join(current().work, 'fleet-env.yml');
+    writeFileSync(file, [
+      'type: fleet', 'name: proxied', 'backends: [local]', 'nodes: 0..1',
+      'env:', '  - HTTP_PROXY=http://proxy.example.com:80', '  - NO_PROXY=localhost',
+      '---',
+      'type: task', 'name: through-proxy', 'fleets: [proxied]', 'env:', '  NO_PROXY: 127.0.0.1',
+      'commands:', '  - echo "$HTTP_PROXY $NO_PROXY"',
+      '',
+    ].join('\n'));
+    const applied = await runCli(['apply', '-f', file, '-y', '-d', '--no-ssh-config'], { home: current().home.home, cwd: current().work });
+    expect(applied.code, show(applied)).to.equal(0);
+    const api = async <T>(path: string) => (await current().server.api('GET', `/api/projects/main${path}`)).body as T;
+    const run = await eventually(async () => {
+      const found = await api<Run>('/runs/through-proxy');
+      return FINISHED_RUN_STATUSES.includes(found.status) && found;
+    }, 90_000, 'the task to end');
+    expect(run.status, run.statusMessage).to.equal('done');
+    const page = await api<RunLogsPage>('/runs/through-proxy/logs');
+    expect(page.lines.map((line) => line.text)).to.deep.equal(['http://proxy.example.com:80 127.0.0.1']);
+  });
+});
