@@ -151,7 +151,6 @@ export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: ['fleet'], path: ['termination_policy'], message: 'termination_policy is deprecated in dstack; use idle_duration' },
   { kinds: ['fleet'], path: ['termination_idle_time'], message: 'termination_idle_time is deprecated in dstack; use idle_duration' },
   { kinds: ['fleet'], path: ['retry'], message: 'retry on a fleet is not supported: a fleet keeps trying to reach its minimum; set retry on runs' },
-  { kinds: ['fleet'], path: ['spot_policy'], message: 'spot_policy on a fleet is not supported: set it on each run' },
   { kinds: ALL_KINDS, path: ['regions'], message: `choosing regions is not supported: ${NO_CLOUD_CHOICE}` },
   { kinds: ALL_KINDS, path: ['availability_zones'], message: `choosing availability zones is not supported: ${NO_CLOUD_CHOICE}` },
   { kinds: ALL_KINDS, path: ['instance_types'], message: `choosing instance types is not supported: machines are chosen by resources; ${NO_CLOUD_CHOICE}` },

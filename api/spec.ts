@@ -230,6 +230,7 @@ export const FleetSpec = Type.Object({
   backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends to provision from; all configured ones when left out' })),
   resources: Type.Optional(Resources),
   max_price: Type.Optional(MaxPrice),
+  spot_policy: Type.Optional(SpotPolicy),
   env: Type.Optional(Env),
   placement: Type.Optional(Type.Union([Type.Literal('any'), Type.Literal('cluster')], {
     default: 'any', description: 'cluster: every instance in one region, on one network with a fast interconnect, for multi-node tasks; any: wherever the cheapest offer is',

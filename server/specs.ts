@@ -114,7 +114,7 @@ export function fleetDesired(spec: FleetSpec, project: ProjectRecord): FleetDesi
   return {
     name: spec.name,
     spec: spec as unknown as Record<string, unknown>,
-    requirement: normalizeResources(spec.resources, 'fleet', spec.max_price),
+    requirement: { ...normalizeResources(spec.resources, 'fleet', spec.max_price), ...(spec.spot_policy ? { spot: spec.spot_policy } : {}) },
     nodesMin: nodes.min ?? 0,
     nodesMax: nodes.max,
     idleSeconds: parseDurationOrOff(spec.idle_duration ?? DEFAULT_IDLE_DURATION),

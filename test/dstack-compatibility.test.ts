@@ -27,7 +27,7 @@ describe('dstack configurations: refused by name', () => {
     ]);
     expect(accepted).to.include.members(['accelerators.dstack.yml', 'cluster-fleet.dstack.yml', 'blocks-fleet.dstack.yml', 'replica-list.dstack.yml', 'replica-groups-named.dstack.yml',
       'ssh-blocks-fleet.dstack.yml', 'replica-group-python.dstack.yml', 'repo-if-exists.dstack.yml',
-      'docker-in-run.dstack.yml', 'nvcc.dstack.yml', 'nvcc-python.dstack.yml', 'ssh-fleet-env.dstack.yml']);
+      'docker-in-run.dstack.yml', 'nvcc.dstack.yml', 'nvcc-python.dstack.yml', 'ssh-fleet-env.dstack.yml', 'spot-fleet.dstack.yml']);
   });
 
   for (const name of refused) {
@@ -106,6 +106,7 @@ for (const kind of DATABASE_KINDS) {
       expect(fleet.spec).to.include({ nodes: '0..2', idle_duration: '1h', placement: 'any' });
       expect((await api<Fleet>('/fleets/my-cluster-fleet')).spec).to.include({ placement: 'cluster' });
       expect((await api<Fleet>('/fleets/my-fleet')).spec).to.include({ blocks: 4 });
+      expect((await api<Fleet>('/fleets/my-spot-fleet')).spec).to.include({ spot_policy: 'auto', nodes: '0..2' });
       expect((await api<Fleet>('/fleets/proxied-fleet')).spec.env).to.deep.equal({ HTTP_PROXY: 'http://proxy.example.com:80', HTTPS_PROXY: 'http://proxy.example.com:80', NO_PROXY: 'localhost,127.0.0.1' });
       const service = await api<Run>('/runs/llama');
       expect(service.spec).to.include({ replicas: '1..2', port: 8000, gateway: false, https: false });

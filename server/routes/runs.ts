@@ -252,7 +252,8 @@ function placedSpec(spec: RunSpec): RunSpec {
 async function planRun(server: ServerContext, project: ProjectRecord, spec: RunSpec, applying: FleetDesired[]): Promise<RunPlan> {
   const { db, pool } = server;
   const placed = placedSpec(spec);
-  const requirement = normalizeResources(placed.resources, 'run', placed.max_price);
+  // As the scheduler reads a queued run (controllers/queued-runs.ts): its spot_policy is part of what it needs.
+  const requirement = { ...normalizeResources(placed.resources, 'run', placed.max_price), ...(placed.spot_policy ? { spot: placed.spot_policy } : {}) };
   const fleets = fleetsOnceApplied(await listActiveFleets(db, project.id), applying, project.id);
   const instances = (await db.query(`SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [project.id])).map(toInstance);
   const listings = new Map<string, OfferListing>();
