@@ -55,14 +55,14 @@ function markdownConfigs(file: string, checkout: string): Config[] {
 const PYTHON_TOOLS = /(^|[\s;&|(])(uv|uvx|pip3?)\s/m;
 
 /** The container settings of each job a run starts: one, or one per replica group, whose image or python replaces both of the service's. */
-function jobSettings(spec: Record<string, unknown>): { commands: string[]; container: ReturnType<typeof jobContainer> }[] {
+function jobSettings(spec: Record<string, unknown>): { commands: string[]; namesImage: boolean; container: ReturnType<typeof jobContainer> }[] {
   const commandsOf = (fields: Record<string, unknown>) => (fields.type === 'dev-environment' ? fields.init : fields.commands) as string[] | undefined ?? [];
   const groups = Array.isArray(spec.replicas) ? spec.replicas as Record<string, unknown>[] : [{}];
   return groups.map((group) => {
     const own = group.image !== undefined || group.python !== undefined;
-    const merged = { ...spec, ...(own ? { image: group.image, python: group.python } : {}), commands: group.commands ?? spec.commands };
+    const merged: Record<string, unknown> = { ...spec, ...(own ? { image: group.image, python: group.python } : {}), commands: group.commands ?? spec.commands };
     const commands = commandsOf(merged);
-    return { commands, container: jobContainer(merged as Parameters<typeof jobContainer>[0], commands) };
+    return { commands, namesImage: merged.image !== undefined || merged.docker === true, container: jobContainer(merged as Parameters<typeof jobContainer>[0], commands) };
   });
 }
 
@@ -73,8 +73,7 @@ function jobSettings(spec: Record<string, unknown>): { commands: string[]; conta
  */
 function usesPythonTools(spec: ConfigSpec): { calls: boolean; kept: boolean } {
   const jobs = jobSettings(spec as Record<string, unknown>).filter((job) => job.commands.some((command) => PYTHON_TOOLS.test(command)));
-  const namedImage = (container: ReturnType<typeof jobContainer>) => container.image !== undefined && !container.image.startsWith('orchestrator/');
-  return { calls: jobs.length > 0, kept: jobs.every((job) => job.container.venvPython !== undefined || namedImage(job.container)) };
+  return { calls: jobs.length > 0, kept: jobs.every((job) => job.namesImage || job.container.venvPython !== undefined) };
 }
 
 function main(): void {
