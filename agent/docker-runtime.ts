@@ -3,11 +3,12 @@ import { spawn } from 'node:child_process';
 import { createReadStream } from 'node:fs';
 import { mkdir, readdir, realpath } from 'node:fs/promises';
 import { join, posix } from 'node:path';
+import type { Readable } from 'node:stream';
 import type { Logger } from 'winston';
 import type { JobRepo, JobSubmission, JobVolume } from '../api/agent.js';
 import { DEFAULT_SHELL } from '../api/run-container.js';
 import { isDirectory, missingVolumeMessage } from './job-inputs.js';
-import { checkoutRepo } from './repos.js';
+import { checkoutRepo, reposToPlace } from './repos.js';
 import type { JobLog } from './job-log.js';
 import { DockerLogReader } from './docker-logs.js';
 import { confinedDirectory, containerFilePath, fileMode } from './job-files.js';
@@ -25,6 +26,14 @@ export const LABELS = {
   runName: 'orchestrator.run-name',
   instanceId: 'orchestrator.instance-id',
 } as const;
+
+/** Where a job's virtual environment is made (JobSubmission.venvPython), as dstack makes its own at /dstack/venv. */
+export const VENV_DIR = '/orchestrator/venv';
+
+/** Makes a virtual environment of that Python with uv (pip seeded into it, as in dstack) and activates it for the commands after. */
+function venvCommands(python: string): string[] {
+  return [`uv venv -q --prompt orchestrator --python ${python} --seed ${VENV_DIR}`, `. ${VENV_DIR}/bin/activate`];
+}
 
 /** How long the log stream may lag behind the container's exit before it is cut. */
 const LOG_DRAIN_MS = 3000;
@@ -53,14 +62,6 @@ export class DockerRuntime implements JobRuntime {
     await this.ensureImage(image, submission.registryAuth, context);
     if (context.cancelled()) throw new JobStartError('stopped before it started');
     const binds = await volumeBinds(submission.volumes ?? []);
-    let reposArchive: string | null;
-    try {
-      reposArchive = await stageRepos(context.dir, submission.repos ?? []);
-    } catch (error) {
-      throw new JobStartError(`could not put the repos in place: ${(error as Error).message}`);
-    }
-    if (context.cancelled()) throw new JobStartError('stopped before it started');
-
     const workingDir = posix.resolve(DEFAULT_CONTAINER_WORKING_DIR, submission.workingDir ?? '.');
     let container: Docker.Container;
     try {
@@ -70,6 +71,13 @@ export class DockerRuntime implements JobRuntime {
     }
     try {
       await requireShell(container, submission, image);
+      let reposArchive: string | null;
+      try {
+        reposArchive = await stageRepos(context.dir, await reposToPlace(submission.repos ?? [], (path) => holdsFiles(container, path)));
+      } catch (error) {
+        throw new JobStartError(`could not put the repos in place: ${(error as Error).message}`);
+      }
+      if (context.cancelled()) throw new JobStartError('stopped before it started');
       if (reposArchive !== null) await container.putArchive(createReadStream(reposArchive), { path: '/' });
       if (submission.files.length > 0) {
         const archive = createTar(submission.files.map((file) => ({
@@ -133,7 +141,7 @@ export class DockerRuntime implements JobRuntime {
   private containerSpec(submission: JobSubmission, image: string, workingDir: string, binds: string[]): Docker.ContainerCreateOptions {
     const { instanceId, portHost, gpus } = this.options;
     const ports = submission.ports.map((port) => `${port}/tcp`);
-    const commandLine = jobCommandLine(submission);
+    const commandLine = jobCommandLine(submission.venvPython === undefined ? submission : { ...submission, commands: [...venvCommands(submission.venvPython), ...submission.commands] });
     return {
       Image: image,
       // The whole command line as the entrypoint, with no command after it: the image's own entrypoint would otherwise wrap it.
@@ -271,6 +279,43 @@ function containerEnvironment(submission: JobSubmission, gpus: boolean): Record<
   const environment = jobEnvironment(submission);
   if (gpus && submission.gpuIndices) environment.CUDA_VISIBLE_DEVICES = submission.gpuIndices.map((_, index) => index).join(',');
   return environment;
+}
+
+/**
+ * Whether the container (its image, before it starts) has anything at `path`: a file, or a directory that is not
+ * empty. The engine's archive of an empty directory is the directory's own tar header and then the end.
+ */
+async function holdsFiles(container: Docker.Container, path: string): Promise<boolean> {
+  let archive: NodeJS.ReadableStream;
+  try {
+    archive = await container.getArchive({ path });
+  } catch (error) {
+    if ((error as { statusCode?: number }).statusCode === 404) return false;
+    throw new Error(`could not look at ${path} in the image: ${engineMessage(error)}`);
+  }
+  const head = await firstBytes(archive as Readable, 2 * TAR_BLOCK);
+  return head.length === 2 * TAR_BLOCK && head.subarray(TAR_BLOCK).some((byte) => byte !== 0);
+}
+
+const TAR_BLOCK = 512;
+
+/** Up to `count` bytes from the start of `stream`, which is then destroyed. */
+function firstBytes(stream: Readable, count: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let length = 0;
+    const done = () => {
+      stream.destroy();
+      resolve(Buffer.concat(chunks).subarray(0, count));
+    };
+    stream.on('data', (chunk: Buffer) => {
+      chunks.push(chunk);
+      length += chunk.length;
+      if (length >= count) done();
+    });
+    stream.once('end', done);
+    stream.once('error', reject);
+  });
 }
 
 /**

@@ -1,8 +1,8 @@
-import { lstat, realpath, stat, symlink } from 'node:fs/promises';
+import { lstat, readdir, realpath, stat, symlink } from 'node:fs/promises';
 import { basename, dirname, join, posix } from 'node:path';
 import type { JobRepo, JobVolume } from '../api/agent.js';
 import { confinedDirectory } from './job-files.js';
-import { checkoutRepo } from './repos.js';
+import { checkoutRepo, reposToPlace } from './repos.js';
 
 /** The container folder that a process job's own folder stands in for (the docker runtime's default working directory). */
 export const PROCESS_WORKFLOW = '/workflow';
@@ -18,11 +18,15 @@ function placeUnderWorkflow(path: string, what: string): string {
   throw new Error(`${what} ${path} is outside ${PROCESS_WORKFLOW}; the process runtime has no container, so it can only place it in the job's folder, which stands for ${PROCESS_WORKFLOW} (a backend with runtime: docker mounts anywhere)`);
 }
 
-/** Clones or writes each repo into the job's folder `root` (a real path), outer paths first so that inner ones land inside them. */
+/**
+ * Clones or writes each repo into the job's folder `root` (a real path), outer paths first so that inner ones land
+ * inside them; a repo whose place an outer one filled follows its `ifExists`.
+ */
 export async function placeProcessRepos(root: string, repos: readonly JobRepo[]): Promise<void> {
   for (const repo of [...repos].sort((a, b) => a.path.length - b.path.length)) {
     const inside = placeUnderWorkflow(repo.path, 'the repo path');
-    await checkoutRepo(repo, await confinedDirectory(root, inside, repo.path));
+    const target = await confinedDirectory(root, inside, repo.path);
+    for (const placed of await reposToPlace([repo], async () => (await readdir(target)).length > 0)) await checkoutRepo(placed, target);
   }
 }
 

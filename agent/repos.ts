@@ -73,3 +73,20 @@ export async function checkoutRepo(repo: JobRepo, target: string): Promise<void>
     }
   }
 }
+
+/**
+ * The repos to put in place, given `holdsFiles` (whether something is at a path already, such as the image's
+ * files): one with `ifExists: skip` is left out there, one with `ifExists: error` throws an Error that says so;
+ * without `ifExists` the repo goes over what is there.
+ */
+export async function reposToPlace(repos: readonly JobRepo[], holdsFiles: (path: string) => Promise<boolean>): Promise<JobRepo[]> {
+  const placed: JobRepo[] = [];
+  for (const repo of repos) {
+    if (repo.ifExists !== undefined && await holdsFiles(repo.path)) {
+      if (repo.ifExists === 'error') throw new Error(`${repo.path} is not empty, and its repo says if_exists: error; give the repo another path, or if_exists: skip to keep what is there`);
+      continue;
+    }
+    placed.push(repo);
+  }
+  return placed;
+}

@@ -35,6 +35,8 @@ export const JobRepo = Type.Object({
   diffBase64: Type.Optional(Type.String({ format: 'base64', 'x-expected': 'base64 (A-Z, a-z, 0-9, + and /, padded with =)' })),
   /** The working tree, relative to `path`, when there is no `url` to clone. */
   files: Type.Optional(Type.Array(JobFile)),
+  /** Where files are at `path` already (the image's): fail the job, or leave them and skip the repo; left out, the repo goes over them. */
+  ifExists: Type.Optional(Type.Union([Type.Literal('error'), Type.Literal('skip')])),
 }, { additionalProperties: false });
 export type JobRepo = Static<typeof JobRepo>;
 
@@ -64,6 +66,12 @@ export const JobSubmission = Type.Object({
   shell: Type.Optional(Type.String({ pattern: '^/' })),
   /** When given, the job runs these words followed by the commands, each one argument, instead of the shell; it replaces the image's entrypoint. */
   entrypoint: Type.Optional(Type.Array(Type.String(), { minItems: 1 })),
+  /**
+   * The commands run in a virtual environment of this Python (a version such as "3.12"), made with uv at
+   * /orchestrator/venv before them and activated for them, as dstack runs commands in its own image. Only a
+   * container is given one (its image, the default image, has uv and these Pythons).
+   */
+  venvPython: Type.Optional(Type.String({ minLength: 1 })),
   /** Run the container in privileged mode (only a container can be). */
   privileged: Type.Optional(Type.Boolean()),
   /** The size of the container's /dev/shm in MiB; the engine's default when absent. */

@@ -1,15 +1,28 @@
 import type { Offer } from './offer.js';
 import type { FleetSpec } from './spec.js';
+import { sshHosts } from './ssh-fleet.js';
 
-/** The blocks an instance with `gpus` GPUs of a fleet is split into: `auto` gives one per GPU (one for a machine without GPUs). */
-export function blockCount(fleet: Pick<FleetSpec, 'blocks'>, gpus: number): number {
-  const blocks = fleet.blocks ?? 1;
+type BlockSettings = Pick<FleetSpec, 'blocks' | 'ssh_config'>;
+
+/** An instance's blocks setting: its SSH host's own (`ssh_config.hosts[].blocks`), else the fleet's, as in dstack. */
+function blocksSetting(fleet: BlockSettings, host: string | null): number | 'auto' {
+  const index = host === null || !fleet.ssh_config ? -1 : sshHosts(fleet.ssh_config).findIndex((h) => h.name === host);
+  const entry = index < 0 ? undefined : fleet.ssh_config!.hosts[index];
+  return (typeof entry === 'object' ? entry.blocks : undefined) ?? fleet.blocks ?? 1;
+}
+
+/**
+ * The blocks an instance with `gpus` GPUs of a fleet is split into (`host`: the SSH host it is, if any): `auto`
+ * gives one per GPU (one for a machine without GPUs).
+ */
+export function blockCount(fleet: BlockSettings, gpus: number, host: string | null = null): number {
+  const blocks = blocksSetting(fleet, host);
   return blocks === 'auto' ? Math.max(1, gpus) : blocks;
 }
 
-/** Whether the fleet's instances are shared between runs, block by block. */
-export function isSplit(fleet: Pick<FleetSpec, 'blocks'>): boolean {
-  return (fleet.blocks ?? 1) !== 1;
+/** Whether the fleet's instances are shared between runs, block by block: the fleet or one of its SSH hosts says so. */
+export function isSplit(fleet: BlockSettings): boolean {
+  return (fleet.blocks ?? 1) !== 1 || (fleet.ssh_config?.hosts ?? []).some((h) => typeof h === 'object' && (h.blocks ?? 1) !== 1);
 }
 
 /**

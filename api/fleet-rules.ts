@@ -1,3 +1,4 @@
+import { parseCountRange } from './quantity.js';
 import { sshHosts, type SshConfig } from './ssh-fleet.js';
 import type { IssueAt, Path } from './validate.js';
 
@@ -16,6 +17,7 @@ export function checkFleet(spec: Record<string, unknown>, report: Report): void 
   const ssh = spec.ssh_config as SshConfig | undefined;
   if (ssh === undefined) {
     if (spec.nodes === undefined) report(['nodes'], 'required field is missing; a fleet needs nodes (such as 1 or 0..2), or ssh_config with its hosts', 'parent');
+    else checkOpenEnded(spec, report);
     return;
   }
   for (const [field, why] of Object.entries(DECIDED_BY_HOSTS)) {
@@ -26,9 +28,25 @@ export function checkFleet(spec: Record<string, unknown>, report: Report): void 
   sshHosts(ssh).forEach((host, index) => {
     if (seen.has(host.name)) report(['ssh_config', 'hosts', index], `${host.name} is listed twice`, 'value');
     seen.add(host.name);
-    const blocks = ssh.hosts[index];
-    if (typeof blocks === 'object' && blocks.blocks !== undefined && blocks.blocks !== 1) {
-      report(['ssh_config', 'hosts', index, 'blocks'], 'blocks are not supported: a run takes a whole host, never a share of its GPUs', 'key');
-    }
   });
+}
+
+/** Backends whose instances cost nothing by the hour here: a fleet of them alone may grow without an upper bound. */
+const UNMETERED_BACKENDS = ['kubernetes'];
+
+/**
+ * `nodes: 0..` (no maximum) lets the fleet take as many instances as runs ask for: on a kubernetes fleet the cluster's
+ * own nodes bound it, as in dstack; on a backend that bills by the hour it could spend without limit.
+ */
+function checkOpenEnded(spec: Record<string, unknown>, report: Report): void {
+  let nodes: ReturnType<typeof parseCountRange>;
+  try {
+    nodes = parseCountRange(spec.nodes as string | number, { least: 0, bounded: false, what: 'node count' });
+  } catch {
+    return;
+  }
+  const backends = Array.isArray(spec.backends) ? spec.backends as string[] : [];
+  if (nodes.max !== null || (backends.length > 0 && backends.every((b) => UNMETERED_BACKENDS.includes(b)))) return;
+  const min = nodes.min ?? 0;
+  report(['nodes'], `an open range is not supported on a fleet that may rent machines, as it could spend without limit; give an upper bound, e.g. ${min}..${min + 4} (a fleet with backends: [kubernetes] alone may leave it open: the cluster's nodes bound it)`, 'value');
 }

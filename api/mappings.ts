@@ -99,9 +99,10 @@ export interface RepoEntry {
   hash?: string;
   /** Absolute, inside the container. */
   path: string;
+  ifExists?: 'error' | 'skip';
 }
 
-type RepoInput = string | { url?: string; local_path?: string; branch?: string; hash?: string; path?: string };
+type RepoInput = string | { url?: string; local_path?: string; branch?: string; hash?: string; path?: string; if_exists?: 'error' | 'skip' };
 
 /** `https://…`, `ssh://…`, `git://…`, `file://…` or scp-like `git@host:org/repo.git`. */
 export function isGitUrl(text: string): boolean {
@@ -113,7 +114,7 @@ export function isGitUrl(text: string): boolean {
  * `local_path` or `url`, `branch`, `hash` and `path` (relative paths are under /workflow).
  */
 export function parseRepoEntry(input: RepoInput): RepoEntry {
-  const entry: Omit<RepoEntry, 'path'> & { path?: string } = typeof input === 'string' ? repoFromText(input) : { localPath: input.local_path ?? null, url: input.url ?? null, branch: input.branch, hash: input.hash, path: input.path };
+  const entry: Omit<RepoEntry, 'path'> & { path?: string } = typeof input === 'string' ? repoFromText(input) : { localPath: input.local_path ?? null, url: input.url ?? null, branch: input.branch, hash: input.hash, path: input.path, ifExists: input.if_exists };
   if ((entry.localPath === null) === (entry.url === null)) throw new Error('give exactly one of url and local_path');
   if (entry.hash !== undefined && !/^[0-9a-f]{4,64}$/i.test(entry.hash)) throw new Error(`invalid repo hash "${entry.hash}"; expected a commit hash such as 3f2a9c1`);
   if (entry.localPath !== null && (entry.branch !== undefined || entry.hash !== undefined)) {

@@ -37,6 +37,11 @@ const NOT_ACTED_ON: readonly Entry[] = [
   },
   { kinds: ['fleet'], field: 'resources.shm_size', message: 'not used on a fleet: each run sets the shared memory of its own container with resources.shm_size' },
   {
+    kinds: ['fleet'], field: 'placement', honoured: ['any'],
+    message: 'nothing more to do on an SSH fleet: its hosts reach each other at their internal addresses (internal_ip, network or hostname) already',
+    when: (spec) => (spec as { ssh_config?: unknown }).ssh_config !== undefined,
+  },
+  {
     kinds: ['task'], field: 'startup_order', honoured: ['any'],
     message: 'not acted on: it orders the jobs of a multi-node task, and this task runs one job (nodes: 1)',
     when: (spec) => ((spec as { nodes?: number }).nodes ?? 1) <= 1,
@@ -47,7 +52,9 @@ const NOT_ACTED_ON: readonly Entry[] = [
 const UNUSED_BY_PROCESS_RUNTIME: readonly Entry[] = [
   { kinds: RUNS, field: 'image', message: 'not used: this instance runs jobs as processes on the machine itself, without a container (a backend with runtime: docker runs images)' },
   { kinds: RUNS, field: 'registry_auth', message: 'not used: this instance pulls no image, as it runs jobs as processes on the machine itself' },
-  { kinds: RUNS, field: 'python', message: 'not used: this instance runs jobs as processes on the machine itself, without the Python image; the commands get the machine\'s own Python' },
+  { kinds: RUNS, field: 'python', message: 'not used: this instance runs jobs as processes on the machine itself, without the default image and its virtual environment of that Python; the commands get the machine\'s own Python' },
+  { kinds: RUNS, field: 'nvcc', message: 'not used: this instance runs jobs as processes on the machine itself, without the image that has the CUDA compiler; the commands get the machine\'s own nvcc, if it has one' },
+  { kinds: RUNS, field: 'docker', message: 'not used: this instance runs jobs as processes on the machine itself, without a container, so no Docker daemon is started for the run (a backend with runtime: docker starts one)' },
   { kinds: RUNS, field: 'privileged', message: 'not used: this instance runs jobs as processes on the machine itself, with the agent\'s own privileges; only a container can be made privileged' },
   { kinds: RUNS, field: 'resources.shm_size', message: 'not used: this instance runs jobs as processes on the machine itself, which share its /dev/shm' },
 ];

@@ -2,8 +2,9 @@ import type { ReplicaGroup, ServiceSpec } from './spec.js';
 
 /**
  * A service's replicas as groups, each with the spec its replicas run: the service's, with the group's count as
- * replicas, its scaling, and its commands, image, resources and spot_policy in place of the service's. A service
- * whose replicas are a number or range is one group without a name.
+ * replicas, its scaling, and its commands, image, resources and spot_policy in place of the service's; its image or
+ * python replaces both of the service's, as either names what the replicas run in. A service whose replicas are a
+ * number or range is one group without a name.
  */
 export interface ReplicaGroupSpec {
   name: string | null;
@@ -15,7 +16,9 @@ export function replicaGroupsOf(spec: ServiceSpec): ReplicaGroupSpec[] {
   const { replicas: groups, scaling: _scaling, ...service } = spec;
   return groups.map((group: ReplicaGroup, index) => {
     const { name, count, ...own } = group;
-    return { name: name ?? String(index), spec: { ...service, ...own, replicas: count } };
+    const { image: _image, python: _python, ...withoutImage } = service;
+    const base = own.image !== undefined || own.python !== undefined ? withoutImage : service;
+    return { name: name ?? String(index), spec: { ...base, ...own, replicas: count } };
   });
 }
 

@@ -100,15 +100,26 @@ function intersectGpu(a: ResourceRequirement['gpu'], b: ResourceRequirement['gpu
   return { models, memoryMib, count };
 }
 
+/**
+ * The spot policy both allow, a being a fleet's (or its instance's) and b a run's: a fleet without one, or with
+ * `auto`, takes the run's; a run without one is on demand (as offerSatisfies reads it, and as dstack's runs
+ * default), so it fits no fleet that is spot only; `spot` and `on-demand` allow nothing together (null).
+ */
+function intersectSpot(a: ResourceRequirement['spot'], b: ResourceRequirement['spot']): ResourceRequirement['spot'] | null {
+  if (a === undefined || a === 'auto') return b;
+  const run = b ?? 'on-demand';
+  return run === 'auto' || run === a ? a : null;
+}
+
 /** What both requirements allow at once, or null when no machine can meet both. */
 export function intersectRequirements(a: ResourceRequirement, b: ResourceRequirement): ResourceRequirement | null {
   const gpu = intersectGpu(a.gpu, b.gpu);
   const cpus = intersectRanges(a.cpus, b.cpus);
   const memoryMib = intersectRanges(a.memoryMib, b.memoryMib);
   const diskMib = intersectRanges(a.diskMib, b.diskMib);
-  if (gpu === null || cpus === null || memoryMib === null || diskMib === null) return null;
+  const spot = intersectSpot(a.spot, b.spot);
+  if (gpu === null || cpus === null || memoryMib === null || diskMib === null || spot === null) return null;
   const shm = [a.shmSizeMib, b.shmSizeMib].filter((v): v is number => v !== null);
-  const spot = b.spot ?? a.spot;
   const prices = [a.maxPrice, b.maxPrice].filter((v): v is number => v !== undefined);
   return {
     gpu, cpus, memoryMib, diskMib, shmSizeMib: shm.length === 0 ? null : Math.max(...shm),
@@ -131,6 +142,7 @@ export function describeRequirement(req: ResourceRequirement): string {
     labelled('memory', formatRange(req.memoryMib, formatSize)),
     labelled('disk', formatRange(req.diskMib, formatSize)),
     req.shmSizeMib === null ? '' : `shm ${formatSize(req.shmSizeMib)}`,
+    req.spot === 'spot' ? 'spot' : req.spot === 'on-demand' ? 'on demand' : '',
   ].filter((part) => part !== '');
   return parts.length === 0 ? 'any machine' : parts.join(', ');
 }

@@ -2,9 +2,9 @@ import type { TObject } from '@sinclair/typebox';
 import { parseDuration } from './duration.js';
 import { parsePortMapping } from './mappings.js';
 import { parseCountRange } from './quantity.js';
-import { entrypointWords } from './run-container.js';
+import { DIND_IMAGE, entrypointWords, NVCC_IMAGE } from './run-container.js';
 import { checkFleet } from './fleet-rules.js';
-import type { SpecType } from './spec.js';
+import { Resources, type SpecType } from './spec.js';
 import type { IssueAt, Path } from './validate.js';
 
 type Report = (path: Path, message: string, at: IssueAt) => void;
@@ -90,10 +90,16 @@ function checkReplicaGroups(spec: Record<string, unknown>, groups: unknown[], re
     const earlier = names.get(name);
     if (earlier !== undefined) report(['replicas', index, 'name'], `"${name}" names group ${earlier} as well; each replica group needs its own name`, 'value');
     else names.set(name, index);
+    if (group.image !== undefined && group.python !== undefined) report(['replicas', index, 'python'], 'cannot be combined with image; the image brings its own Python', 'key');
     if (spec.commands === undefined && spec.image === undefined && group.commands === undefined && group.image === undefined) {
       report(['replicas', index, 'commands'], 'required field is missing; a replica group needs commands or an image, here or at the top level', 'parent');
     }
   });
+}
+
+/** `nvcc: true` runs in NVCC_IMAGE: not with an image of the run's own. */
+function checkNvcc(spec: Record<string, unknown>, report: Report): void {
+  if (spec.image !== undefined) report(['nvcc'], `cannot be combined with image, as in dstack: nvcc: true runs in ${NVCC_IMAGE}; give an image that has the CUDA compiler, such as nvidia/cuda:12.8.1-devel-ubuntu24.04, and leave nvcc out`, 'key');
 }
 
 /** Rules that tie several fields of one spec together, checked after each field on its own. */
@@ -106,6 +112,10 @@ export function checkSpecRules(spec: Record<string, unknown>, report: Report): v
   if (spec.image !== undefined && spec.python !== undefined) {
     report(['python'], 'cannot be combined with image; the image brings its own Python', 'key');
   }
+  for (const field of spec.docker === true ? ['image', 'python', 'nvcc'] : []) {
+    if (spec[field] !== undefined && spec[field] !== false) report([field], `cannot be combined with docker: true, which runs in dstack's Docker-in-Docker image (${DIND_IMAGE}), as in dstack`, 'key');
+  }
+  if (spec.nvcc === true && spec.docker !== true) checkNvcc(spec, report);
   if (spec.registry_auth !== undefined && spec.image === undefined) {
     report(['registry_auth'], 'only used to pull image, which is not set', 'key');
   }
@@ -138,11 +148,9 @@ const NO_CLOUD_CHOICE = 'the scheduler takes the cheapest offer of the fleet\'s 
 
 /** dstack's configuration fields that have no counterpart here, with why; docs/compatibility.md has the whole table. */
 export const UNSUPPORTED: readonly Unsupported[] = [
-  { kinds: ['fleet'], path: ['env'], message: 'env on a fleet is not supported: set env on each run' },
   { kinds: ['fleet'], path: ['termination_policy'], message: 'termination_policy is deprecated in dstack; use idle_duration' },
   { kinds: ['fleet'], path: ['termination_idle_time'], message: 'termination_idle_time is deprecated in dstack; use idle_duration' },
   { kinds: ['fleet'], path: ['retry'], message: 'retry on a fleet is not supported: a fleet keeps trying to reach its minimum; set retry on runs' },
-  { kinds: ['fleet'], path: ['spot_policy'], message: 'spot_policy on a fleet is not supported: set it on each run' },
   { kinds: ALL_KINDS, path: ['regions'], message: `choosing regions is not supported: ${NO_CLOUD_CHOICE}` },
   { kinds: ALL_KINDS, path: ['availability_zones'], message: `choosing availability zones is not supported: ${NO_CLOUD_CHOICE}` },
   { kinds: ALL_KINDS, path: ['instance_types'], message: `choosing instance types is not supported: machines are chosen by resources; ${NO_CLOUD_CHOICE}` },
@@ -153,8 +161,6 @@ export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: RUN_KINDS, path: ['idle_duration'], message: 'idle_duration on a run is not supported: instances belong to fleets; set idle_duration on the fleet' },
   { kinds: RUN_KINDS, path: ['instances'], message: 'choosing instances is not supported: the scheduler places a run on an instance of a fleet that fits; use fleets to narrow it' },
   { kinds: RUN_KINDS, path: ['user'], message: 'user is not supported: the commands run as the image\'s default user' },
-  { kinds: RUN_KINDS, path: ['nvcc'], message: 'the CUDA compiler (nvcc) is not supported in the default image: neither it nor python\'s image has one; set image to one that has it, such as nvidia/cuda:12.8.1-devel-ubuntu24.04', sameMeaning: (v) => v === false },
-  { kinds: RUN_KINDS, path: ['docker'], message: 'Docker inside the run is not supported: a run gets no Docker daemon of its own; build and push the image elsewhere and give it as image', sameMeaning: (v) => v === false },
   { kinds: RUN_KINDS, path: ['dstack'], message: 'access to the server from inside the run is not supported: a run gets no server address or token; drive the orchestrator from outside the run, with the CLI or the HTTP API', sameMeaning: (v) => v === false },
   { kinds: RUN_KINDS, path: ['single_branch'], message: 'single_branch: false is not supported: a repo is cloned at one commit', sameMeaning: (v) => v === true },
   { kinds: RUN_KINDS, path: ['home_dir'], message: 'home_dir is deprecated in dstack and has no effect there; remove it' },
@@ -163,7 +169,7 @@ export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: ['task'], path: ['groups'], message: 'node groups are not supported: the nodes of a multi-node task are alike; give nodes, commands and resources at the top level' },
   { kinds: ['service'], path: ['groups'], message: 'groups is not a field of a service: give replica groups as a list under replicas, each with count, commands and resources' },
   { kinds: ['service'], path: ['model', 'format'], message: 'model formats other than openai are not supported: the model endpoint speaks the OpenAI API; serve the model with an OpenAI-compatible server (vLLM, SGLang, TGI\'s /v1) and set format: openai', sameMeaning: (v) => v === 'openai' },
-  { kinds: ['service'], path: ['router'], message: 'routers are not supported: the proxy balances requests over the ready replicas itself' },
+  { kinds: ['service'], path: ['router'], message: 'routers are not supported: the proxy balances requests over the ready replicas itself, without prefill or decode roles; remove router, or run the router as a service of its own that calls the workers\' service' },
   { kinds: ['dev-environment'], path: ['version'], message: 'version (of the IDE) is not supported: the desktop IDE brings its own server when it connects over ssh' },
   { kinds: RUN_KINDS, path: ['resources', 'gpu', 'total_memory'], message: 'total_memory is not supported: give the memory of one card (memory) and count' },
   { kinds: RUN_KINDS, path: ['resources', 'gpu', 'compute_capability'], message: 'compute_capability is not supported: name the models instead, such as H100,H200' },
@@ -184,7 +190,7 @@ export const UNSUPPORTED_TYPES: Record<string, string> = {
 
 const IMPORTED = 'is another project\'s (dstack\'s exports); imported resources are not supported: each project here has its own fleets and gateways, so apply one in this project and name it';
 
-/** Refusals inside lists and values of known fields: network volumes, repos' if_exists, imported fleets and gateways. */
+/** Refusals inside lists and values of known fields: network volumes, imported fleets and gateways. */
 function refusedItems(spec: Record<string, unknown>, type: SpecType): [Path, string, IssueAt][] {
   const found: [Path, string, IssueAt][] = [];
   const entries = (field: string): [number, unknown][] => (Array.isArray(spec[field]) ? [...(spec[field] as unknown[]).entries()] : []);
@@ -194,13 +200,8 @@ function refusedItems(spec: Record<string, unknown>, type: SpecType): [Path, str
         found.push([['volumes', index, 'name'], 'network volumes are not supported: a run mounts a directory of its instance; write instance_path and path instead of name', 'key']);
       }
     }
-    for (const [index, repo] of entries('repos')) {
-      if (isMap(repo) && Object.hasOwn(repo, 'if_exists')) {
-        found.push([['repos', index, 'if_exists'], 'if_exists is not supported: the repo is always put at its path, over what the image holds there; remove if_exists, or give the repo a path the image leaves empty', 'key']);
-      }
-    }
     for (const [index, group] of type === 'service' ? entries('replicas') : []) {
-      for (const field of isMap(group) ? Object.keys(group).filter((f) => SERVICE_WIDE.includes(f)) : []) {
+      for (const field of isMap(group) ? Object.keys(group).filter((f) => SERVICE_WIDE.includes(f) || f === 'router') : []) {
         const unsupported = UNSUPPORTED.find((rule) => rule.kinds.includes('service') && rule.path.length === 1 && rule.path[0] === field);
         found.push([['replicas', index, field], unsupported?.message ?? `${field} per replica group is not supported: set it at the top level, where it applies to every group`, 'key']);
       }
@@ -213,9 +214,9 @@ function refusedItems(spec: Record<string, unknown>, type: SpecType): [Path, str
   return found;
 }
 
-/** Fields dstack may come to take per replica group that are the service's alone here (a group takes count, scaling, commands, image, resources, spot_policy). */
+/** Fields dstack may come to take per replica group that are the service's alone here (a group takes count, scaling, commands, image, python, resources, spot_policy). */
 const SERVICE_WIDE: readonly string[] = [
-  'port', 'env', 'python', 'regions', 'backends', 'fleets', 'instance_types', 'max_price', 'volumes', 'files', 'repos', 'working_dir',
+  'port', 'env', 'regions', 'backends', 'fleets', 'instance_types', 'max_price', 'volumes', 'files', 'repos', 'working_dir',
   'entrypoint', 'probes', 'model', 'registry_auth', 'privileged', 'shell', 'docker', 'retry', 'reservation', 'availability_zones',
 ];
 
@@ -269,9 +270,13 @@ export function refuseUnsupported(spec: Record<string, unknown>, type: SpecType,
   return refused ? null : kept;
 }
 
-/** A better message for a field that belongs to another kind: which kinds have it, and what it means there. */
+/**
+ * A better message for a field that belongs to another kind (which kinds have it, and what it means there), or
+ * under resources (a resources map whose lines lost their indentation).
+ */
 export function otherKindsHint(path: Path, field: string, type: SpecType, schemas: Record<SpecType, TObject>): string | null {
   if (path.length > 0) return null;
+  if (Object.hasOwn(Resources.properties, field)) return `unknown field at the top level; ${field} belongs under resources: indent it there`;
   const owners = (Object.keys(schemas) as SpecType[]).filter((other) => other !== type && Object.hasOwn(schemas[other].properties, field));
   if (owners.length === 0) return null;
   const byMeaning = new Map<string, SpecType[]>();

@@ -92,7 +92,7 @@ export const PortMapping = Type.Union([Port, Type.String(checked('port-mapping',
   description: 'A container port to forward, or "local:container"',
 });
 
-export const Python = Type.String(checked('python', 'a Python version such as "3.12"', 'Python version of the default image: 3.9 to 3.13; cannot be combined with image'));
+export const Python = Type.String(checked('python', 'a Python version such as "3.12"', 'The Python of the virtual environment the commands run in, in the default image (as in dstack): 3.9 to 3.13; cannot be combined with image'));
 export const Image = Type.String({ minLength: 1, description: 'Docker image to run in' });
 export const Commands = Type.Array(Type.String(), { minItems: 1, description: 'Shell commands, run in order in one shell' });
 export const RegistryAuth = Type.Object({
@@ -114,6 +114,11 @@ export const UtilizationPolicy = Type.Object({
   time_window: duration('positive-duration', 'How long utilization must stay low'),
 }, { additionalProperties: false, description: 'Stop the run when every GPU stays below min_gpu_utilization for time_window' });
 
+/** What to do where the image already holds files at the repo's path, as dstack's `if_exists`; left out, the repo is put over them. */
+export const RepoIfExists = Type.Union([Type.Literal('error'), Type.Literal('skip')], {
+  description: 'Where the image already has files at the repo\'s path: error fails the run, skip leaves them and puts no repo there',
+});
+
 export const Repo = Type.Union([
   Type.String({ minLength: 1, ...checked('repo', 'a folder, "folder:path" or a git URL', 'A folder (".", "..:/workflow/parent") or a git URL') }),
   Type.Object({
@@ -122,6 +127,7 @@ export const Repo = Type.Union([
     branch: Type.Optional(Type.String({ minLength: 1 })),
     hash: Type.Optional(Type.String({ minLength: 1 })),
     path: Type.Optional(Type.String({ minLength: 1, description: 'Where the repo lands in the container' })),
+    if_exists: Type.Optional(RepoIfExists),
   }, { additionalProperties: false, ...checked('repo', 'a map with url or local_path', 'A repo given by url or local_path') }),
 ], { 'x-expected': 'a local path or git URL, or a map with url or local_path', description: 'A local directory or git URL to make available to the run' });
 
@@ -202,6 +208,8 @@ const runCommon = {
   working_dir: Type.Optional(Type.String({ minLength: 1, description: 'Directory the commands start in' })),
   volumes: Type.Optional(Type.Array(Volume)),
   privileged: Type.Optional(Type.Boolean({ default: false, description: 'Run the container in privileged mode' })),
+  nvcc: Type.Optional(Type.Boolean({ default: false, description: 'The CUDA compiler in the run, as in dstack: the default image\'s devel variant; cannot be combined with image' })),
+  docker: Type.Optional(Type.Boolean({ default: false, description: 'A Docker daemon in the run, as in dstack: its Docker-in-Docker image, privileged, dockerd started before the commands; cannot be combined with image or python' })),
   entrypoint: Type.Optional(Type.String({ minLength: 1, description: 'The container entrypoint the commands are passed to, instead of the shell' })),
   shell: Type.Optional(Type.String({ pattern: '^(sh|bash|/.+)$', 'x-expected': 'sh, bash, or an absolute path such as /usr/bin/zsh', description: 'The shell that runs the commands: sh, bash, or an absolute path' })),
   max_duration: Type.Optional(durationOrOff('Stop the run after this long')),
@@ -222,6 +230,8 @@ export const FleetSpec = Type.Object({
   backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends to provision from; all configured ones when left out' })),
   resources: Type.Optional(Resources),
   max_price: Type.Optional(MaxPrice),
+  spot_policy: Type.Optional(SpotPolicy),
+  env: Type.Optional(Env),
   placement: Type.Optional(Type.Union([Type.Literal('any'), Type.Literal('cluster')], {
     default: 'any', description: 'cluster: every instance in one region, on one network with a fast interconnect, for multi-node tasks; any: wherever the cheapest offer is',
   })),
@@ -278,9 +288,10 @@ export const ReplicaGroup = Type.Object({
   scaling: Type.Optional(Scaling),
   commands: Type.Optional(Commands),
   image: Type.Optional(Image),
+  python: Type.Optional(Python),
   resources: Type.Optional(Resources),
   spot_policy: Type.Optional(SpotPolicy),
-}, { additionalProperties: false, description: 'A group of replicas: count (n or min..max with scaling), and commands, image, resources and spot_policy in place of the service\'s' });
+}, { additionalProperties: false, description: 'A group of replicas: count (n or min..max with scaling), and commands, image or python, resources and spot_policy in place of the service\'s' });
 export type ReplicaGroup = Static<typeof ReplicaGroup>;
 
 export const ServiceSpec = Type.Object({

@@ -51,7 +51,6 @@ export interface SshHost extends SshEndpoint {
   internalIp: string | null;
   /** The fleet's `network`: where the internal address is taken from when internal_ip is not given. */
   network: string | null;
-  blocks: number | 'auto';
 }
 
 export const DEFAULT_SSH_PORT = 22;
@@ -83,7 +82,6 @@ export function sshHosts(config: SshConfig): SshHost[] {
       } : null,
       internalIp: host.internal_ip ?? null,
       network: config.network ?? null,
-      blocks: host.blocks ?? 1,
     };
   });
 }

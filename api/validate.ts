@@ -99,7 +99,8 @@ const CHECKS: Record<CheckName, Check> = {
         report(context, [...path, 'target'], 'not supported: a fleet here starts with min instances and adds more, up to max, as runs need them; leave target out or set it to min', 'key');
       }
     }),
-    check: (value: string | number) => parseCountRange(value, { least: 0, bounded: true, what: 'node count' }),
+    // Whether a fleet may be open-ended depends on its backends: checkFleet (fleet-rules.ts) decides.
+    check: (value: string | number) => parseCountRange(value, { least: 0, bounded: false, what: 'node count' }),
   },
   'replicas': { coerce: rangeCoercion, check: (value: string | number) => parseCountRange(value, { least: 0, bounded: true, what: 'replica count' }) },
   'python': {

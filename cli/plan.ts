@@ -124,7 +124,7 @@ function budgetLine(budget: NonNullable<RunPlan['budget']>, pricePerHour: number
 function replicaGroupsField(spec: RunSpec): string {
   if (spec.type !== 'service' || !Array.isArray(spec.replicas)) return '';
   return replicaGroupsOf(spec).map(({ name, spec: group }, index) => {
-    const own = (['commands', 'image', 'spot_policy'] as const).filter((f) => (spec.replicas as Array<Record<string, unknown>>)[index]![f] !== undefined);
+    const own = (['commands', 'image', 'python', 'spot_policy'] as const).filter((f) => (spec.replicas as Array<Record<string, unknown>>)[index]![f] !== undefined);
     const parts = [`${String(group.replicas)} replica${group.replicas === 1 ? '' : 's'}`, describeRequirementInWords(normalizeResources(group.resources, 'run', group.max_price)),
       ...(own.length > 0 ? [`its own ${own.join(', ')}`] : [])];
     return field(index === 0 ? 'groups' : '', `${name}: ${parts.join(', ')}`);

@@ -133,7 +133,8 @@ export class RunController extends LeasedController<RunRecord> {
       return SIBLING_POLL_MS;
     }
     const gpuIndices = run.blocks === null ? null : await this.blockGpuIndices(run.blocks, instance);
-    const submission = await this.withSecrets(run, jobFor(run, instance, ips, gpuIndices));
+    const fleetEnv = ((await getFleetById(this.db, instance.fleetId)).spec.env ?? {}) as Record<string, string>;
+    const submission = await this.withSecrets(run, jobFor(run, instance, ips, gpuIndices, fleetEnv));
     if (typeof submission === 'string') {
       await releaseInstanceFromRun(this.db, instance.id, run.id);
       await this.finish(run, null, 'failed', 'submit_failed', submission, null);
@@ -191,7 +192,7 @@ export class RunController extends LeasedController<RunRecord> {
   private async blockGpuIndices(blocks: number[], instance: InstanceRecord): Promise<number[]> {
     const fleet = await getFleetById(this.db, instance.fleetId);
     const gpus = instance.offer?.gpu.count ?? 0;
-    return blockGpus(blocks, gpus, blockCount(fleet.spec, gpus));
+    return blockGpus(blocks, gpus, blockCount(fleet.spec, gpus, instance.sshHost?.name ?? null));
   }
 
   private async requeue(run: RunRecord, message: string): Promise<void> {
@@ -286,14 +287,13 @@ function devEnvironmentCommands(init: string[] | undefined): string[] {
  * The job of a run on its instance; `ips` are the addresses of every node's instance in rank order (one for a single job),
  * `gpuIndices` the GPUs of its blocks when it shares the instance.
  */
-function jobFor(run: RunRecord, instance: InstanceRecord, ips: string[], gpuIndices: number[] | null): JobSubmission {
+function jobFor(run: RunRecord, instance: InstanceRecord, ips: string[], gpuIndices: number[] | null, fleetEnv: Record<string, string>): JobSubmission {
   const spec = run.spec;
   return {
     jobId: run.id,
     runName: run.name,
-    ...jobContainer(spec),
-    commands: run.kind === 'dev-environment' ? devEnvironmentCommands(spec.init) : spec.commands ?? [],
-    env: spec.env ?? {},
+    ...jobContainer(spec, run.kind === 'dev-environment' ? devEnvironmentCommands(spec.init) : spec.commands ?? []),
+    env: { ...fleetEnv, ...spec.env },
     files: run.files,
     workingDir: spec.working_dir,
     ports: run.kind === 'service' ? [spec.port] : (spec.ports ?? []).map((p: number | string) => parsePortMapping(p).container),

@@ -171,7 +171,7 @@ export class Scheduler implements Controller {
     if (taken.length === 0) return false;
     instance.status = 'busy';
     held.set(instance.id, [...(held.get(instance.id) ?? []), ...blocks]);
-    const total = blockCount(fleet.spec, instance.offer!.gpu.count);
+    const total = blockCount(fleet.spec, instance.offer!.gpu.count, instance.sshHost?.name ?? null);
     const message = `starting on ${instance.name}, block${blocks.length === 1 ? '' : 's'} ${blocks.join(', ')} of ${total}`;
     await tx.query(
       `UPDATE runs SET status = 'provisioning', status_message = $2, fleet_id = $3, instance_id = $4, blocks = $5::int[], next_reconcile_at = now(), updated_at = now()
@@ -245,7 +245,7 @@ function blocksCanHold(offer: Offer, fleet: FleetRecord, requirement: ResourceRe
 /** The fewest free blocks of a shared instance that give the run what it needs; null when its free blocks cannot. */
 function freeBlocksFor(requirement: ResourceRequirement, fleet: FleetRecord, instance: InstanceRecord, held: BlocksHeld): number[] | null {
   const offer = instance.offer!;
-  const total = blockCount(fleet.spec, offer.gpu.count);
+  const total = blockCount(fleet.spec, offer.gpu.count, instance.sshHost?.name ?? null);
   const taken = held.get(instance.id) ?? [];
   const free = Array.from({ length: total }, (_, block) => block).filter((block) => !taken.includes(block));
   for (let count = 1; count <= free.length; count++) {

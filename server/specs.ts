@@ -67,8 +67,9 @@ function validateRepos(spec: RunSpec, value: unknown): { repos: JobRepo[]; error
   if (context.issues.length === 0) {
     entries.forEach((written, index) => {
       const entry = parseRepoEntry(written);
-      if (sent !== undefined) repos.push(sent[index]!);
-      else if (entry.url !== null) repos.push({ path: entry.path, url: entry.url, branch: entry.branch, hash: entry.hash });
+      const ifExists = entry.ifExists === undefined ? {} : { ifExists: entry.ifExists };
+      if (sent !== undefined) repos.push({ ...sent[index]!, ...ifExists });
+      else if (entry.url !== null) repos.push({ path: entry.path, url: entry.url, branch: entry.branch, hash: entry.hash, ...ifExists });
       else report(context, ['spec', 'repos', index], `the local repo ${entry.localPath} is read from the applier's machine; apply it with orchestrator apply, or give its url`);
     });
   }
@@ -113,7 +114,7 @@ export function fleetDesired(spec: FleetSpec, project: ProjectRecord): FleetDesi
   return {
     name: spec.name,
     spec: spec as unknown as Record<string, unknown>,
-    requirement: normalizeResources(spec.resources, 'fleet', spec.max_price),
+    requirement: { ...normalizeResources(spec.resources, 'fleet', spec.max_price), ...(spec.spot_policy ? { spot: spec.spot_policy } : {}) },
     nodesMin: nodes.min ?? 0,
     nodesMax: nodes.max,
     idleSeconds: parseDurationOrOff(spec.idle_duration ?? DEFAULT_IDLE_DURATION),

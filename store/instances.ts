@@ -55,9 +55,13 @@ export function instanceView(i: InstanceRecord, fleetName: string, runName: stri
   };
 }
 
-function blocksView(fleetSpec: Pick<FleetSpec, 'blocks'>, offer: Offer | null, busy: number): Instance['blocks'] {
-  if (!isSplit(fleetSpec) || offer === null) return null;
-  return { busy, total: blockCount(fleetSpec, offer.gpu.count) };
+/** The blocks runs hold of the instance `i`, as a column of a query that names it so. */
+export const BLOCKS_BUSY = `(SELECT coalesce(sum(cardinality(held.blocks)), 0)::int FROM runs held
+        WHERE held.instance_id = i.id AND held.blocks IS NOT NULL AND held.status NOT IN ('terminated', 'failed', 'done')) AS blocks_busy`;
+
+export function blocksView(fleetSpec: Pick<FleetSpec, 'blocks' | 'ssh_config'>, instance: InstanceRecord, busy: number): Instance['blocks'] {
+  if (!isSplit(fleetSpec) || instance.offer === null) return null;
+  return { busy, total: blockCount(fleetSpec, instance.offer.gpu.count, instance.sshHost?.name ?? null) };
 }
 
 export interface NewInstance {
@@ -93,8 +97,7 @@ export async function listFleetInstances(db: Queryable, fleetId: string): Promis
 export async function listInstanceViews(db: Queryable, projectId: string, options: { fleetId?: string; includeTerminated: boolean }): Promise<Instance[]> {
   const rows = await db.query(
     `SELECT i.*, f.name AS fleet_name, f.spec AS fleet_spec, r.name AS run_name, coalesce(a.dollars, 0)::float8 AS cost,
-       (SELECT coalesce(sum(cardinality(held.blocks)), 0)::int FROM runs held
-        WHERE held.instance_id = i.id AND held.blocks IS NOT NULL AND held.status NOT IN ('terminated', 'failed', 'done')) AS blocks_busy
+       ${BLOCKS_BUSY}
      FROM instances i
      JOIN fleets f ON f.id = i.fleet_id LEFT JOIN runs r ON r.id = i.run_id LEFT JOIN instance_accruals a ON a.instance_id = i.id
      WHERE i.project_id = $1 AND ($2::text IS NULL OR i.fleet_id = $2) AND ($3 OR i.status <> 'terminated')
@@ -102,7 +105,7 @@ export async function listInstanceViews(db: Queryable, projectId: string, option
     [projectId, options.fleetId ?? null, options.includeTerminated]);
   return rows.map((r) => {
     const instance = toInstance(r);
-    return instanceView(instance, r.fleet_name, r.run_name, r.cost, blocksView(r.fleet_spec, instance.offer, r.blocks_busy));
+    return instanceView(instance, r.fleet_name, r.run_name, r.cost, blocksView(r.fleet_spec, instance, r.blocks_busy));
   });
 }
 

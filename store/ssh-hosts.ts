@@ -1,6 +1,6 @@
 import type { Instance } from '../api/objects.js';
 import type { Queryable } from './db.js';
-import { instanceView, toInstance, type InstanceRecord } from './instances.js';
+import { BLOCKS_BUSY, blocksView, instanceView, toInstance, type InstanceRecord } from './instances.js';
 
 /** The newest instance of each host an SSH fleet has had, ended or not: a host's failure shows until it is tried again. */
 export async function latestHostInstances(db: Queryable, fleetId: string): Promise<InstanceRecord[]> {
@@ -16,13 +16,16 @@ export async function latestHostInstances(db: Queryable, fleetId: string): Promi
  */
 export async function listHostInstanceViews(db: Queryable, fleetId: string, hosts: readonly string[]): Promise<Instance[]> {
   const rows = await db.query(
-    `SELECT latest.*, f.name AS fleet_name, r.name AS run_name, coalesce(a.dollars, 0)::float8 AS cost FROM (
+    `SELECT i.*, f.name AS fleet_name, f.spec AS fleet_spec, r.name AS run_name, coalesce(a.dollars, 0)::float8 AS cost, ${BLOCKS_BUSY} FROM (
        SELECT DISTINCT ON (ssh_host->>'name') * FROM instances WHERE fleet_id = $1 AND ssh_host IS NOT NULL
-       ORDER BY ssh_host->>'name', created_at DESC) latest
-     JOIN fleets f ON f.id = latest.fleet_id LEFT JOIN runs r ON r.id = latest.run_id LEFT JOIN instance_accruals a ON a.instance_id = latest.id
-     WHERE latest.status <> 'terminated' OR latest.ssh_host->>'name' = ANY($2::text[])
-     ORDER BY latest.created_at`, [fleetId, hosts]);
-  return rows.map((r) => instanceView(toInstance(r), r.fleet_name, r.run_name, r.cost));
+       ORDER BY ssh_host->>'name', created_at DESC) i
+     JOIN fleets f ON f.id = i.fleet_id LEFT JOIN runs r ON r.id = i.run_id LEFT JOIN instance_accruals a ON a.instance_id = i.id
+     WHERE i.status <> 'terminated' OR i.ssh_host->>'name' = ANY($2::text[])
+     ORDER BY i.created_at`, [fleetId, hosts]);
+  return rows.map((r) => {
+    const instance = toInstance(r);
+    return instanceView(instance, r.fleet_name, r.run_name, r.cost, blocksView(r.fleet_spec, instance, r.blocks_busy));
+  });
 }
 
 /**

@@ -4,7 +4,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Value } from '@sinclair/typebox/value';
 import { formatSpecError, parseSpecText, specKind, validateSpec } from '../api/parse.js';
-import { AnySpec } from '../api/spec.js';
+import { replicaGroupsOf } from '../api/replica-groups.js';
+import { AnySpec, type ServiceSpec } from '../api/spec.js';
 
 const BROKEN = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'broken-yaml');
 const USER_ENV = { PRESENT_TOKEN: 'secret-value', HF_TOKEN: 'hf_secret' };
@@ -247,7 +248,7 @@ describe('api: validating JSON specs', () => {
       'port: expected an integer from 1 to 65535, got "http"',
       'commands[1]: expected a string, got 1',
       'resources.gpu: unknown GPU model "H10"; did you mean "H100"?',
-      'extra: unknown field; expected one of type, name, priority, resources, env, image, registry_auth, python, files, repos, working_dir, volumes, privileged, entrypoint, shell, max_duration, stop_duration, retry, utilization_policy, spot_policy, max_price, backends, fleets, commands, port, model, replicas, scaling, auth, strip_prefix, probes, max_body_size, first_byte_timeout, idle_timeout, cold_start_timeout, startup_timeout, drain_timeout, gateway, https, rate_limits',
+      'extra: unknown field; expected one of type, name, priority, resources, env, image, registry_auth, python, files, repos, working_dir, volumes, privileged, nvcc, docker, entrypoint, shell, max_duration, stop_duration, retry, utilization_policy, spot_policy, max_price, backends, fleets, commands, port, model, replicas, scaling, auth, strip_prefix, probes, max_body_size, first_byte_timeout, idle_timeout, cold_start_timeout, startup_timeout, drain_timeout, gateway, https, rate_limits',
     ]);
   });
 
@@ -282,6 +283,28 @@ describe('api: validating JSON specs', () => {
       'scaling: with replica groups, each group with a count range takes its own scaling; move scaling into those groups',
     ]);
     expect(service([{ commands: ['x'] }], {})).to.deep.equal(['replicas[0].count: required field is missing; expected a number of replicas such as 2 or a range such as 0..4']);
+    expect(service([{ count: 1, image: 'y', python: '3.12', commands: ['x'] }])).to.deep.equal(['replicas[0].python: cannot be combined with image; the image brings its own Python']);
+  });
+
+  it('runs a replica group in its own python or image in place of the service\'s', () => {
+    const { spec } = validateSpec({ type: 'service', port: 80, image: 'vllm/vllm-openai', commands: ['serve'], replicas: [{ name: 'gpu', count: 1 }, { name: 'cpu', count: 1, python: '3.12' }] });
+    const groups = replicaGroupsOf(spec as ServiceSpec).map((group) => [group.name, group.spec.image ?? null, group.spec.python ?? null]);
+    expect(groups).to.deep.equal([['gpu', 'vllm/vllm-openai', null], ['cpu', null, '3.12']]);
+  });
+
+  it('takes an open-ended fleet (nodes: 0..) on kubernetes alone, where the cluster bounds it, and refuses it where machines are rented', () => {
+    const fleet = (more: Record<string, unknown>) => validateSpec({ type: 'fleet', name: 'f', nodes: '0..', ...more }).errors.map(formatSpecError);
+    expect(fleet({ backends: ['kubernetes'] })).to.deep.equal([]);
+    const refusal = 'nodes: an open range is not supported on a fleet that may rent machines, as it could spend without limit; give an upper bound, e.g. 0..4 (a fleet with backends: [kubernetes] alone may leave it open: the cluster\'s nodes bound it)';
+    expect(fleet({})).to.deep.equal([refusal]);
+    expect(fleet({ backends: ['kubernetes', 'gpucloud'] })).to.deep.equal([refusal]);
+  });
+
+  it('tells a resources field written at the top level to go under resources', () => {
+    expect(validateSpec({ type: 'task', commands: ['x'], gpu: 'A100:8', shm_size: '24GB' }).errors.map(formatSpecError)).to.deep.equal([
+      'gpu: unknown field at the top level; gpu belongs under resources: indent it there',
+      'shm_size: unknown field at the top level; shm_size belongs under resources: indent it there',
+    ]);
   });
 });
 

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { Run, RunLogsPage } from '../api/objects.js';
 import { FINISHED_RUN_STATUSES } from '../api/status.js';
 import { endCliSuite, runCli, show, startLocalCliSuite, type LocalCliSuite } from './helpers/cli.js';
-import { BASH_TEST_IMAGE, ensureBashImage, ensurePodman, TEST_IMAGE } from './helpers/podman.js';
+import { BASH_TEST_IMAGE, ensureBashImage, ensurePodman, ensureStandInImage, removeStandInImage, TEST_IMAGE } from './helpers/podman.js';
 import { eventually, LOCAL_DOCKER_CONFIG } from './helpers/server.js';
 
 /** CAP_SYS_ADMIN, which mount needs: a privileged container has it, a default one does not. */
@@ -19,8 +19,26 @@ const TASKS: Record<string, string[]> = {
   'bash': [`image: ${BASH_TEST_IMAGE}`, 'shell: bash', 'commands:', '  - \'[[ -n "$BASH_VERSION" ]] && echo "bash $BASH_VERSION"\''],
   'ash': [`image: ${TEST_IMAGE}`, 'shell: /bin/ash', 'commands:', '  - echo "shell $0"'],
   'no-bash': [`image: ${TEST_IMAGE}`, 'shell: bash', 'commands:', '  - echo never'],
-  'python': ['python: "3.12"', 'commands:', '  - python --version'],
+  'python': ['python: "3.11"', 'commands:', '  - echo "venv $VIRTUAL_ENV"', '  - python --version'],
+  'no-python': ['commands:', '  - python --version'],
+  'docker': ['docker: true', ...PROBE],
+  'nvcc': ['python: "3.10"', 'nvcc: true', 'commands:', '  - nvcc --version', '  - python --version'],
 };
+
+/** dstack's Docker-in-Docker image, the default image and its devel variant, which the test machines cannot pull: stand-ins under their names. */
+const STAND_INS = { dind: 'docker.io/dstackai/dind:latest', base: 'docker.io/orchestrator/base:cuda-12.8', devel: 'docker.io/orchestrator/base:cuda-12.8-devel' };
+
+/**
+ * The default image's uv, standing in for `uv venv --python X --seed DIR`: makes DIR with an activate script and
+ * a python that says which Python the environment was asked for and what uv was called with.
+ */
+const UV_VENV_STAND_IN = [
+  'for word in "$@"; do [ "$previous" = --python ] && python=$word; previous=$word; done',
+  'mkdir -p "$previous/bin"',
+  'printf \'export VIRTUAL_ENV=%s\\nexport PATH=%s/bin:$PATH\\n\' "$previous" "$previous" > "$previous/bin/activate"',
+  'printf \'#!/bin/sh\\necho "Python %s (uv %s)"\\n\' "$python" "$*" > "$previous/bin/python"',
+  'chmod +x "$previous/bin/python"',
+].join('\n');
 
 describe('container settings: privileged, resources.shm_size, entrypoint, shell, python (local backend, runtime docker on Podman)', function () {
   this.timeout(60_000);
@@ -34,6 +52,9 @@ describe('container settings: privileged, resources.shm_size, entrypoint, shell,
     this.timeout(600_000);
     process.env.DOCKER_HOST = await ensurePodman();
     await ensureBashImage();
+    await ensureStandInImage(STAND_INS.dind, { 'start-dockerd': 'echo "start-dockerd ran"' });
+    await ensureStandInImage(STAND_INS.base, { uv: UV_VENV_STAND_IN });
+    await ensureStandInImage(STAND_INS.devel, { nvcc: 'echo "nvcc: NVIDIA (R) Cuda compiler driver (stand-in)"', uv: UV_VENV_STAND_IN });
     suite = await startLocalCliSuite('pglite', LOCAL_DOCKER_CONFIG);
     const file = join(suite.work, 'tasks.yml');
     writeFileSync(file, Object.entries(TASKS).map(([name, lines]) => ['type: task', `name: ${name}`, ...lines, ''].join('\n')).join('---\n'));
@@ -52,6 +73,7 @@ describe('container settings: privileged, resources.shm_size, entrypoint, shell,
   after(async function () {
     this.timeout(60_000);
     await endCliSuite(suite?.server, suite?.home, suite?.work);
+    for (const image of Object.values(STAND_INS)) await removeStandInImage(image);
     if (previousDockerHost === undefined) delete process.env.DOCKER_HOST;
     else process.env.DOCKER_HOST = previousDockerHost;
   });
@@ -61,8 +83,19 @@ describe('container settings: privileged, resources.shm_size, entrypoint, shell,
     return output.get(name)!;
   };
 
+  const sysAdmin = (text: string) => (BigInt(`0x${/CapEff:\s*([0-9a-f]+)/.exec(text)![1]}`) >> CAP_SYS_ADMIN) & 1n;
+
+  it('runs a task with docker: true as dstack does: in dstack\'s Docker-in-Docker image, privileged, start-dockerd before its commands', () => {
+    const logged = done('docker');
+    expect(logged.split('\n')[0]).to.equal('start-dockerd ran');
+    expect(sysAdmin(logged), logged).to.equal(1n);
+  });
+
+  it('runs a task with nvcc: true in the default image\'s devel variant, which has the CUDA compiler, in a virtual environment of its python', () => {
+    expect(done('nvcc')).to.equal('nvcc: NVIDIA (R) Cuda compiler driver (stand-in)\nPython 3.10 (uv venv -q --prompt orchestrator --python 3.10 --seed /orchestrator/venv)\n');
+  });
+
   it('makes the container privileged and sizes its /dev/shm as asked; without them, the engine\'s defaults', () => {
-    const sysAdmin = (text: string) => (BigInt(`0x${/CapEff:\s*([0-9a-f]+)/.exec(text)![1]}`) >> CAP_SYS_ADMIN) & 1n;
     const shmKib = (text: string) => Number(/^shm\s+(\d+)/m.exec(text)![1]);
     const [asked, plain] = [done('privileged'), done('unprivileged')];
     expect(sysAdmin(asked), asked).to.equal(1n);
@@ -85,10 +118,11 @@ describe('container settings: privileged, resources.shm_size, entrypoint, shell,
     expect(output.get('no-bash')).to.equal('');
   });
 
-  it('runs a task that gives python and no image in python:<version>-slim', () => {
-    const run = runs.get('python')!;
-    // The test machines reach no registry; where one is reachable, the image is pulled and runs.
-    if (run.status === 'done') expect(output.get('python')).to.match(/^Python 3\.12\.\d+$/m);
-    else expect(run.statusMessage).to.contain('could not pull image python:3.12-slim from registry docker.io');
+  it('runs a task that gives python and no image in the default image, in a virtual environment of that Python made with uv, as dstack does', () => {
+    expect(done('python')).to.equal('venv /orchestrator/venv\nPython 3.11 (uv venv -q --prompt orchestrator --python 3.11 --seed /orchestrator/venv)\n');
+  });
+
+  it('runs a task without python or image in a virtual environment of the default image\'s Python 3.12', () => {
+    expect(done('no-python')).to.equal('Python 3.12 (uv venv -q --prompt orchestrator --python 3.12 --seed /orchestrator/venv)\n');
   });
 });

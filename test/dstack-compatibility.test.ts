@@ -1,8 +1,9 @@
 import { expect } from 'chai';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Fleet, Run } from '../api/objects.js';
+import type { Fleet, Run, RunLogsPage } from '../api/objects.js';
+import { FINISHED_RUN_STATUSES } from '../api/status.js';
 import { makeHome, runCli, show } from './helpers/cli.js';
 import { useLocalCliSuite } from './helpers/local-cli-hooks.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
@@ -21,10 +22,12 @@ describe('dstack configurations: refused by name', () => {
     expect(accepted).to.include.members(['task.dstack.yml', 'multi-node.dstack.yml', 'service.dstack.yml', 'dev-environment.dstack.yml', 'fleet.dstack.yml', 'ssh-fleet.dstack.yml']);
     expect(refused).to.include.members(['replica-groups.dstack.yml', 'tpu.dstack.yml', 'aws-fleet.dstack.yml']);
     expect(refused, 'forms that misled before, each now refused by name').to.include.members([
-      'replica-group-fields.dstack.yml', 'network-volumes.dstack.yml', 'repo-if-exists.dstack.yml', 'imported.dstack.yml', 'backends.dstack.yml',
-      'run-access.dstack.yml', 'several.dstack.yml', 'model-format.dstack.yml',
+      'replica-group-fields.dstack.yml', 'network-volumes.dstack.yml', 'imported.dstack.yml', 'backends.dstack.yml',
+      'run-access.dstack.yml', 'several.dstack.yml', 'model-format.dstack.yml', 'router-group.dstack.yml',
     ]);
-    expect(accepted).to.include.members(['accelerators.dstack.yml', 'cluster-fleet.dstack.yml', 'blocks-fleet.dstack.yml', 'replica-list.dstack.yml', 'replica-groups-named.dstack.yml']);
+    expect(accepted).to.include.members(['accelerators.dstack.yml', 'cluster-fleet.dstack.yml', 'blocks-fleet.dstack.yml', 'replica-list.dstack.yml', 'replica-groups-named.dstack.yml',
+      'ssh-blocks-fleet.dstack.yml', 'replica-group-python.dstack.yml', 'repo-if-exists.dstack.yml',
+      'docker-in-run.dstack.yml', 'nvcc.dstack.yml', 'nvcc-python.dstack.yml', 'ssh-fleet-env.dstack.yml', 'spot-fleet.dstack.yml']);
   });
 
   for (const name of refused) {
@@ -62,11 +65,35 @@ for (const kind of DATABASE_KINDS) {
       expect(plans.get('task.dstack.yml')).not.to.contain('not given');
     });
 
+    it('keeps docker: true and nvcc: true, and says in the plan that an instance running jobs as processes has neither a Docker daemon nor the image with nvcc', async () => {
+      expect((await api<Run>('/runs/docker-nvidia-smi')).spec).to.include({ docker: true });
+      expect((await api<Run>('/runs/train-nvcc')).spec).to.include({ nvcc: true, python: '3.12' });
+      expect((await api<Run>('/runs/trl-train')).spec, 'nvcc: true with another Python, in a virtual environment of it').to.include({ nvcc: true, python: '3.10' });
+      expect(plans.get('nvcc.dstack.yml')).to.contain('nvcc: not used: this instance runs jobs as processes on the machine itself, without the image that has the CUDA compiler');
+      expect(plans.get('docker-in-run.dstack.yml')).to.contain('docker: not used: this instance runs jobs as processes on the machine itself, without a container, so no Docker daemon is started for the run');
+    });
+
+    it('says in the plan that placement: cluster on an SSH fleet asks for nothing more', () => {
+      expect(plans.get('ssh-fleet.dstack.yml')).to.contain('  ignored      placement: nothing more to do on an SSH fleet: its hosts reach each other at their internal addresses (internal_ip, network or hostname) already\n');
+      expect(plans.get('cluster-fleet.dstack.yml')).not.to.contain('ignored');
+    });
+
     it('shows each replica group in the plan: its count, resources and what it runs of its own', () => {
       const plan = plans.get('replica-list.dstack.yml')!;
       expect(plan).to.contain('  groups       0: 1..2 replicas, 1 GPU with 48 GB, its own commands\n               1: 1..4 replicas, 1 GPU with 24 GB, its own commands\n');
       expect(plan, 'the plan places a replica of the first group').to.match(/^ {2}problem {6}no offers: no local offer matches 48GB:1 in fleet local;/m);
       expect(plan).not.to.contain('  resources ');
+      expect(plans.get('replica-group-python.dstack.yml')).to.contain('  groups       gpu: 1 replica, 1 GPU with 24 GB, its own commands\n               small: 1 replica, 1 GPU with 16 GB, its own commands, python\n');
+    });
+
+    it('keeps each SSH host\'s own blocks, a repo\'s if_exists, and a replica group\'s own Python in place of the service\'s image', async () => {
+      const fleet = await api<Fleet>('/fleets/my-ssh-fleet');
+      expect((fleet.spec.ssh_config as { hosts: unknown[] }).hosts).to.deep.equal([
+        { hostname: '3.255.177.61', blocks: 4 }, { hostname: '3.255.177.62', blocks: 'auto' }, { hostname: '3.255.177.63', blocks: 1 },
+      ]);
+      expect((await api<Run>('/runs/trl-sft')).spec.repos).to.deep.equal([{ url: 'https://github.com/huggingface/trl.git', path: '/my-repo', if_exists: 'skip' }]);
+      const service = await api<Run>('/runs/mixed-groups');
+      expect((service.spec.replicas as Array<Record<string, unknown>>).map((g) => [g.name, g.python ?? null])).to.deep.equal([['gpu', null], ['small', '3.12']]);
     });
 
     it('knows the accelerators of dstack\'s docs: GB10, and a Tenstorrent Galaxy\'s 32 chips', async () => {
@@ -79,6 +106,8 @@ for (const kind of DATABASE_KINDS) {
       expect(fleet.spec).to.include({ nodes: '0..2', idle_duration: '1h', placement: 'any' });
       expect((await api<Fleet>('/fleets/my-cluster-fleet')).spec).to.include({ placement: 'cluster' });
       expect((await api<Fleet>('/fleets/my-fleet')).spec).to.include({ blocks: 4 });
+      expect((await api<Fleet>('/fleets/my-spot-fleet')).spec).to.include({ spot_policy: 'auto', nodes: '0..2' });
+      expect((await api<Fleet>('/fleets/proxied-fleet')).spec.env).to.deep.equal({ HTTP_PROXY: 'http://proxy.example.com:80', HTTPS_PROXY: 'http://proxy.example.com:80', NO_PROXY: 'localhost,127.0.0.1' });
       const service = await api<Run>('/runs/llama');
       expect(service.spec).to.include({ replicas: '1..2', port: 8000, gateway: false, https: false });
       expect(service.spec.rate_limits).to.deep.equal([{ prefix: '/v1', rps: 4, burst: 9, key: 'header', header: 'X-API-Key' }]);
@@ -111,3 +140,30 @@ for (const kind of DATABASE_KINDS) {
     });
   });
 }
+
+describe('dstack configurations: a fleet\'s env reaches every job on its instances', function () {
+  this.timeout(120_000);
+  const current = useLocalCliSuite('pglite');
+
+  it('gives a task on the fleet the fleet\'s variables, its own env winning for a name both give', async () => {
+    const file = join(current().work, 'fleet-env.yml');
+    writeFileSync(file, [
+      'type: fleet', 'name: proxied', 'backends: [local]', 'nodes: 0..1',
+      'env:', '  - HTTP_PROXY=http://proxy.example.com:80', '  - NO_PROXY=localhost',
+      '---',
+      'type: task', 'name: through-proxy', 'fleets: [proxied]', 'env:', '  NO_PROXY: 127.0.0.1',
+      'commands:', '  - echo "$HTTP_PROXY $NO_PROXY"',
+      '',
+    ].join('\n'));
+    const applied = await runCli(['apply', '-f', file, '-y', '-d', '--no-ssh-config'], { home: current().home.home, cwd: current().work });
+    expect(applied.code, show(applied)).to.equal(0);
+    const api = async <T>(path: string) => (await current().server.api('GET', `/api/projects/main${path}`)).body as T;
+    const run = await eventually(async () => {
+      const found = await api<Run>('/runs/through-proxy');
+      return FINISHED_RUN_STATUSES.includes(found.status) && found;
+    }, 90_000, 'the task to end');
+    expect(run.status, run.statusMessage).to.equal('done');
+    const page = await api<RunLogsPage>('/runs/through-proxy/logs');
+    expect(page.lines.map((line) => line.text)).to.deep.equal(['http://proxy.example.com:80 127.0.0.1']);
+  });
+});

@@ -82,7 +82,7 @@ for (const kind of DATABASE_KINDS) {
       ].join('\n');
       const applied = await apply('train', yaml);
       expect(ignoredLines(applied.stderr)).to.deep.equal([
-        'python: not used: this instance runs jobs as processes on the machine itself, without the Python image; the commands get the machine\'s own Python',
+        'python: not used: this instance runs jobs as processes on the machine itself, without the default image and its virtual environment of that Python; the commands get the machine\'s own Python',
         'privileged: not used: this instance runs jobs as processes on the machine itself, with the agent\'s own privileges; only a container can be made privileged',
         'resources.shm_size: not used: this instance runs jobs as processes on the machine itself, which share its /dev/shm',
       ]);

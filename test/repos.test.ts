@@ -182,6 +182,26 @@ for (const kind of DATABASE_KINDS) {
       expect(run.statusMessage).to.contain(`commit 0123456789abcdef is not in ${server.url('library')}; push it`);
     });
 
+    it('follows if_exists for a repo whose place another repo filled: skip keeps what is there, error fails the run saying so', async () => {
+      const outer = pushedCheckout(checkouts, 'outer', null);
+      mkdirSync(join(outer, 'sub'));
+      writeFileSync(join(outer, 'sub', 'keep.txt'), 'from the outer repo\n');
+      git(outer, 'add', '.');
+      git(outer, 'commit', '--quiet', '-m', 'sub');
+      git(outer, 'remote', 'add', 'origin', server.url('outer'));
+      server.bare('outer');
+      git(outer, 'push', '--quiet', 'origin', 'main');
+      pushedCheckout(checkouts, 'inner', server.url('inner'), server);
+      const repos = (ifExists: string) => `repos:\n  - {url: "${server.url('outer')}", path: /workflow}\n  - {url: "${server.url('inner')}", path: sub, if_exists: ${ifExists}}\n`;
+      const listSub = 'commands:\n  - ls sub\n';
+      const skipped = await apply(suite, checkouts, 'inner-skipped', `${repos('skip')}${listSub}`);
+      expect(skipped.code, show(skipped)).to.equal(0);
+      expect(skipped.stdout).to.contain('keep.txt\n').and.not.contain('tracked.txt');
+      const refused = await apply(suite, checkouts, 'inner-refused', `${repos('error')}${listSub}`);
+      expect(refused.code).to.not.equal(0);
+      expect((await runOf(suite, 'inner-refused')).statusMessage).to.contain('/workflow/sub is not empty, and its repo says if_exists: error');
+    });
+
     it('clones over the smart HTTP protocol of git with a password from a secret, and hides the credentials when the clone is refused', async () => {
       const password = `pw-${randomBytes(8).toString('hex')}`;
       const http = await startAuthenticatedGitHttp(server.base, password);
@@ -278,5 +298,16 @@ describe('repos in containers (local backend, runtime docker on Podman)', functi
     ].join('\n'));
     expect(result.code, show(result)).to.equal(0);
     expect(result.stdout).to.contain('/workflow\ncommitted\nuntracked\ncommitted\nboth have .git\n');
+  });
+
+  it('follows dstack\'s if_exists where the image has files at the repo\'s path: skip keeps them, error fails the run saying so', async () => {
+    pushedCheckout(checkouts, 'tools', server.url('tools'), server);
+    const repoAt = (path: string, ifExists: string) => `repos:\n  - {url: "${server.url('tools')}", path: ${path}, if_exists: ${ifExists}}\n`;
+    const skipped = await apply(suite, checkouts, 'skip-over-bin', `image: ${TEST_IMAGE}\n${repoAt('/bin', 'skip')}${repoAt('/opt/tools', 'skip').slice('repos:\n'.length)}commands:\n  - test ! -e /bin/tracked.txt && test -x /bin/sh && echo the image keeps /bin\n  - cat /opt/tools/tracked.txt\n`);
+    expect(skipped.code, show(skipped)).to.equal(0);
+    expect(skipped.stdout).to.contain('the image keeps /bin\ncommitted\n');
+    const refused = await apply(suite, checkouts, 'error-over-bin', `image: ${TEST_IMAGE}\n${repoAt('/bin', 'error')}commands:\n  - "true"\n`);
+    expect(refused.code, show(refused)).to.not.equal(0);
+    expect((await runOf(suite, 'error-over-bin')).statusMessage).to.contain('/bin is not empty, and its repo says if_exists: error; give the repo another path, or if_exists: skip to keep what is there');
   });
 });

@@ -1,4 +1,6 @@
 import { expect } from 'chai';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Fleet } from '../api/objects.js';
 import { ONE_DATABASE } from './helpers/databases.js';
 import { useGpucloudSuite, type GpucloudSuite } from './helpers/gpucloud-suite.js';
@@ -84,6 +86,28 @@ for (const kind of ONE_DATABASE) {
       expect(refused.status).to.equal(409);
       expect(await refused.json()).to.deep.equal({ error: { code: 'instance_not_spot', message: `instance ${machine.id} runs on demand; only spot instances are interrupted` } });
       expect((await suite.cli(['stop', 'steady', '--abort'])).code).to.equal(0);
+    });
+
+    it('provisions a fleet\'s instances under its spot_policy, as dstack does; a run there must allow spot, its default being on demand', async () => {
+      await suite.apply('spot-fleet', 'type: fleet\nname: spot-l4\nbackends: [gpucloud]\nnodes: 1..2\nspot_policy: spot\nresources:\n  gpu: L4\n');
+      const kept = await eventually(async () => {
+        const fleet = ((await suite.server.api('GET', '/api/projects/main/fleets/spot-l4')).body as Fleet);
+        const instance = fleet.instances.find((i) => i.status === 'idle');
+        return instance && (await suite.cloudInstances()).find((m) => m.name === instance.name || m.client_token === instance.id);
+      }, 60_000, 'the fleet\'s first instance to be idle');
+      expect(kept.spot, 'the instance the fleet keeps at its minimum').to.equal(true);
+
+      const file = join(suite.work, 'on-demand-there.yml');
+      writeFileSync(file, sleeper('on-demand-there', 'fleets: [spot-l4]'));
+      const refused = await suite.cli(['apply', '-f', file, '-y', '-d']);
+      expect(refused.code, show(refused)).to.equal(1);
+      expect(refused.stderr, 'a run on demand (the default) fits no spot-only fleet').to.contain('no fleet matches: the run needs L4:1; the fleets offer spot-l4 (L4:1.., spot)');
+
+      await suite.apply('spot-there', sleeper('spot-there', 'fleets: [spot-l4]\nspot_policy: auto'));
+      const { run, machine } = await machineOf('spot-there');
+      expect(machine.spot).to.equal(true);
+      expect(run.instance).to.match(/^spot-l4-/);
+      expect((await suite.cli(['stop', 'spot-there', '--abort'])).code).to.equal(0);
     });
   });
 }

@@ -1,10 +1,11 @@
 import { expect } from 'chai';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Fleet, Instance, Run } from '../api/objects.js';
 import { formatSpecError, parseSpecText } from '../api/parse.js';
+import { unitFile, unitName } from '../backends/ssh/install.js';
 import { addProject, makeHome, runCli, show } from './helpers/cli.js';
 import { freePort } from './helpers/ports.js';
 import { eventually, FAST_TIMINGS, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
@@ -22,6 +23,18 @@ function fakeNvidiaSmi(dir: string): string {
   copyFileSync(join(FIXTURES, 'h100-usage-idle.csv'), join(bin, 'index,name,utilization.gpu,memory.used,memory.total.csv'));
   writeFileSync(join(bin, 'nvidia-smi'), '#!/bin/sh\nexec cat "$(dirname "$0")/${1#--query-gpu=}.csv"\n');
   chmodSync(join(bin, 'nvidia-smi'), 0o755);
+  return bin;
+}
+
+/** A host "with AMD GPUs": an amd-smi (ROCm 7's form, eight MI300X) or a rocm-smi (two MI210) that answers the detection query. */
+function fakeAmdTool(dir: string, tool: 'amd-smi' | 'rocm-smi'): string {
+  const bin = join(dir, `${tool}-bin`);
+  mkdirSync(bin);
+  const answer = tool === 'amd-smi'
+    ? { gpu_data: Array.from({ length: 8 }, (_, gpu) => ({ gpu, asic: { market_name: 'AMD Instinct MI300X' }, vram: { size: { value: 196608, unit: 'MB' } } })) }
+    : Object.fromEntries([0, 1].map((card) => [`card${card}`, { 'Card Series': 'AMD Instinct MI210', 'VRAM Total Memory (B)': '68702699520' }]));
+  writeFileSync(join(bin, tool), `#!/bin/sh\ncat <<'JSON'\n${JSON.stringify(answer)}\nJSON\n`);
+  chmodSync(join(bin, tool), 0o755);
   return bin;
 }
 
@@ -70,6 +83,8 @@ describe('SSH fleets on real OpenSSH servers', function () {
   let jump: TestSshd;
   let stranger: TestSshd;
   let noSudo: TestSshd;
+  let amd: TestSshd;
+  let rocm: TestSshd;
   /** A host whose sshd is not running: nothing answers at its address and port. */
   let down: { address: string; port: number };
   const cli = (args: string[]) => runCli(args, { home: home.home, cwd: work, timeoutMs: 300_000 });
@@ -82,6 +97,19 @@ describe('SSH fleets on real OpenSSH servers', function () {
     const file = join(work, `${name}.yml`);
     writeFileSync(file, `type: fleet\nname: ${name}\nssh_config:\n  user: root\n  identity_file: ${key.privateKey}\n  hosts:\n${hosts}`);
     return file;
+  };
+  /** Waits until the first host runs a supervisor and an agent other than `before`'s, and is idle. */
+  const startedAnew = (id: string, before: number[], timeoutMs: number) => eventually(async () => {
+    const now = ['supervisor.pid', 'agent.pid'].map((file) => Number(readFileSync(join(plain.hostDir, 'agents', id, file), 'utf8')));
+    return now.every((pid, index) => pid !== before[index] && isAlive(pid)) && hostOf(await fleet('own'), plain)?.status === 'idle';
+  }, timeoutMs, 'a new supervisor and agent, and the host idle');
+  /** A 2-node task named `name`, which needs both working hosts of the fleet `own`, runs to its end. */
+  const runsOnBothHosts = async (name: string) => {
+    const file = join(work, `${name}.yml`);
+    writeFileSync(file, `type: task\nname: ${name}\nnodes: 2\ncommands:\n  - echo ran on $ORCHESTRATOR_NODE_RANK\n`);
+    const result = await cli(['apply', '-f', file, '-y']);
+    expect(result.code, show(result)).to.equal(0);
+    expect(result.stderr).to.match(/^done: /m);
   };
   const hostEntry = (sshd: { address: string; port: number }, extra = '') => `    - hostname: ${sshd.address}\n      port: ${sshd.port}\n${extra}`;
   const viaJump = () => `      proxy_jump:\n        hostname: ${jump.address}\n        port: ${jump.port}\n`;
@@ -98,8 +126,10 @@ describe('SSH fleets on real OpenSSH servers', function () {
     jump = new TestSshd({ address: '127.0.0.4', authorized: [key.publicKey], logLevel: 'DEBUG1' });
     stranger = new TestSshd({ address: '127.0.0.5', authorized: [other.publicKey] });
     noSudo = new TestSshd({ address: '127.0.0.6', authorized: [key.publicKey], path: [notRoot(work)] });
+    amd = new TestSshd({ address: '127.0.0.8', authorized: [key.publicKey], path: [fakeAmdTool(work, 'amd-smi')] });
+    rocm = new TestSshd({ address: '127.0.0.9', authorized: [key.publicKey], path: [fakeAmdTool(work, 'rocm-smi')] });
     down = { address: '127.0.0.7', port: await freePort() };
-    await Promise.all([plain, gpu, jump, stranger, noSudo].map((sshd) => sshd.start()));
+    await Promise.all([plain, gpu, jump, stranger, noSudo, amd, rocm].map((sshd) => sshd.start()));
     server = await startTestServer('pglite', LOCAL_CONFIG, { instanceTimings: TIMINGS });
     home = makeHome();
     await addProject(home.home, server.url);
@@ -111,7 +141,7 @@ describe('SSH fleets on real OpenSSH servers', function () {
       await eventually(async () => ((await server.api('GET', '/api/projects/main/instances')).body as unknown[]).length === 0, 120_000, 'every instance to end').catch(() => undefined);
       await server.stop();
     }
-    for (const sshd of [plain, gpu, jump, stranger, noSudo]) {
+    for (const sshd of [plain, gpu, jump, stranger, noSudo, amd, rocm]) {
       if (!sshd) continue;
       for (const pid of installedPids(sshd)) if (isAlive(pid)) process.kill(pid, 'SIGKILL');
       await sshd.remove();
@@ -238,15 +268,60 @@ describe('SSH fleets on real OpenSSH servers', function () {
     const [supervisor, agent] = [Number(readFileSync(supervisorFile, 'utf8')), Number(readFileSync(pidFile, 'utf8'))];
     process.kill(supervisor, 'SIGKILL');
     process.kill(agent, 'SIGKILL');
-    await eventually(async () => {
-      const [nextSupervisor, nextAgent] = [Number(readFileSync(supervisorFile, 'utf8')), Number(readFileSync(pidFile, 'utf8'))];
-      return nextSupervisor !== supervisor && isAlive(nextSupervisor) && nextAgent !== agent && isAlive(nextAgent) && hostOf(await fleet('own'), plain)?.status === 'idle';
-    }, 60_000, 'a new supervisor and agent, and the host idle');
-    const file = join(work, 'after.yml');
-    writeFileSync(file, 'type: task\nname: after\nnodes: 2\ncommands:\n  - echo ran on $ORCHESTRATOR_NODE_RANK\n');
-    const result = await cli(['apply', '-f', file, '-y']);
-    expect(result.code, show(result)).to.equal(0);
-    expect(result.stderr).to.match(/^done: /m);
+    await startedAnew(id!, [supervisor, agent], 60_000);
+    await runsOnBothHosts('after');
+  });
+
+  it('brings a host that rebooted back with its agent: once it answers again, the server starts its supervisor and agent anew', async () => {
+    const [id] = readdirSync(join(plain.hostDir, 'agents'));
+    const pidFile = (file: string) => join(plain.hostDir, 'agents', id!, file);
+    const [supervisor, agent] = [Number(readFileSync(pidFile('supervisor.pid'), 'utf8')), Number(readFileSync(pidFile('agent.pid'), 'utf8'))];
+    // A reboot without systemd: sshd goes away with every process of the host, the server's sessions and tunnel included.
+    const sessions = sessionPids(plain);
+    await plain.stop();
+    for (const pid of [supervisor, agent, ...sessions]) if (isAlive(pid)) process.kill(pid, 'SIGKILL');
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    await plain.start(true);
+    await startedAnew(id!, [supervisor, agent], 120_000);
+    expect(readdirSync(join(plain.hostDir, 'agents')), 'the same install, started again').to.deep.equal([id]);
+    await runsOnBothHosts('after-reboot');
+  });
+
+  it('detects AMD GPUs with amd-smi or rocm-smi, and splits each host into the blocks it is given', async () => {
+    const file = writeFleet('amd', hostEntry(amd, '      blocks: auto\n') + hostEntry(rocm, '      blocks: 2\n'));
+    const applied = await cli(['apply', '-f', file, '-y']);
+    expect(applied.code, show(applied)).to.equal(0);
+    const ready = await eventually(async () => {
+      const f = await fleet('amd');
+      return hostOf(f, amd)?.status === 'idle' && hostOf(f, rocm)?.status === 'idle' ? f : null;
+    }, 300_000, 'both AMD hosts idle');
+    expect(hostOf(ready, amd)!.gpu).to.deep.include({ name: 'MI300X', count: 8, memoryMib: 196608 });
+    expect(hostOf(ready, rocm)!.gpu).to.deep.include({ name: 'MI210', count: 2, memoryMib: 65520 });
+    expect(hostOf(ready, amd)!.blocks).to.deep.equal({ busy: 0, total: 8 });
+    expect(hostOf(ready, rocm)!.blocks).to.deep.equal({ busy: 0, total: 2 });
+
+    for (const name of ['share-a', 'share-b']) {
+      const task = join(work, `${name}.yml`);
+      writeFileSync(task, `type: task\nname: ${name}\nfleets: [amd]\nresources:\n  gpu: MI300X:2\ncommands:\n  - echo "gpus=$ORCHESTRATOR_GPUS_NUM devices=$CUDA_VISIBLE_DEVICES"\n  - sleep 300\n`);
+      const started = await cli(['apply', '-f', task, '-y', '-d']);
+      expect(started.code, show(started)).to.equal(0);
+    }
+    const shared = await eventually(async () => {
+      const runs = await Promise.all(['share-a', 'share-b'].map(async (name) => (await server.api('GET', `/api/projects/main/runs/${name}`)).body as Run));
+      return runs.every((r) => r.status === 'running') ? runs : null;
+    }, 120_000, 'both tasks running on the MI300X host');
+    expect(shared.map((r) => r.instance)).to.deep.equal([hostOf(ready, amd)!.name, hostOf(ready, amd)!.name]);
+    const table = await cli(['fleet']);
+    expect(table.stdout, table.stdout).to.match(new RegExp(`ssh ${amd.address}:${amd.port}\\s+MI300X:192GB:8\\s+busy\\b.*blocks 4/8 busy`));
+    const logs = await Promise.all(['share-a', 'share-b'].map(async (name) => (await eventually(async () => {
+      const out = (await cli(['logs', name])).stdout;
+      return out.includes('gpus=') ? out : null;
+    }, 30_000, `the log of ${name}`)).trim()));
+    expect(logs.sort()).to.deep.equal(['gpus=2 devices=0,1', 'gpus=2 devices=2,3']);
+    for (const name of ['share-a', 'share-b']) expect((await cli(['stop', name])).code).to.equal(0);
+    const deleted = await cli(['fleet', 'delete', 'amd', '-y']);
+    expect(deleted.code, show(deleted)).to.equal(0);
+    await eventually(async () => (await fleet('amd')) === null, 120_000, 'the AMD fleet gone');
   });
 
   it('finds its agents again after the server restarts: the tunnels are opened anew and runs go on', async () => {
@@ -330,6 +405,24 @@ describe('SSH fleets on real OpenSSH servers', function () {
     const refused = await cli(['apply', '-f', a100, '-y']);
     expect(refused.code, show(refused)).to.equal(1);
     expect(refused.stderr).to.contain('no offers: no host of SSH fleet keys has');
+  });
+});
+
+describe('the systemd unit of an SSH host\'s agent', () => {
+  // The test hosts are sshd processes on this machine, whose PID 1 is not systemd, so the unit is never started here:
+  // systemd's own parser checks it instead, as systemd would read it from /etc/systemd/system.
+  it('is read by systemd without a warning: it restarts the agent always and starts it at boot', function () {
+    if (!existsSync('/usr/bin/systemd-analyze')) this.skip();
+    const dir = mkdtempSync(join(tmpdir(), 'orch-unit-'));
+    const unit = join(dir, unitName('f00d'));
+    writeFileSync(unit, unitFile('f00d', '/root/.orchestrator-host/agents/f00d'));
+    const verified = spawnSync('systemd-analyze', ['verify', unit], { encoding: 'utf8' });
+    rmSync(dir, { recursive: true, force: true });
+    expect([verified.status, verified.stderr.trim()]).to.deep.equal([0, '']);
+    const text = unitFile('f00d', '/root/.orchestrator-host/agents/f00d');
+    expect(text).to.match(/^ExecStart=\/bin\/sh \/root\/\.orchestrator-host\/agents\/f00d\/run-agent\.sh$/m);
+    expect(text).to.match(/^Restart=always$/m);
+    expect(text).to.match(/^WantedBy=multi-user\.target$/m);
   });
 });
 

@@ -27,6 +27,7 @@ command -v docker >/dev/null 2>&1 && echo docker=yes
 command -v podman >/dev/null 2>&1 && echo podman=yes
 [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1 && echo systemd=yes
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits 2>/dev/null | sed 's/^/nvidia=/'
+command -v amd-smi >/dev/null 2>&1 && echo "amd=$(amd-smi static --asic --vram --json 2>/dev/null | tr -d '\\n')"
 command -v rocm-smi >/dev/null 2>&1 && echo "rocm=$(rocm-smi --showproductname --showmeminfo vram --json 2>/dev/null | tr -d '\\n')"
 command -v ip >/dev/null 2>&1 && ip -o -4 addr show 2>/dev/null | awk '{print "address=" $4}'
 true
@@ -70,7 +71,7 @@ export async function probeHost(connection: SshConnection, host: SshHost, networ
     cpus: Math.max(1, Number(one('cpus')) || 1),
     memoryMib: Math.floor(Number(one('memory_kib')) / MIB) || 0,
     diskMib,
-    gpu: nvidia.count > 0 ? nvidia : parseRocmSmiGpus(one('rocm')),
+    gpu: [nvidia, parseAmdSmiGpus(one('amd')), parseRocmSmiGpus(one('rocm'))].find((found) => found.count > 0) ?? nvidia,
     containers: facts.has('docker') ? 'docker' : facts.has('podman') ? 'podman' : null,
     systemd: facts.has('systemd'),
     baseDir: one('base'),
@@ -89,20 +90,48 @@ function parseProbe(stdout: string): Map<string, string[]> {
   return facts;
 }
 
+const NO_GPU: GpuInfo = { name: '', memoryMib: 0, count: 0 };
+
+/** `AMD Instinct MI300X` is the catalogue's MI300X. */
+function amdModelName(marketName: string): string {
+  return gpuModelName(marketName.replace(/^AMD\s+/i, '').replace(/^Instinct\s+/i, ''));
+}
+
+/** The host's AMD GPUs, taken to be alike: the first card's model, the smallest memory. */
+function amdGpus(cards: { name: string; memoryMib: number }[]): GpuInfo {
+  const found = cards.filter((card) => card.name);
+  if (found.length === 0) return NO_GPU;
+  return { name: found[0]!.name, memoryMib: Math.min(...found.map((card) => card.memoryMib)), count: found.length };
+}
+
+function parseJson(json: string): unknown {
+  try {
+    return JSON.parse(json);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * `amd-smi static --asic --vram --json`: a list of cards (ROCm 6), or the list under gpu_data (ROCm 7), each with
+ * asic.market_name and vram.size in MB.
+ */
+export function parseAmdSmiGpus(json: string): GpuInfo {
+  const parsed = parseJson(json) as { gpu_data?: unknown } | unknown[] | null;
+  const cards = Array.isArray(parsed) ? parsed : Array.isArray(parsed?.gpu_data) ? parsed.gpu_data : [];
+  return amdGpus((cards as { asic?: { market_name?: string }; vram?: { size?: { value?: number } } }[]).map((card) => ({
+    name: amdModelName(card.asic?.market_name ?? ''),
+    memoryMib: Number(card.vram?.size?.value ?? 0),
+  })));
+}
+
 /** `rocm-smi --showproductname --showmeminfo vram --json`: one entry per card, with its series and VRAM in bytes. */
 export function parseRocmSmiGpus(json: string): GpuInfo {
-  let cards: Record<string, Record<string, string>>;
-  try {
-    cards = JSON.parse(json) as Record<string, Record<string, string>>;
-  } catch {
-    return { name: '', memoryMib: 0, count: 0 };
-  }
-  const found = Object.entries(cards).filter(([key]) => key.startsWith('card')).map(([, card]) => ({
-    name: gpuModelName((card['Card Series'] ?? card['Card series'] ?? '').replace(/^AMD\s+/i, '').replace(/^Instinct\s+/i, '')),
+  const cards = (parseJson(json) ?? {}) as Record<string, Record<string, string>>;
+  return amdGpus(Object.entries(cards).filter(([key]) => key.startsWith('card')).map(([, card]) => ({
+    name: amdModelName(card['Card Series'] ?? card['Card series'] ?? ''),
     memoryMib: Math.floor(Number(card['VRAM Total Memory (B)'] ?? 0) / (MIB * MIB)),
-  })).filter((card) => card.name);
-  if (found.length === 0) return { name: '', memoryMib: 0, count: 0 };
-  return { name: found[0]!.name, memoryMib: Math.min(...found.map((card) => card.memoryMib)), count: found.length };
+  })));
 }
 
 /** The host's address within `network` (`10.0.0.0/24`), from `ip -o -4 addr`'s `10.0.0.5/24` forms. */

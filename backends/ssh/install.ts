@@ -19,7 +19,7 @@ export function instanceDir(baseDir: string, instanceId: string): string {
   return `${baseDir}/agents/${instanceId}`;
 }
 
-function unitName(instanceId: string): string {
+export function unitName(instanceId: string): string {
   return `orchestrator-agent-${instanceId}.service`;
 }
 
@@ -50,7 +50,8 @@ while [ -f "$dir/token" ]; do
 done
 `;
 
-function unitFile(instanceId: string, dir: string): string {
+/** The systemd unit that supervises the agent of `instanceId`, installed in `dir`. */
+export function unitFile(instanceId: string, dir: string): string {
   return `[Unit]
 Description=orchestrator agent of instance ${instanceId}
 After=network-online.target

@@ -216,7 +216,7 @@ function planProblem(spec: RunSpec, placement: ReturnType<typeof placeNodes>, li
 function blocksPlan(placement: Extract<ReturnType<typeof place>, { kind: 'blocks' }>, queuedBefore: number): RunPlan['instance'] {
   const { instance, fleet, blocks } = placement;
   const offer = instance.offer!;
-  const total = blockCount(fleet.spec, offer.gpu.count);
+  const total = blockCount(fleet.spec, offer.gpu.count, instance.sshHost?.name ?? null);
   return {
     state: 'idle', name: queuedBefore === 0 ? instance.name : null, fleet: fleet.name,
     gpu: blockShare(offer, total, blocks.length).gpu, pricePerHour: offer.pricePerHour,
@@ -252,7 +252,8 @@ function placedSpec(spec: RunSpec): RunSpec {
 async function planRun(server: ServerContext, project: ProjectRecord, spec: RunSpec, applying: FleetDesired[]): Promise<RunPlan> {
   const { db, pool } = server;
   const placed = placedSpec(spec);
-  const requirement = normalizeResources(placed.resources, 'run', placed.max_price);
+  // As the scheduler reads a queued run (controllers/queued-runs.ts): its spot_policy is part of what it needs.
+  const requirement = { ...normalizeResources(placed.resources, 'run', placed.max_price), ...(placed.spot_policy ? { spot: placed.spot_policy } : {}) };
   const fleets = fleetsOnceApplied(await listActiveFleets(db, project.id), applying, project.id);
   const instances = (await db.query(`SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [project.id])).map(toInstance);
   const listings = new Map<string, OfferListing>();

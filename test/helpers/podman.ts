@@ -95,6 +95,27 @@ export async function ensureBashImage(): Promise<string> {
   return BASH_TEST_IMAGE;
 }
 
+/**
+ * A stand-in, under its name, for an image of a registry the test machines cannot reach (dstack's Docker-in-Docker
+ * image, the default image's devel variant): TEST_IMAGE's busybox with `programs` in /bin, scripts that say they ran.
+ * removeStandInImage removes it.
+ */
+export async function ensureStandInImage(image: string, programs: Record<string, string>): Promise<void> {
+  await ensurePodman();
+  const context = mkdtempSync(join(tmpdir(), 'orch-stand-in-image-'));
+  try {
+    for (const [name, script] of Object.entries(programs)) writeFileSync(join(context, name), `#!/bin/sh\n${script}\n`, { mode: 0o755 });
+    writeFileSync(join(context, 'Containerfile'), [`FROM ${TEST_IMAGE}`, ...Object.keys(programs).map((name) => `COPY ${name} /bin/${name}`), ''].join('\n'));
+    await run('podman', ['build', '--quiet', '--pull=never', '-t', image, context]);
+  } finally {
+    rmSync(context, { recursive: true, force: true });
+  }
+}
+
+export async function removeStandInImage(image: string): Promise<void> {
+  await run('podman', ['rmi', '--force', image]).catch(() => undefined);
+}
+
 function run(command: string, args: string[]): Promise<string> {
   return new Promise((resolve, reject) => {
     execFile(command, args, { maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => (error ? reject(new Error(`${command} failed: ${stderr || error.message}`)) : resolve(stdout)));
