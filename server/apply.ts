@@ -7,7 +7,7 @@ import { applyFleet, type FleetDesired, type FleetRecord } from '../store/fleets
 import type { ProjectRecord } from '../store/projects.js';
 import type { RunRecord } from '../store/runs.js';
 import { checkServiceGateway, writeGateway, type WrittenGateway } from './gateways.js';
-import { HttpError } from './http-errors.js';
+import { conflict, HttpError } from './http-errors.js';
 import { submitRun } from './routes/runs.js';
 import type { BatchItem } from './specs.js';
 
@@ -16,9 +16,13 @@ export type Written =
   | { kind: 'run'; run: RunRecord }
   | WrittenGateway;
 
-/** Writes a fleet's new generation (or the fleet) and its event; nothing when the spec is unchanged. */
-async function writeFleet(q: Queryable, project: ProjectRecord, desired: FleetDesired): Promise<Written> {
-  const { fleet, created, changed } = await applyFleet(q, project.id, desired);
+/**
+ * Writes a fleet's new generation (or the fleet) and its event; nothing when the spec is unchanged. A fleet still
+ * being deleted is refused: applying over it would otherwise answer success and then vanish with it.
+ */
+export async function writeFleet(q: Queryable, project: ProjectRecord, desired: FleetDesired): Promise<Written & { kind: 'fleet' }> {
+  const { fleet, created, changed, deleting } = await applyFleet(q, project.id, desired);
+  if (deleting) throw conflict(`fleet ${fleet.name} is being deleted (${fleet.statusMessage ?? 'its instances are terminating'}); apply it again once it is gone`);
   if (changed) {
     await recordEvent(q, { projectId: project.id, objectKind: 'fleet', objectId: fleet.id, objectName: fleet.name, reason: created ? 'Created' : 'Updated', message: `generation ${fleet.generation}: nodes ${desired.nodesMin}..${desired.nodesMax ?? ''}, ${describeRequirement(desired.requirement)}` });
   }

@@ -73,9 +73,13 @@ export async function listActiveFleets(db: Queryable, projectId: string): Promis
   return rows.map(toFleet);
 }
 
-/** Inserts a new fleet, or bumps the generation of the live one with that name when its spec changed. */
-export async function applyFleet(db: Queryable, projectId: string, desired: FleetDesired): Promise<{ fleet: FleetRecord; created: boolean; changed: boolean }> {
+/**
+ * Inserts a new fleet, or bumps the generation of the live one with that name when its spec changed. A fleet being
+ * deleted is left as it is (`deleting`): it cannot come back, and a new one takes its name once it is gone.
+ */
+export async function applyFleet(db: Queryable, projectId: string, desired: FleetDesired): Promise<{ fleet: FleetRecord; created: boolean; changed: boolean; deleting: boolean }> {
   const existing = await getLiveFleet(db, projectId, desired.name);
+  if (existing?.deleted) return { fleet: existing, created: false, changed: false, deleting: true };
   const values = [desired.spec, desired.requirement, desired.nodesMin, desired.nodesMax,
     desired.idleSeconds, desired.backends];
   if (!existing) {
@@ -83,18 +87,18 @@ export async function applyFleet(db: Queryable, projectId: string, desired: Flee
       `INSERT INTO fleets (id, project_id, name, spec, requirement, nodes_min, nodes_max, idle_seconds, backends, status)
        VALUES ($7, $8, $9, $1::jsonb, $2::jsonb, $3, $4, $5, $6::jsonb, 'active') RETURNING *`,
       [...values, randomUUID(), projectId, desired.name]);
-    return { fleet: toFleet(rows[0]), created: true, changed: true };
+    return { fleet: toFleet(rows[0]), created: true, changed: true, deleting: false };
   }
   if (isDeepStrictEqual(existing.spec, desired.spec)) {
     const [row] = await db.query(`UPDATE fleets SET applied_at = now(), next_reconcile_at = now() WHERE id = $1 RETURNING *`, [existing.id]);
-    return { fleet: toFleet(row), created: false, changed: false };
+    return { fleet: toFleet(row), created: false, changed: false, deleting: false };
   }
   const rows = await db.query(
     `UPDATE fleets SET spec = $1::jsonb, requirement = $2::jsonb, nodes_min = $3, nodes_max = $4, idle_seconds = $5,
        backends = $6::jsonb, generation = generation + 1, updated_at = now(), applied_at = now(), next_reconcile_at = now()
      WHERE id = $7 RETURNING *`,
     [...values, existing.id]);
-  return { fleet: toFleet(rows[0]), created: false, changed: true };
+  return { fleet: toFleet(rows[0]), created: false, changed: true, deleting: false };
 }
 
 /** Whether the fleet's instances must share one network with a fast interconnect (`placement: cluster`). */

@@ -98,6 +98,9 @@ for (const kind of DATABASE_KINDS) {
         expect((await server.api('DELETE', '/api/projects/main/fleets/local')).status).to.equal(202);
         const deleting = (await server.api('GET', '/api/projects/main/fleets/local')).body;
         expect(deleting.status).to.equal('terminating');
+        const again = await server.api('POST', '/api/projects/main/fleets/apply', { spec: { type: 'fleet', name: 'local', backends: ['local'], nodes: '0..1' } });
+        expect(again.status, 'applied over a fleet being deleted, it would vanish with it').to.equal(409);
+        expect(again.body.error.message).to.match(/^fleet local is being deleted \(.+\); apply it again once it is gone$/);
         const run = await runReaches(server, 'last', ['done', 'failed', 'terminated']);
         expect(run.status).to.equal('done');
         const [instance] = await eventually(async () => {
@@ -267,11 +270,13 @@ for (const kind of DATABASE_KINDS) {
         await api('DELETE', '/api/projects/main/fleets/cloud');
         const cloud = new GpucloudBackend({ apiUrl: emulator.url, apiKey: emulator.apiKey });
         await eventually(async () => (await cloud.list()).every((i) => i.status === 'terminated'), 20_000, 'every cloud instance terminated');
+        // The next test applies the fleet again on the same database.
+        await eventually(async () => (await api('GET', '/api/projects/main/fleets/cloud')).status === 404, 20_000, 'the fleet gone');
       });
 
       it('takes back at once the leases of the server it restarts after: a run the killed server was reconciling is stopped without waiting out its lease', async () => {
         await startServerProcess(port);
-        await api('POST', '/api/projects/main/fleets/apply', gpucloudFleet({ idle_duration: '1s' }));
+        expect((await api('POST', '/api/projects/main/fleets/apply', gpucloudFleet({ idle_duration: '1s' }))).status).to.equal(201);
         await api('POST', '/api/projects/main/runs/apply', task('held', ['echo one', 'sleep 300']));
         await eventually(async () => (await api('GET', '/api/projects/main/runs/held')).body.status === 'running', 30_000, 'running');
         child!.kill('SIGKILL');

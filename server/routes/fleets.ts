@@ -7,9 +7,10 @@ import { CHANNELS } from '../../store/channels.js';
 import { recordEvent } from '../../store/events.js';
 import { listHostInstanceViews } from '../../store/ssh-hosts.js';
 import { sshHosts, type SshConfig } from '../../api/ssh-fleet.js';
-import { applyFleet, fleetView, getLiveFleet, listFleets, requestFleetDeletion, type FleetRecord } from '../../store/fleets.js';
+import { fleetView, getLiveFleet, listFleets, requestFleetDeletion, type FleetRecord } from '../../store/fleets.js';
 import { listInstanceViews } from '../../store/instances.js';
 import type { ProjectRecord } from '../../store/projects.js';
+import { writeFleet } from '../apply.js';
 import { projectFor } from '../auth.js';
 import type { ServerContext } from '../context.js';
 import { notFound, readJsonObject } from '../http-errors.js';
@@ -57,13 +58,12 @@ export function fleetRoutes(server: ServerContext): Router {
   router.post('/apply', async (ctx) => {
     const project = await projectFor(db, ctx, ctx.params.project);
     const desired = fleetDesired(checkedFleetSpec((await readJsonObject(ctx)).spec), project);
-    const { fleet, created, changed } = await applyFleet(db, project.id, desired);
-    if (changed) {
-      await recordEvent(db, { projectId: project.id, objectKind: 'fleet', objectId: fleet.id, objectName: fleet.name, reason: created ? 'Created' : 'Updated', message: `generation ${fleet.generation}: nodes ${desired.nodesMin}..${desired.nodesMax ?? ''}, ${describeRequirement(desired.requirement)}` });
+    const { fleet, action } = await writeFleet(db, project, desired);
+    if (action !== 'unchanged') {
       await db.notify(CHANNELS.fleets);
       await db.notify(CHANNELS.runs);
     }
-    ctx.status = created ? 201 : 200;
+    ctx.status = action === 'create' ? 201 : 200;
     ctx.body = await view(project, fleet);
   });
 

@@ -7,7 +7,7 @@ import type { CreatedWebhook, Webhook, WebhookDelivery } from '../../../api/webh
 import { call, projectPath } from '../api.js';
 import { ConfirmButton } from '../confirm-button.js';
 import { Age, useNow } from '../format.js';
-import { setQueryFilter } from '../query-filters.js';
+import { setQueryFilters } from '../query-filters.js';
 import { useApi } from '../use-api.js';
 import { useSubmit } from '../use-submit.js';
 
@@ -42,23 +42,15 @@ function Report({ project, query }: { project: string; query: URLSearchParams })
   const since = month ? '' : query.get('since') ?? '30d';
   const window = month ? `month=${encodeURIComponent(month)}` : `since=${encodeURIComponent(since)}`;
   const { data: report, error } = useApi<CostReport>(`${projectPath(project)}/costs?by=${encodeURIComponent(by)}&${window}`, REFRESH_MS);
-  const setMonth = (value: string) => {
-    const next = new URLSearchParams(query);
-    next.delete('since');
-    setQueryFilter(next, 'month', value);
-  };
+  const setMonth = (value: string) => setQueryFilters({ since: '', month: value });
   return (
     <div class="panel" id="cost-report">
       <div class="toolbar">
         <h3>Spent</h3>
-        <label>By <select value={by} onChange={(event) => setQueryFilter(query, 'by', (event.target as HTMLSelectElement).value)}>
+        <label>By <select value={by} onChange={(event) => setQueryFilters({ by: (event.target as HTMLSelectElement).value })}>
           {COST_GROUPS.map((value) => <option value={value}>{value}</option>)}
         </select></label>
-        <label>Since <select value={since} onChange={(event) => {
-          const next = new URLSearchParams(query);
-          next.delete('month');
-          setQueryFilter(next, 'since', (event.target as HTMLSelectElement).value);
-        }}>
+        <label>Since <select value={since} onChange={(event) => setQueryFilters({ month: '', since: (event.target as HTMLSelectElement).value })}>
           {month && <option value="">—</option>}
           {SINCE.map((value) => <option value={value}>{value}</option>)}
         </select></label>

@@ -3,7 +3,7 @@ import { EventObjectKind, type Event } from '../../../api/objects.js';
 import { projectPath } from '../api.js';
 import { Age, useNow } from '../format.js';
 import { Link } from '../navigation.js';
-import { setQueryFilter } from '../query-filters.js';
+import { setQueryFilters } from '../query-filters.js';
 import { listVersion, type LiveRuns } from '../live-runs.js';
 import { useApi } from '../use-api.js';
 import { runPath } from './runs.js';
@@ -41,16 +41,16 @@ export function EventsPage({ project, query, live }: { project: string; query: U
     <section>
       <div class="toolbar">
         <h2>Events</h2>
-        <label>Kind <select value={kind} onChange={(event) => setQueryFilter(query, 'kind', (event.target as HTMLSelectElement).value)}>
+        <label>Kind <select value={kind} onChange={(event) => setQueryFilters({ kind: (event.target as HTMLSelectElement).value })}>
           <option value="">any</option>
           {KINDS.map((value) => <option value={value}>{value}</option>)}
         </select></label>
-        <form class="inline" onSubmit={(event) => { event.preventDefault(); setQueryFilter(query, 'object', objectText.trim()); }}>
+        <form class="inline" onSubmit={(event) => { event.preventDefault(); setQueryFilters({ object: objectText.trim() }); }}>
           <label>Object <input type="search" placeholder="run, fleet or instance name" value={objectText}
             onInput={(event) => setObjectText((event.target as HTMLInputElement).value)}
-            onChange={(event) => setQueryFilter(query, 'object', (event.target as HTMLInputElement).value.trim())} /></label>
+            onChange={(event) => setQueryFilters({ object: (event.target as HTMLInputElement).value.trim() })} /></label>
         </form>
-        <label>Time <select value={within} onChange={(event) => setQueryFilter(query, 'within', (event.target as HTMLSelectElement).value)}>
+        <label>Time <select value={within} onChange={(event) => setQueryFilters({ within: (event.target as HTMLSelectElement).value })}>
           <option value="">any time</option>
           {WINDOWS.map((w) => <option value={w.value}>{w.label}</option>)}
         </select></label>

@@ -2,7 +2,7 @@ import type { Offer, OfferListing } from '../../../api/offer.js';
 import { projectPath } from '../api.js';
 import { priceText } from '../format.js';
 import { navigate } from '../navigation.js';
-import { setQueryFilter } from '../query-filters.js';
+import { setQueryFilters } from '../query-filters.js';
 import { useApi } from '../use-api.js';
 
 type Column = 'gpu' | 'count' | 'memory' | 'spot' | 'region' | 'price';
@@ -54,14 +54,14 @@ export function OffersPage({ project, query }: { project: string; query: URLSear
     navigate(`${location.pathname}?${next}`, true);
   };
   const select = (name: string, label: string, options: string[], any = 'any') => (
-    <label>{label} <select aria-label={label} value={filter(name)} onChange={(event) => setQueryFilter(query, name, (event.target as HTMLSelectElement).value)}>
+    <label>{label} <select aria-label={label} value={filter(name)} onChange={(event) => setQueryFilters({ [name]: (event.target as HTMLSelectElement).value })}>
       <option value="">{any}</option>
       {(filter(name) && !options.includes(filter(name)) ? [...options, filter(name)] : options).map((value) => <option value={value}>{value}</option>)}
     </select></label>
   );
   const number = (name: string, label: string, step: string) => (
     <label>{label} <input class="narrow" type="number" min="0" step={step} value={filter(name)}
-      onChange={(event) => setQueryFilter(query, name, (event.target as HTMLInputElement).value)} /></label>
+      onChange={(event) => setQueryFilters({ [name]: (event.target as HTMLInputElement).value })} /></label>
   );
   return (
     <section>

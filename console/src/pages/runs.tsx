@@ -5,7 +5,7 @@ import { useLayoutEffect, useRef, useState } from 'preact/hooks';
 import { Age, costText, gpuText, priceText, useNow } from '../format.js';
 import type { LiveRuns } from '../live-runs.js';
 import { Link, navigate } from '../navigation.js';
-import { setQueryFilter } from '../query-filters.js';
+import { setQueryFilters } from '../query-filters.js';
 import { StopButtons } from '../stop-buttons.js';
 import { useWindowRows } from '../virtual-rows.js';
 
@@ -34,7 +34,7 @@ export function RunsPage({ project, live, query }: { project: string; live: Live
   const now = useNow();
   const status = query.get('status') ?? '';
   const kind = query.get('kind') ?? '';
-  const setFilter = (name: string, value: string) => setQueryFilter(query, name, value);
+  const setFilter = (name: string, value: string) => setQueryFilters({ [name]: value });
   const user = query.get('user') ?? '';
   const users = [...new Set((live.runs ?? []).map((run) => run.user))].sort();
   const shown = (live.runs ?? []).filter((run) => (!status || run.status === status) && (!kind || run.kind === kind) && (!user || run.user === user));
