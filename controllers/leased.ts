@@ -1,6 +1,6 @@
 import type { Logger } from 'winston';
 import type { Db, Row } from '../store/db.js';
-import { claimDue, releaseLease, type LeasedTable } from '../store/leases.js';
+import { claimDue, nextDueInMs, releaseLease, type LeasedTable } from '../store/leases.js';
 import type { Controller } from './manager.js';
 
 export interface LeasedOptions {
@@ -59,13 +59,14 @@ export abstract class LeasedController<T> implements Controller {
     for (;;) {
       while (this.inFlight.size >= limit) await Promise.race(this.inFlight.values());
       const room = limit - this.inFlight.size;
-      const { rows, nextDueInMs } = await claimDue(this.db, this.options.table, this.owner, this.options.leaseMs ?? 60_000, room, this.options.where, this.options.claimAheadMs);
+      const rows = await claimDue(this.db, this.options.table, this.owner, this.options.leaseMs ?? 60_000, room, this.options.where, this.options.claimAheadMs);
       for (const row of rows) {
         if (this.inFlight.has(row.id)) continue;
         this.inFlight.set(row.id, this.reconcileRow(row).finally(() => this.inFlight.delete(row.id)));
       }
-      if (rows.length < room) return nextDueInMs ?? undefined;
+      if (rows.length < room) break;
     }
+    return (await nextDueInMs(this.db, this.options.table, this.options.where)) ?? undefined;
   }
 
   /** Waits for the reconciles still running, so their leases are given back before the server stops. */

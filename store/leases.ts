@@ -2,35 +2,32 @@ import type { Queryable, Row } from './db.js';
 
 export type LeasedTable = 'fleets' | 'instances' | 'runs' | 'gateways';
 
-/** What one claim took, and in how many milliseconds the earliest row it left (nobody holds) falls due; null: none. */
-export interface Claim {
-  rows: Row[];
-  nextDueInMs: number | null;
-}
-
 /**
  * Claims up to `limit` due rows that nobody holds (or whose lease ran out), skipping rows another
  * transaction is claiming right now, so any number of servers can share one database. Rows falling
  * due within `aheadMs` are claimed too, so that rows due one after another are claimed together.
- * The same statement says when the earliest row left falls due, so a pass costs one round trip.
  */
-export async function claimDue(db: Queryable, table: LeasedTable, owner: string, leaseMs: number, limit: number, where: string, aheadMs = 0): Promise<Claim> {
-  const answer = await db.query<Row & { next_due_in_ms: number | null }>(
-    `WITH claimed AS (
-       UPDATE ${table} SET lease_owner = $1, lease_expires_at = now() + $2 * interval '1 millisecond'
-       WHERE id IN (
-         SELECT id FROM ${table}
-         WHERE next_reconcile_at <= now() + $4 * interval '1 millisecond' AND (lease_owner IS NULL OR lease_expires_at < now()) AND (${where})
-         ORDER BY next_reconcile_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-       RETURNING *),
-     left_due AS (
-       SELECT (EXTRACT(EPOCH FROM min(next_reconcile_at) - now()) * 1000)::float8 AS next_due_in_ms FROM ${table}
-       WHERE lease_owner IS NULL AND (${where}) AND id NOT IN (SELECT id FROM claimed))
-     SELECT claimed.*, left_due.next_due_in_ms FROM left_due LEFT JOIN claimed ON true`,
+export async function claimDue(db: Queryable, table: LeasedTable, owner: string, leaseMs: number, limit: number, where: string, aheadMs = 0): Promise<Row[]> {
+  return db.query(
+    `UPDATE ${table} SET lease_owner = $1, lease_expires_at = now() + $2 * interval '1 millisecond'
+     WHERE id IN (
+       SELECT id FROM ${table}
+       WHERE next_reconcile_at <= now() + $4 * interval '1 millisecond' AND (lease_owner IS NULL OR lease_expires_at < now()) AND (${where})
+       ORDER BY next_reconcile_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+     RETURNING *`,
     [owner, leaseMs, limit, aheadMs]);
-  const rows: Row[] = [];
-  for (const { next_due_in_ms: _next, ...row } of answer) if (row.id !== null) rows.push(row);
-  return { rows, nextDueInMs: answer[0]?.next_due_in_ms ?? null };
+}
+
+/**
+ * In how many milliseconds the earliest row that nobody holds falls due; null when there is none. Asked after the
+ * claimed rows' reconciles have started, apart from the claim: folded into the claim's statement, it delayed every
+ * reconcile (apply → running took 8 ms longer on PGlite).
+ */
+export async function nextDueInMs(db: Queryable, table: LeasedTable, where: string): Promise<number | null> {
+  const [next] = await db.query<{ ms: number | null }>(
+    `SELECT (EXTRACT(EPOCH FROM min(next_reconcile_at) - now()) * 1000)::float8 AS ms FROM ${table}
+     WHERE lease_owner IS NULL AND (${where})`);
+  return next?.ms ?? null;
 }
 
 /** Gives the row back and says when it wants its next look; a no-op when the lease was lost. */

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import type { Db } from '../store/db.js';
-import { claimDue, releaseLease } from '../store/leases.js';
+import { claimDue, nextDueInMs, releaseLease } from '../store/leases.js';
 import { appendLogs, logTotals, readLogPage, readLogs } from '../store/logs.js';
 import { migrate, MIGRATIONS } from '../store/migrations.js';
 import { openPglite } from '../store/pglite.js';
@@ -57,37 +57,33 @@ for (const kind of DATABASE_KINDS) {
       }
       const where = `project_id = '${project.id}'`;
       const claim = (on: typeof db, owner: string, limit: number) => claimDue(on, 'fleets', owner, 60_000, limit, where);
-      const [a, b] = (await Promise.all([claim(db, 'server-a', 25), claim(second, 'server-b', 25)])).map((taken) => taken.rows);
-      const ids = [...a!, ...b!].map((r) => r.id);
+      const [a, b] = await Promise.all([claim(db, 'server-a', 25), claim(second, 'server-b', 25)]);
+      const ids = [...a, ...b].map((r) => r.id);
       expect(ids.length).to.equal(40);
       expect(new Set(ids).size).to.equal(40);
-      expect(await claim(db, 'server-c', 100)).to.deep.equal({ rows: [], nextDueInMs: null });
+      expect(await claim(db, 'server-c', 100)).to.have.length(0);
+      expect(await nextDueInMs(db, 'fleets', where), 'every row is held').to.equal(null);
 
-      await releaseLease(db, 'fleets', a![0].id, 'server-b', 0);
-      const [held] = await db.query('SELECT lease_owner FROM fleets WHERE id = $1', [a![0].id]);
+      await releaseLease(db, 'fleets', a[0].id, 'server-b', 0);
+      const [held] = await db.query('SELECT lease_owner FROM fleets WHERE id = $1', [a[0].id]);
       expect(held.lease_owner).to.equal('server-a');
-      await releaseLease(db, 'fleets', a![0].id, 'server-a', 0);
-      expect((await claim(db, 'server-c', 100)).rows.map((r) => r.id)).to.deep.equal([a![0].id]);
+      await releaseLease(db, 'fleets', a[0].id, 'server-a', 0);
+      expect((await claim(db, 'server-c', 100)).map((r) => r.id)).to.deep.equal([a[0].id]);
 
-      // The claim says when the earliest row it left falls due: the pass sleeps that long, not a whole interval.
-      await releaseLease(db, 'fleets', a![1].id, 'server-a', 30_000);
-      await releaseLease(db, 'fleets', a![2].id, 'server-a', 5_000);
-      const { rows, nextDueInMs } = await claim(db, 'server-c', 100);
-      expect(rows).to.have.length(0);
-      expect(nextDueInMs).to.be.within(4_000, 5_000);
-      await releaseLease(db, 'fleets', a![3].id, 'server-a', 0);
-      const next = await claim(db, 'server-c', 100);
-      expect(next.rows.map((r) => r.id), 'the row due now is claimed, and not counted as left').to.deep.equal([a![3].id]);
-      expect(next.nextDueInMs).to.be.within(4_000, 5_000);
+      // The loop sleeps until the earliest row nobody holds falls due, not a whole interval.
+      await releaseLease(db, 'fleets', a[1].id, 'server-a', 30_000);
+      await releaseLease(db, 'fleets', a[2].id, 'server-a', 5_000);
+      expect(await claim(db, 'server-c', 100)).to.have.length(0);
+      expect(await nextDueInMs(db, 'fleets', where)).to.be.within(4_000, 5_000);
     });
 
     it('lets another server take over a row whose lease ran out', async () => {
       const project = await upsertProject(db, 'expiry', [{ type: 'local' }]);
       await applyFleet(db, project.id, { name: 'x', spec: {}, requirement: REQUIREMENT, nodesMin: 0, nodesMax: 1, idleSeconds: 60, backends: ['local'] });
       const where = `project_id = '${project.id}'`;
-      expect((await claimDue(db, 'fleets', 'crashed', 50, 10, where)).rows).to.have.length(1);
+      expect(await claimDue(db, 'fleets', 'crashed', 50, 10, where)).to.have.length(1);
       await new Promise((r) => setTimeout(r, 80));
-      expect((await claimDue(second, 'fleets', 'survivor', 60_000, 10, where)).rows).to.have.length(1);
+      expect(await claimDue(second, 'fleets', 'survivor', 60_000, 10, where)).to.have.length(1);
     });
 
     it('keeps each log line once when an agent page is copied twice', async () => {
