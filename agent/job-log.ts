@@ -2,6 +2,7 @@ import { closeSync, openSync, readSync, rmSync, writeSync } from 'node:fs';
 import { StringDecoder } from 'node:string_decoder';
 import type { LogEntry } from '../api/agent.js';
 import { LineAssembler } from './line-assembler.js';
+import { LogWaiters } from './log-waiters.js';
 
 type Stream = LogEntry['stream'];
 
@@ -40,7 +41,7 @@ export class JobLog {
   private pending: string[] = [];
   private disposed = false;
   private ended = false;
-  private readonly waiters = new Set<() => void>();
+  private readonly waiters = new LogWaiters();
   private readonly decoders: Record<Stream, StringDecoder> = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
   private readonly assemblers: Record<Stream, LineAssembler> = {
     stdout: new LineAssembler((text, ts) => this.append('stdout', text, ts)),
@@ -83,7 +84,7 @@ export class JobLog {
     }
     this.flush();
     this.ended = true;
-    this.wake();
+    this.waiters.wakeAll();
   }
 
   /** Entries with seq > after, in order: at most `limit` of them and, beyond the first, at most `maxBytes` of JSON. */
@@ -124,15 +125,7 @@ export class JobLog {
   /** Resolves when an entry after `after` exists, the log closes, or `ms` elapse; whichever comes first. */
   waitForEntries(after: number, ms: number): Promise<void> {
     if (this.count > after || this.ended || ms <= 0) return Promise.resolve();
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.waiters.delete(done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.waiters.add(done);
-    });
+    return this.waiters.wait(ms);
   }
 
   /** Releases the files; the log reads as empty afterwards. */
@@ -167,7 +160,7 @@ export class JobLog {
       this.appendTo(segment, lines.slice(first, end), sizes.slice(first, end));
       first = end;
     }
-    this.wake();
+    this.waiters.wakeAll();
   }
 
   /** Writes entries whose sizes (with their newline) are `sizes` at the end of the file. */
@@ -206,10 +199,5 @@ export class JobLog {
   private openSegment(firstSeq: number): Segment {
     const file = firstSeq === 1 ? this.file : `${this.file}.${firstSeq}`;
     return { file, fd: openSync(file, 'w+'), firstSeq, count: 0, size: 0, offsets: new Float64Array(1024) };
-  }
-
-  private wake(): void {
-    if (this.waiters.size === 0) return;
-    for (const waiter of [...this.waiters]) waiter();
   }
 }

@@ -1,5 +1,6 @@
 import type { JobState, JobStatus, JobSubmission, LogEntry } from '../../api/agent.js';
 import { DEFAULT_GRACE_SECONDS } from '../../agent/jobs.js';
+import { LogWaiters } from '../../agent/log-waiters.js';
 import type { StoredLogsPage } from '../../agent/logs-page.js';
 import type { StopRequest } from '../../agent/requests.js';
 import { jobEnvironment, signalExitCode } from '../../agent/runtime.js';
@@ -31,7 +32,7 @@ export class SimulatedJob {
   private firstSeq = 1;
   private lastSeq = 0;
   private ended = false;
-  private readonly waiters = new Set<() => void>();
+  private readonly waiters = new LogWaiters();
   private readonly timers = new Set<NodeJS.Timeout>();
   private wakeSleep: (() => void) | null = null;
   private stopSignal: 'SIGTERM' | 'SIGKILL' | null = null;
@@ -67,21 +68,11 @@ export class SimulatedJob {
     this.ended = true;
     this.stopSignal ??= 'SIGKILL';
     this.wakeSleep?.();
-    this.wake();
+    this.waiters.wakeAll();
   }
 
   async logs(after: number, waitMs: number): Promise<StoredLogsPage> {
-    if (this.lastSeq <= after && !this.ended && waitMs > 0) {
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          clearTimeout(timer);
-          this.waiters.delete(done);
-          resolve();
-        };
-        const timer = setTimeout(done, waitMs);
-        this.waiters.add(done);
-      });
-    }
+    if (this.lastSeq <= after && !this.ended && waitMs > 0) await this.waiters.wait(waitMs);
     const first = Math.max(after + 1, this.firstSeq);
     const lines = first > this.lastSeq ? [] : this.entries.slice(first - this.firstSeq);
     const next = lines.length > 0 ? this.lastSeq : Math.max(after, Math.min(this.lastSeq, this.firstSeq - 1));
@@ -189,7 +180,7 @@ export class SimulatedJob {
       this.entries.shift();
       this.firstSeq += 1;
     }
-    this.wake();
+    this.waiters.wakeAll();
   }
 
   private end(state: JobState, exitCode: number | null): void {
@@ -199,10 +190,6 @@ export class SimulatedJob {
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
     this.ended = true;
-    this.wake();
-  }
-
-  private wake(): void {
-    for (const waiter of [...this.waiters]) waiter();
+    this.waiters.wakeAll();
   }
 }
