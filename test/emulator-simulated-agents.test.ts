@@ -65,6 +65,13 @@ for (const kind of DATABASE_KINDS) {
       expect(history.status).to.equal(200);
       expect(history.body, 'a sample from the start of the job, as the agent keeps them').to.not.be.empty;
       expect(history.body[0].gpus.map((gpu: { name: string }) => gpu.name)).to.include('L4');
+
+      const [{ instance_id: instanceId, agent_url: agentUrl }] = await server.db.query<{ instance_id: string; agent_url: string }>(
+        `SELECT r.instance_id, i.agent_url FROM runs r JOIN instances i ON i.id = r.instance_id WHERE r.name = 'forever'`);
+      await server.db.query(`UPDATE instances SET agent_url = 'http://127.0.0.1:9' WHERE id = $1`, [instanceId]);
+      const unanswered = await server.api('GET', '/api/projects/main/runs/forever/metrics');
+      await server.db.query('UPDATE instances SET agent_url = $1 WHERE id = $2', [agentUrl, instanceId]);
+      expect([unanswered.status, unanswered.body.error.code], 'an agent that does not answer is the gateway\'s fault, not the server\'s').to.deep.equal([502, 'agent_unreachable']);
       expect((await server.api('POST', '/api/projects/main/runs/forever/stop', {})).status).to.equal(202);
       const stopped = await eventually(async () => {
         const current = await run('forever');

@@ -1,6 +1,6 @@
 import Router from '@koa/router';
 import type { Context } from 'koa';
-import type { AgentClient } from '../../agent/client.js';
+import { AgentError, AgentUnreachableError, type AgentClient } from '../../agent/client.js';
 import { agentOf } from '../../controllers/run-controller.js';
 import { getInstance } from '../../store/instances.js';
 import { isMultiNodeParent, listNodes } from '../../store/nodes.js';
@@ -19,11 +19,12 @@ import { runFor } from './runs.js';
 export function runMetricsRoutes(server: ServerContext): Router {
   const router = new Router({ prefix: '/api/projects/:project/runs' });
   router.get('/:name/metrics', async (ctx) => {
-    ctx.body = await (await runningJob(server, ctx)).agent.metrics();
+    const { agent } = await runningJob(server, ctx);
+    ctx.body = await fromAgent(() => agent.metrics());
   });
   router.get('/:name/metrics/history', async (ctx) => {
     const { agent, jobId } = await runningJob(server, ctx);
-    ctx.body = await agent.metricsHistory(jobId);
+    ctx.body = await fromAgent(() => agent.metricsHistory(jobId));
   });
   return router;
 }
@@ -35,6 +36,17 @@ async function runningJob(server: ServerContext, ctx: Context): Promise<{ agent:
   const instance = job.instanceId ? await getInstance(server.db, job.instanceId) : null;
   if (job.status !== 'running' || !instance?.agentUrl || !job.jobId) throw new HttpError(409, 'not_running', `${label} is ${job.status}; metrics exist only while it runs`);
   return { agent: agentOf(instance), jobId: job.jobId };
+}
+
+/** The agent's answer; 502 when it gave none or an error, since the fault is neither the client's nor the server's. */
+async function fromAgent<T>(ask: () => Promise<T>): Promise<T> {
+  try {
+    return await ask();
+  } catch (error) {
+    if (error instanceof AgentUnreachableError) throw new HttpError(502, 'agent_unreachable', `the instance's agent did not answer: ${error.message}`);
+    if (error instanceof AgentError) throw new HttpError(502, 'agent_error', `the instance's agent failed: ${error.message}`);
+    throw error;
+  }
 }
 
 /** The job whose instance is measured, and how messages name it. */
