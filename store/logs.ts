@@ -88,25 +88,34 @@ async function trimOldest(db: Queryable, runId: string, excess: number): Promise
   return trimmed?.lines ?? 0;
 }
 
-const MAX_CHUNKS_PER_QUERY = 8;
+/** About how much log text (before compression) one read of chunks carries; the first chunk comes whatever its size. */
+const BYTES_PER_QUERY = 1024 * 1024;
+/** The most chunks one read weighs, so that reading a long log from its start costs each query the same. */
+const CHUNKS_WEIGHED_PER_QUERY = 10_000;
 
 /**
  * The JSON lines of the stored lines after `after`, chunk by chunk, up to line `until`; never parsed.
- * Chunks are fetched one, then two, then more at a time, so a reader that wants one page reads little.
+ * Each query brings the chunks that fit in BYTES_PER_QUERY, so a job that printed a line a second for an hour (3 600
+ * chunks of one line) is read in one query, and a chatty one's text never all at once.
  */
 export async function* logLinesAfter(db: Queryable, runId: string, after: number, until = Number.MAX_SAFE_INTEGER): AsyncGenerator<string> {
   let cursor = after;
-  for (let batch = 1; ; batch = Math.min(batch * 2, MAX_CHUNKS_PER_QUERY)) {
-    const rows = await db.query<{ first_seq: number; last_seq: number; encoding: string; data: string }>(
-      `SELECT first_seq, last_seq, encoding, encode(data, 'base64') AS data FROM log_chunks
-       WHERE run_id = $1 AND last_seq > $2 AND first_seq <= $3 ORDER BY first_seq LIMIT $4`,
-      [runId, cursor, Math.min(until, 2 ** 31 - 1), batch]);
+  for (;;) {
+    const rows = await db.query<{ first_seq: number; last_seq: number; encoding: string; data: string; position: string; weighed: string }>(
+      `SELECT first_seq, last_seq, encoding, encode(data, 'base64') AS data, position, weighed FROM (
+         SELECT first_seq, last_seq, encoding, data, sum(bytes) OVER (ORDER BY first_seq) - bytes AS bytes_before,
+           row_number() OVER (ORDER BY first_seq) AS position, count(*) OVER () AS weighed
+         FROM (SELECT * FROM log_chunks WHERE run_id = $1 AND last_seq > $2 AND first_seq <= $3 ORDER BY first_seq LIMIT $5) next) chunks
+       WHERE bytes_before < $4 ORDER BY first_seq`,
+      [runId, cursor, Math.min(until, 2 ** 31 - 1), BYTES_PER_QUERY, CHUNKS_WEIGHED_PER_QUERY]);
     for (const row of rows) {
       const text = await chunkText(row.encoding, row.data);
       yield linesBetween(text, cursor + 1 - row.first_seq, row.last_seq > until ? until - row.first_seq + 1 : Number.POSITIVE_INFINITY);
       cursor = Math.min(row.last_seq, until);
     }
-    if (rows.length < batch || cursor >= until) return;
+    const last = rows[rows.length - 1];
+    const moreLeft = last !== undefined && (Number(last.position) < Number(last.weighed) || Number(last.weighed) === CHUNKS_WEIGHED_PER_QUERY);
+    if (!moreLeft || cursor >= until) return;
   }
 }
 

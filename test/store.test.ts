@@ -1,7 +1,7 @@
 import { expect } from 'chai';
-import type { Db } from '../store/db.js';
+import type { Db, Queryable, Row } from '../store/db.js';
 import { claimDue, nextDueInMs, releaseLease } from '../store/leases.js';
-import { appendLogs, logTotals, readLogPage, readLogs } from '../store/logs.js';
+import { appendLogs, logLinesAfter, logTotals, readLogPage, readLogs } from '../store/logs.js';
 import { migrate, MIGRATIONS } from '../store/migrations.js';
 import { openPglite } from '../store/pglite.js';
 import { openPostgres } from '../store/postgres.js';
@@ -123,6 +123,34 @@ for (const kind of DATABASE_KINDS) {
       const gap = await appendLogs(db, 'r2', page(1051, 10), pageBytes * 3.5, 1000);
       expect(gap.droppedLines).to.equal(50);
       expect((await logTotals(db, 'r2')).droppedLines).to.equal(750);
+    });
+
+    it('reads a long log whole and in order, from any line: many one-line chunks, chunks larger than one read, and a gap', async () => {
+      const project = await upsertProject(db, 'long-log', [{ type: 'local' }]);
+      const user = await upsertUser(db, 'dave', 'dave-token', 'user');
+      await db.query(`INSERT INTO runs (id, project_id, user_id, name, kind, spec, requirement, status) VALUES ('r3', $1, $2, 'r3', 'task', '{}', '{}', 'running')`, [project.id, user.id]);
+      const line = (seq: number, text = `line ${seq}`) => ({ seq, ts: new Date().toISOString(), stream: 'stdout' as const, text });
+      for (let seq = 1; seq <= 3000; seq++) await appendLogs(db, 'r3', [line(seq)], 1e9);
+      const big = 'y'.repeat(600 * 1024);
+      for (let seq = 3001; seq <= 3003; seq++) await appendLogs(db, 'r3', [line(seq, big)], 1e9);
+      await appendLogs(db, 'r3', [line(3010), line(3011)], 1e9, 3003);
+      const seqs = async (after: number, until?: number) => {
+        const read: number[] = [];
+        for await (const text of logLinesAfter(db, 'r3', after, until)) if (text !== '') read.push(...text.split('\n').map((json) => (JSON.parse(json) as { seq: number }).seq));
+        return read;
+      };
+      const range = (first: number, last: number) => Array.from({ length: last - first + 1 }, (_, i) => first + i);
+      expect(await seqs(0)).to.deep.equal([...range(1, 3003), 3010, 3011]);
+      let queries = 0;
+      const counted: Queryable = { query: <T extends Row>(sql: string, params?: unknown[]) => { queries++; return db.query<T>(sql, params); } };
+      for await (const text of logLinesAfter(counted, 'r3', 0, 3000)) expect(text).to.not.equal('');
+      expect(queries, 'an hour of a line a second is one read, not one per few chunks').to.equal(1);
+      expect(await seqs(2999, 3002)).to.deep.equal([3000, 3001, 3002]);
+      expect(await seqs(3002)).to.deep.equal([3003, 3010, 3011]);
+      expect(await seqs(3011)).to.deep.equal([]);
+      const page = await readLogPage(db, 'r3', 1500);
+      expect(page.lines.map((l) => l.seq)).to.deep.equal([...range(1501, 3003), 3010, 3011]);
+      expect(page.lines[1501].text).to.equal(big);
     });
 
     it('moves the lines an older server stored one per row into chunks', async () => {
