@@ -5,6 +5,7 @@ import { dirname, join } from 'node:path';
 import { nodeCommandFor } from '../agent/launch.js';
 import { lockDataDir } from './data-dir-lock.js';
 import type { Db, Queryable, Row } from './db.js';
+import { PriorityGate } from './query-priority.js';
 
 /**
  * Settings the embedded database starts with, over initdb's: shared buffers are taken from the process's memory
@@ -39,13 +40,16 @@ export async function openPglite(dataDir?: string, settings = STARTUP_SETTINGS):
     query: async <T extends Row>(text: string, params: unknown[] = []) =>
       (await runner.query<T>(text, params)).rows,
   });
+  // PGlite runs one statement at a time in arrival order; the gate picks which goes next instead.
+  const gate = new PriorityGate();
+  const direct = queryable(pg);
   return {
     driver: 'pglite',
-    ...queryable(pg),
-    exec: async (text) => { await pg.exec(text); },
-    transaction: (fn) => pg.transaction((tx) => fn(queryable(tx))),
+    query: (text, params) => gate.run(() => direct.query(text, params)),
+    exec: (text) => gate.run(async () => { await pg.exec(text); }),
+    transaction: (fn) => gate.run(() => pg.transaction((tx) => fn(queryable(tx)))),
     listen: (channel, onNotify) => pg.listen(channel, onNotify),
-    notify: async (channel, payload = '') => { await pg.query('SELECT pg_notify($1, $2)', [channel, payload]); },
+    notify: (channel, payload = '') => gate.run(async () => { await pg.query('SELECT pg_notify($1, $2)', [channel, payload]); }),
     close: async () => {
       await pg.close();
       unlock();
