@@ -7,6 +7,7 @@
  *   npm run bench -- --postgres   # against ORCHESTRATOR_TEST_POSTGRES_URL (default: local Postgres)
  *   npm run bench -- --listing-only   # the run list alone
  *   npm run bench -- --scheduler-only # the scheduling pass over 10 000 queued runs alone
+ *   npm run bench -- --apply-only     # apply → running and the burst alone
  *
  * Each figure is printed beside a reference measured in the same process (the floor the control
  * plane adds to), and beside dstack's published 1–2 s from apply to running on an idle instance, as a label only:
@@ -231,6 +232,7 @@ if (process.argv.includes('--scheduler-only')) {
 } else {
   if (!process.argv.includes('--listing-only')) {
     await applyToRunning();
+    if (process.argv.includes('--apply-only')) process.exit(0);
     await schedulerPass();
   }
   await listingRuns();

@@ -1,5 +1,6 @@
 import type { Logger } from 'winston';
 import type { Db, Row } from '../store/db.js';
+import { concerns, type RunInterest } from '../store/channels.js';
 import { claimDue, nextDueInMs, releaseLease, type LeasedTable } from '../store/leases.js';
 import type { Controller } from './manager.js';
 
@@ -16,7 +17,12 @@ export interface LeasedOptions {
    * (reconciles are level-triggered), and rows that fall due one after another then cost one claim, not one each.
    */
   claimAheadMs?: number;
+  /** Which NOTIFYs on `runs` wake it (store/channels.ts#runChange); without this, every one on its channel does. */
+  hears?: RunInterest;
 }
+
+/** What a reconcile returns when it gave the row's lease back itself, having handed the row to another loop. */
+export const LEASE_GIVEN_BACK = 'given back';
 
 const ERROR_RETRY_MS = 5000;
 const DEFAULT_CONCURRENCY = 64;
@@ -48,13 +54,17 @@ export abstract class LeasedController<T> implements Controller {
 
   protected abstract toRecord(row: Row): T;
   /** Moves the world one safe step toward the record; returns milliseconds until it wants another look. */
-  protected abstract reconcile(record: T): Promise<number>;
+  protected abstract reconcile(record: T): Promise<number | typeof LEASE_GIVEN_BACK>;
+
+  hears(payload: string): boolean {
+    return this.options.hears === undefined || concerns(payload, this.options.hears);
+  }
 
   setWake(wake: () => void): void {
     this.wakeLoop = wake;
   }
 
-  async pass(): Promise<number | void> {
+  async pass(nudged: () => boolean = () => false): Promise<number | void> {
     const limit = this.options.concurrency ?? DEFAULT_CONCURRENCY;
     for (;;) {
       while (this.inFlight.size >= limit) await Promise.race(this.inFlight.values());
@@ -66,6 +76,7 @@ export abstract class LeasedController<T> implements Controller {
       }
       if (rows.length < room) break;
     }
+    if (nudged()) return undefined;
     return (await nextDueInMs(this.db, this.options.table, this.options.where)) ?? undefined;
   }
 
@@ -79,7 +90,9 @@ export abstract class LeasedController<T> implements Controller {
   private async reconcileRow(row: Row): Promise<void> {
     let nextInMs: number;
     try {
-      nextInMs = await this.reconcile(this.toRecord(row));
+      const outcome = await this.reconcile(this.toRecord(row));
+      if (outcome === LEASE_GIVEN_BACK) return;
+      nextInMs = outcome;
     } catch (error) {
       this.logger.warn(`${this.name} ${row.name ?? row.id}: ${(error as Error).message}`);
       nextInMs = ERROR_RETRY_MS;

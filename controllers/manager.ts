@@ -7,8 +7,13 @@ import { inBackground } from '../store/query-priority.js';
 export interface Controller {
   readonly name: string;
   readonly channel: string;
-  /** Returns how soon, in milliseconds, something it looks after falls due again (when it knows). */
-  pass(): Promise<number | void>;
+  /** Whether a NOTIFY on its channel with this payload may concern it; without this, every one does. */
+  hears?(payload: string): boolean;
+  /**
+   * Returns how soon, in milliseconds, something it looks after falls due again (when it knows). `nudged` says whether
+   * a nudge came since the pass began: then another pass follows at once, and that answer is not needed.
+   */
+  pass(nudged?: () => boolean): Promise<number | void>;
   /** Receives a function that makes the controller's loop pass again soon (work it started finished). */
   setWake?(wake: () => void): void;
   /** Resolves once work a pass started but did not wait for has ended. */
@@ -47,14 +52,17 @@ export class ControllerManager {
       loop.done = inBackground(() => this.run(loop));
     }
     for (const channel of new Set(this.controllers.map((c) => c.channel))) {
-      this.unlisteners.push(await this.db.listen(channel, () => this.nudge(channel)));
+      this.unlisteners.push(await this.db.listen(channel, (payload) => this.nudge(channel, payload)));
     }
   }
 
-  /** Wakes every controller on the channel now; a nudge during a pass makes another pass follow at once. */
-  nudge(channel: string): void {
+  /**
+   * Wakes every controller on the channel that the payload may concern, now; a nudge during a pass makes another pass
+   * follow at once. A controller the payload does not concern still passes on its interval.
+   */
+  private nudge(channel: string, payload: string): void {
     for (const loop of this.loops) {
-      if (loop.controller.channel === channel) this.wake(loop);
+      if (loop.controller.channel === channel && (loop.controller.hears?.(payload) ?? true)) this.wake(loop);
     }
   }
 
@@ -77,7 +85,7 @@ export class ControllerManager {
       loop.nudged = false;
       let dueInMs: number | void = undefined;
       try {
-        dueInMs = await loop.controller.pass();
+        dueInMs = await loop.controller.pass(() => loop.nudged);
         loop.failures = 0;
       } catch (error) {
         loop.failures += 1;

@@ -25,7 +25,7 @@ export class NodesController extends LeasedController<RunRecord> {
   constructor(db: Db, owner: string, logger: Logger) {
     super(db, owner, logger, {
       table: 'runs', channel: CHANNELS.runs, leaseMs: 15_000,
-      where: `${MULTI_NODE_PARENT} AND status IN ('provisioning', 'running', 'terminating')`,
+      where: `${MULTI_NODE_PARENT} AND status IN ('provisioning', 'running', 'terminating')`, hears: { statuses: [], family: true },
     });
   }
 

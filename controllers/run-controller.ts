@@ -7,16 +7,17 @@ import { jobContainer } from '../api/run-container.js';
 import { fillJobSecrets, jobSecretNames } from '../api/interpolation.js';
 import { stopReason, type RunStatus, type RunTerminationReason } from '../api/status.js';
 import { AgentClient, AgentError, AgentUnreachableError } from '../agent/client.js';
-import { CHANNELS } from '../store/channels.js';
+import { CHANNELS, runChange } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
+import { releaseLease } from '../store/leases.js';
 import { getFleetById } from '../store/fleets.js';
 import { getInstance, releaseInstanceFromRun, type InstanceRecord } from '../store/instances.js';
 import { instanceAddress, isNodeJob, MULTI_NODE_PARENT, nodeAddresses, startupWait } from '../store/nodes.js';
 import { toRun, updateRun, type RunRecord } from '../store/runs.js';
 import { requiredSecrets, type SecretBox } from '../store/secrets.js';
 import { SERVICE_PARENT } from '../store/services.js';
-import { LeasedController } from './leased.js';
+import { LEASE_GIVEN_BACK, LeasedController } from './leased.js';
 import { copyJobLogs } from './log-copy.js';
 import { endRun, statusReason } from './run-end.js';
 import { UtilizationWatch } from './utilization-policy.js';
@@ -49,6 +50,7 @@ export class RunController extends LeasedController<RunRecord> {
     private readonly secrets: SecretBox) {
     super(db, owner, logger, {
       table: 'runs', channel: CHANNELS.runs, leaseMs: 15_000, claimAheadMs: phase === 'watch' ? WATCH_CLAIM_AHEAD_MS : 0,
+      hears: { statuses: phase === 'start' ? ['provisioning'] : ['running', 'terminating'] },
       where: `${phase === 'start' ? `status = 'provisioning'` : `status IN ('running', 'terminating')`} AND NOT ${SERVICE_PARENT} AND NOT ${MULTI_NODE_PARENT}`,
     });
     this.name = `run-${phase}`;
@@ -58,7 +60,7 @@ export class RunController extends LeasedController<RunRecord> {
     return toRun(row);
   }
 
-  protected async reconcile(run: RunRecord): Promise<number> {
+  protected async reconcile(run: RunRecord): Promise<number | typeof LEASE_GIVEN_BACK> {
     const instance = run.instanceId ? await getInstance(this.db, run.instanceId) : null;
     if (run.status === 'provisioning') return this.provisioning(run, instance);
     if (!instance || instance.status === 'terminated' || instance.status === 'terminating') {
@@ -111,7 +113,7 @@ export class RunController extends LeasedController<RunRecord> {
     return run.status === 'terminating' ? 250 : pollDelay(run);
   }
 
-  private async provisioning(run: RunRecord, instance: InstanceRecord | null): Promise<number> {
+  private async provisioning(run: RunRecord, instance: InstanceRecord | null): Promise<number | typeof LEASE_GIVEN_BACK> {
     if (run.desired !== 'run') {
       if (instance) await releaseInstanceFromRun(this.db, instance.id, run.id);
       await this.finish(run, null, 'terminated', stopReason(run), 'stopped before its job started', null);
@@ -158,8 +160,8 @@ export class RunController extends LeasedController<RunRecord> {
       await this.finishJob(run, instance, job);
       return RUNNING_POLL_MS;
     }
-    await this.transition(run, 'running', `running on ${instance.name}`, { job_id: submission.jobId, started_at: new Date() });
-    return 100;
+    const handedOver = await this.transition(run, 'running', `running on ${instance.name}`, { job_id: submission.jobId, started_at: new Date() }, { handOver: true });
+    return handedOver ? LEASE_GIVEN_BACK : RUNNING_POLL_MS;
   }
 
   private async finishJob(run: RunRecord, instance: InstanceRecord, job: JobStatus): Promise<void> {
@@ -185,7 +187,7 @@ export class RunController extends LeasedController<RunRecord> {
       await agentOf(instance).remove(run.jobId).catch(() => {});
     }
     if (run.instanceId) await releaseInstanceFromRun(this.db, run.instanceId, run.id);
-    await this.db.notify(CHANNELS.runs);
+    await this.db.notify(CHANNELS.runs, runChange([{ ...run, status }]));
   }
 
   /** The GPUs of the blocks the run holds on its shared instance. */
@@ -204,11 +206,18 @@ export class RunController extends LeasedController<RunRecord> {
     await recordEvent(this.db, runEvent(run, 'Requeued', message));
   }
 
-  private async transition(run: RunRecord, status: RunStatus, message: string, extra: Record<string, unknown> = {}): Promise<void> {
-    if (!(await updateRun(this.db, run.id, this.owner, { status, status_message: message, ...extra }))) return;
+  /**
+   * Writes the run's new status while this server holds its lease; false when it lost it. With `handOver`, the lease is
+   * given back (the run due at once) before the NOTIFY, so that the loop it wakes (the watch of a job just started)
+   * finds the row free to claim, rather than waiting for its next interval.
+   */
+  private async transition(run: RunRecord, status: RunStatus, message: string, extra: Record<string, unknown> = {}, { handOver = false } = {}): Promise<boolean> {
+    if (!(await updateRun(this.db, run.id, this.owner, { status, status_message: message, ...extra }))) return false;
     run.status = status;
     await recordEvent(this.db, runEvent(run, statusReason(status), message));
-    await this.db.notify(CHANNELS.runs);
+    if (handOver) await releaseLease(this.db, 'runs', run.id, this.owner, 0);
+    await this.db.notify(CHANNELS.runs, runChange([run]));
+    return true;
   }
 
   /** Asks the agent to stop the job (within stop_duration, or at once) and marks the run terminating; the next look is soon. */

@@ -16,7 +16,7 @@ export class ScheduleController extends LeasedController<ScheduleRecord> {
   readonly name = 'schedule';
 
   constructor(db: Db, owner: string, logger: Logger) {
-    super(db, owner, logger, { table: 'runs', channel: CHANNELS.runs, where: `status = 'pending'` });
+    super(db, owner, logger, { table: 'runs', channel: CHANNELS.runs, where: `status = 'pending'`, hears: { statuses: ['pending'] } });
   }
 
   protected toRecord(row: Row): ScheduleRecord {

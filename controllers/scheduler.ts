@@ -3,7 +3,7 @@ import type { Offer } from '../api/offer.js';
 import type { InstanceStatus } from '../api/status.js';
 import { blockCount, blockShare, isSplit } from '../api/blocks.js';
 import { describeRequirement, intersectRequirements, offerSatisfies, priceRefusal, unofferedModels, type ResourceRequirement } from '../api/resources.js';
-import { CHANNELS } from '../store/channels.js';
+import { CHANNELS, concerns, runChange, type ChangedRun } from '../store/channels.js';
 import type { Db, Queryable } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
 import { listActiveFleets, type FleetRecord } from '../store/fleets.js';
@@ -51,9 +51,16 @@ export class Scheduler implements Controller {
   readonly name = 'scheduler';
   readonly channel = CHANNELS.runs;
   private createdInstances = false;
+  /** The runs whose status this pass changed, for its NOTIFY. */
+  private changedRuns: ChangedRun[] = [];
   private readonly queue = new QueuedRuns();
 
   constructor(private readonly db: Db, private readonly pool: BackendPool) {}
+
+  /** Runs new in the queue, and runs that ended (their instance or blocks are free again). */
+  hears(payload: string): boolean {
+    return concerns(payload, { statuses: ['submitted', 'done', 'failed', 'terminated'], family: true });
+  }
 
   async pass(): Promise<void> {
     const projects = await projectsQueued(this.db);
@@ -65,6 +72,7 @@ export class Scheduler implements Controller {
       }
     }
     this.createdInstances = false;
+    this.changedRuns = [];
     const changed = await this.db.transaction(async (tx) => {
       const [{ locked }] = await tx.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock($1) AS locked', [SCHEDULER_LOCK]);
       if (!locked) return false;
@@ -78,7 +86,7 @@ export class Scheduler implements Controller {
       return any;
     });
     if (this.createdInstances) await this.db.notify(CHANNELS.instances);
-    if (changed) await this.db.notify(CHANNELS.runs);
+    if (changed) await this.db.notify(CHANNELS.runs, runChange(this.changedRuns));
   }
 
   private async scheduleProject(tx: Queryable, projectId: string, runs: QueuedRun[], offers: Map<string, OfferListing>): Promise<boolean> {
@@ -177,6 +185,7 @@ export class Scheduler implements Controller {
       `UPDATE runs SET status = 'provisioning', status_message = $2, fleet_id = $3, instance_id = $4, blocks = $5::int[], next_reconcile_at = now(), updated_at = now()
        WHERE id = $1`, [run.id, message, fleet.id, instance.id, blocks]);
     await recordEvent(tx, runEvent({ ...run, projectId }, 'Provisioning', `fleet ${fleet.name}: ${message}`));
+    this.changedRuns.push({ ...run, status: 'provisioning' });
     return true;
   }
 
@@ -214,6 +223,7 @@ export class Scheduler implements Controller {
       `UPDATE runs SET status = 'provisioning', status_message = $2, fleet_id = $3, next_reconcile_at = now(), updated_at = now() WHERE id = $1`,
       [run.id, message, placement.fleet.id]);
     await recordEvent(tx, runEvent({ ...run, projectId }, 'Provisioning', `fleet ${placement.fleet.name}: ${message}`));
+    this.changedRuns.push({ ...run, status: 'provisioning' });
     return true;
   }
 
@@ -222,6 +232,7 @@ export class Scheduler implements Controller {
       `UPDATE runs SET status = 'provisioning', status_message = $2, fleet_id = $3, instance_id = $4, next_reconcile_at = now(), updated_at = now()
        WHERE id = $1`, [run.id, message, fleet.id, instance.id]);
     await recordEvent(tx, runEvent({ ...run, projectId }, 'Provisioning', `fleet ${fleet.name}: ${message}`));
+    this.changedRuns.push({ ...run, status: 'provisioning' });
   }
 
   private async finishUnplaced(tx: Queryable, projectId: string, run: QueuedRun, status: 'failed' | 'terminated', reason: string, message: string): Promise<void> {
@@ -229,6 +240,7 @@ export class Scheduler implements Controller {
       `UPDATE runs SET status = $2, termination_reason = $3, status_message = $4, finished_at = now(), updated_at = now() WHERE id = $1`,
       [run.id, status, reason, message]);
     await recordEvent(tx, runEvent({ ...run, projectId }, status === 'failed' ? 'Failed' : 'Terminated', `${reason}: ${message}`));
+    this.changedRuns.push({ ...run, status });
   }
 }
 

@@ -59,7 +59,7 @@ export class ServiceController extends LeasedController<ServiceRecord> {
   constructor(db: Db, owner: string, logger: Logger, private readonly secrets: SecretBox) {
     super(db, owner, logger, {
       table: 'runs', channel: CHANNELS.runs, leaseMs: 30_000,
-      where: `${SERVICE_PARENT} AND status NOT IN ('terminated', 'failed', 'done')`,
+      where: `${SERVICE_PARENT} AND status NOT IN ('terminated', 'failed', 'done')`, hears: { statuses: [], family: true },
     });
   }
 

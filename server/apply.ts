@@ -1,6 +1,6 @@
 import type { FleetPlan } from '../api/objects.js';
 import { describeRequirement } from '../api/resources.js';
-import { CHANNELS } from '../store/channels.js';
+import { CHANNELS, runChange } from '../store/channels.js';
 import type { Db, Queryable } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
 import { applyFleet, type FleetDesired, type FleetRecord } from '../store/fleets.js';
@@ -68,7 +68,9 @@ export async function applyItems(db: Db, project: ProjectRecord, userId: string,
   });
   const fleetsChanged = written.some((w) => w.kind === 'fleet' && w.action !== 'unchanged');
   if (fleetsChanged) await db.notify(CHANNELS.fleets);
-  if (fleetsChanged || written.some((w) => w.kind === 'run')) await db.notify(CHANNELS.runs);
+  const runs = written.flatMap((w) => (w.kind === 'run' ? [w.run] : []));
+  if (fleetsChanged) await db.notify(CHANNELS.runs);
+  else if (runs.length > 0) await db.notify(CHANNELS.runs, runChange(runs));
   if (written.some((w) => w.kind === 'gateway' && w.action !== 'unchanged')) await db.notify(CHANNELS.gateways);
   return written;
 }

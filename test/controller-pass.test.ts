@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import winston from 'winston';
 import { LeasedController } from '../controllers/leased.js';
-import { ControllerManager } from '../controllers/manager.js';
+import { ControllerManager, type Controller } from '../controllers/manager.js';
+import { concerns, runChange, type RunInterest } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { applyFleet } from '../store/fleets.js';
 import { migrate } from '../store/migrations.js';
@@ -9,6 +10,7 @@ import { openPglite } from '../store/pglite.js';
 import { openPostgres } from '../store/postgres.js';
 import { upsertProject } from '../store/projects.js';
 import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
+import { eventually } from './helpers/server.js';
 
 /** Looks at fleets; the one named `stuck` hangs until released, as a call to an agent that never answers would. */
 class Recorder extends LeasedController<Row> {
@@ -32,6 +34,23 @@ class Recorder extends LeasedController<Row> {
   }
 }
 
+/** Counts its passes; hears what `interest` says (everything without one). */
+class PassCounter implements Controller {
+  readonly channel = 'test_runs';
+  passes = 0;
+  readonly hears?: (payload: string) => boolean;
+
+  constructor(readonly name: string, interest?: RunInterest) {
+    if (interest) this.hears = (payload) => concerns(payload, interest);
+  }
+
+  async pass(): Promise<void> {
+    this.passes += 1;
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
 for (const kind of DATABASE_KINDS) {
   describe(`controller passes on ${kind}`, function () {
     this.timeout(30_000);
@@ -53,6 +72,37 @@ for (const kind of DATABASE_KINDS) {
         for (const name of ['a', 'b', 'c']) expect(recorder.looks.get(name), name).to.be.at.least(10);
       } finally {
         recorder.release();
+        await manager.stop();
+        await db.close();
+        await scratch?.drop();
+      }
+    });
+
+    it('wake on a NOTIFY only the loops its payload concerns; one without a payload wakes all', async () => {
+      const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
+      const db = scratch ? openPostgres(scratch.url) : await openPglite();
+      await migrate(db);
+      const starter = new PassCounter('start', { statuses: ['provisioning'] });
+      const watcher = new PassCounter('watch', { statuses: ['running', 'terminating'] });
+      const services = new PassCounter('services', { statuses: [], family: true });
+      const deaf = new PassCounter('every change');
+      const loops = [starter, watcher, services, deaf];
+      const manager = new ControllerManager(db, 'test-owner', loops, winston.createLogger({ silent: true }), 60_000);
+      const passes = () => loops.map((c) => c.passes);
+      try {
+        await manager.start();
+        await eventually(async () => loops.every((c) => c.passes === 1), 5000, 'the first passes');
+        await db.notify('test_runs', runChange([{ status: 'provisioning', kind: 'task', replica: null, spec: {} }]));
+        await eventually(async () => starter.passes === 2, 5000, 'the start loop to wake');
+        await sleep(300);
+        expect(passes()).to.deep.equal([2, 1, 1, 2]);
+        await db.notify('test_runs', runChange([{ status: 'running', kind: 'service', replica: 0, spec: {} }]));
+        await eventually(async () => watcher.passes === 2, 5000, 'the watch loop to wake');
+        await sleep(300);
+        expect(passes()).to.deep.equal([2, 2, 2, 3]);
+        await db.notify('test_runs');
+        await eventually(async () => loops.every((c) => c.passes === 3 || c === deaf), 5000, 'every loop to wake');
+      } finally {
         await manager.stop();
         await db.close();
         await scratch?.drop();

@@ -14,7 +14,7 @@ import type { RunSpec } from '../../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
 import { AgentClient } from '../../agent/client.js';
 import { fixedJobRuntime } from '../../backends/registry.js';
-import { CHANNELS } from '../../store/channels.js';
+import { CHANNELS, runChange } from '../../store/channels.js';
 import { agentOf } from '../../controllers/run-controller.js';
 import { retryDecision } from '../../controllers/retry-policy.js';
 import { newInstances, place, placeNodes } from '../../controllers/scheduler.js';
@@ -60,7 +60,7 @@ export function runRoutes(server: ServerContext): Router {
     const spec = checkedRunSpec(body.spec);
     const files = checkedFiles(body.files ?? []);
     const run = await submitRun(db, project, (ctx.state as AuthState).user.id, spec, files, checkedRepos(spec, body.repos));
-    await db.notify(CHANNELS.runs);
+    await db.notify(CHANNELS.runs, runChange([run]));
     ctx.status = 201;
     ctx.body = await getRunView(db, run.id);
   });
