@@ -222,10 +222,18 @@ const runCommon = {
   fleets: Type.Optional(Type.Array(Name, { minItems: 1, uniqueItems: true, description: 'Fleets the run may be placed on; all that fit when left out' })),
 };
 
+/** dstack's `nodes: {min, target, max}` where target differs from min: apply provisions target instances, and the fleet then keeps min. */
+export const FleetNodesTarget = Type.Object({
+  min: Type.Integer({ minimum: 0, default: 0, description: 'Instances the fleet always keeps' }),
+  target: Type.Integer({ minimum: 0, description: 'Instances apply provisions when the fleet is created or changed; those above min are released once idle for idle_duration' }),
+  max: Type.Optional(Type.Integer({ minimum: 0, description: 'Instances the fleet may have at most' })),
+}, { additionalProperties: false, description: 'A node count with a target to provision on apply' });
+export type FleetNodesTarget = Static<typeof FleetNodesTarget>;
+
 export const FleetSpec = Type.Object({
   type: Type.Literal('fleet'),
   name: Name,
-  nodes: Type.Optional(Type.Union([Type.String(), Type.Integer()], checked('nodes', 'a number of nodes such as 2 or a range such as 0..2', 'Instances the fleet keeps: n (exactly) or min..max'))),
+  nodes: Type.Optional(Type.Union([Type.String(), Type.Integer(), FleetNodesTarget], checked('nodes', 'a number of nodes such as 2, a range such as 0..2, or a map with min, target and max', 'Instances the fleet keeps: n (exactly), min..max, or {min, target, max}'))),
   idle_duration: Type.Optional(durationOrOff('How long an instance may stay idle above the minimum before it is released', DEFAULT_IDLE_DURATION)),
   backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends to provision from; all configured ones when left out' })),
   resources: Type.Optional(Resources),

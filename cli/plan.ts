@@ -1,3 +1,4 @@
+import { describeFleetNodes } from '../api/fleet-rules.js';
 import { sshHosts } from '../api/ssh-fleet.js';
 import { formatUtc } from '../api/cron.js';
 import { fieldsNotActedOn, type FieldNotActedOn } from '../api/not-acted-on.js';
@@ -66,7 +67,7 @@ export function renderFleetPlan(spec: FleetSpec, plan: FleetPlan, current: Recor
   if (spec.ssh_config) {
     text += field('hosts', sshHosts(spec.ssh_config).map((host) => `${host.user}@${host.name}${host.proxyJump ? ` via ${host.proxyJump.hostname}` : ''}`).join(', '));
   } else {
-    text += field('nodes', String(spec.nodes));
+    text += field('nodes', describeFleetNodes(spec.nodes!));
     text += field('backends', spec.backends?.join(', ') ?? 'all configured');
     text += resourcesField(spec, plan.requirement);
   }

@@ -555,6 +555,14 @@ CREATE TABLE cost_days (
 CREATE INDEX cost_days_project ON cost_days (project_id, day);
 `,
   },
+  {
+    version: 26,
+    name: 'fleets: nodes.target, the instances apply provisions before the fleet falls back to keeping nodes.min',
+    sql: `
+ALTER TABLE fleets ADD COLUMN nodes_target integer;
+ALTER TABLE fleets ADD COLUMN provision_target integer;
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;

@@ -300,6 +300,19 @@ describe('api: validating JSON specs', () => {
     expect(fleet({ backends: ['kubernetes', 'gpucloud'] })).to.deep.equal([refusal]);
   });
 
+  it('takes a fleet\'s nodes.target between min and max, keeping the map, and locates a target out of range', () => {
+    expect(parseOk('type: fleet\nname: f\nnodes:\n  min: 2\n  max: 10\n  target: 6\n')[0]).to.deep.include({ nodes: { min: 2, max: 10, target: 6 } });
+    expect(parseOk('type: fleet\nname: f\nnodes: {min: 2, target: 2, max: 4}\n')[0]).to.include({ nodes: '2..4' });
+    expect(errorsOf('type: fleet\nname: f\nnodes:\n  min: 2\n  target: 1\n  max: 4\n')).to.deep.equal([
+      'x.yml:5:11: nodes.target: expected a number of at least min (2): apply provisions target instances and the fleet keeps min',
+    ]);
+    expect(errorsOf('type: fleet\nname: f\nnodes: {min: 0, target: 5, max: 4}\n')).to.deep.equal(['x.yml:3:25: nodes.target: expected a number of at most max (4)']);
+    expect(errorsOf('type: fleet\nname: f\nnodes: {min: 0, target: two, max: 4}\n')).to.deep.equal(['x.yml:3:25: nodes.target: expected an integer of at least 0, got "two"']);
+    expect(errorsOf('type: fleet\nname: f\nnodes: {min: 0, target: 2}\n')).to.deep.equal([
+      'x.yml:3:8: nodes: an open range is not supported on a fleet that may rent machines, as it could spend without limit; give a max, e.g. {min: 0, target: 2, max: 6} (a fleet with backends: [kubernetes] alone may leave it open: the cluster\'s nodes bound it)',
+    ]);
+  });
+
   it('tells a resources field written at the top level to go under resources', () => {
     expect(validateSpec({ type: 'task', commands: ['x'], gpu: 'A100:8', shm_size: '24GB' }).errors.map(formatSpecError)).to.deep.equal([
       'gpu: unknown field at the top level; gpu belongs under resources: indent it there',

@@ -148,6 +148,29 @@ for (const kind of DATABASE_KINDS) {
         expect((await cloud.list()).filter((i) => i.status !== 'terminated')).to.have.length(0);
       });
 
+      it('provisions nodes.target instances on apply, then releases the idle ones down to nodes.min', async () => {
+        const fleet = gpucloudFleet({ nodes: { min: 1, target: 3, max: 4 }, idle_duration: '2s' });
+        expect((await server.api('POST', '/api/projects/main/fleets/apply', fleet)).status).to.equal(201);
+        const live = async () => (await server.api('GET', '/api/projects/main/instances')).body.filter((i: { status: string }) => i.status !== 'terminating');
+        const all = async () => (await server.api('GET', '/api/projects/main/instances?all=true')).body as { status: string; terminationReason: string | null }[];
+        const ended = await eventually(async () => {
+          const instances = await all();
+          const terminated = instances.filter((i) => i.status === 'terminated');
+          return instances.length === 3 && terminated.length === 2 ? terminated : null;
+        }, 60_000, 'three instances, then the idle ones above nodes.min released');
+        expect(ended.map((i) => i.terminationReason)).to.deep.equal(['idle_timeout', 'idle_timeout']);
+        const created = (await server.api('GET', '/api/projects/main/events')).body.filter((e: { reason: string; objectKind: string }) => e.reason === 'Created' && e.objectKind === 'instance');
+        expect(created.map((e: { message: string }) => e.message)).to.deep.equal(Array(3).fill('created to bring fleet cloud to nodes.target=3'));
+        // The same spec again changes nothing: target is provisioned when the fleet is created or changed, as in dstack.
+        expect((await server.api('POST', '/api/projects/main/fleets/apply', fleet)).status).to.equal(200);
+        await new Promise((resolve) => setTimeout(resolve, 1500));
+        expect(await all()).to.have.length(3);
+        const changed = gpucloudFleet({ nodes: { min: 1, target: 2, max: 4 }, idle_duration: '2s' });
+        await server.api('POST', '/api/projects/main/fleets/apply', changed);
+        await eventually(async () => (await all()).length === 4, 30_000, 'a changed fleet brought to its target again');
+        expect((await server.api('GET', '/api/projects/main/fleets/cloud')).body.spec.nodes).to.deep.equal({ min: 1, target: 2, max: 4 });
+      });
+
       it('fails a run that no fleet can host, saying what it needs and what the fleets offer', async () => {
         await server.api('POST', '/api/projects/main/fleets/apply', gpucloudFleet());
         await server.api('POST', '/api/projects/main/runs/apply', task('small', ['true'], { resources: { gpu: { memory: '..16GB' } } }));

@@ -167,8 +167,8 @@ function fleetsOnceApplied(active: FleetRecord[], applying: FleetDesired[], proj
   const byName = new Map(active.map((fleet) => [fleet.name, fleet]));
   for (const desired of applying) {
     const current = byName.get(desired.name)
-      ?? { id: `applying:${desired.name}`, projectId, generation: 0, status: 'active', statusMessage: '', deleted: false, cluster: null, appliedAt: new Date(), createdAt: new Date() };
-    byName.set(desired.name, { ...current, ...desired });
+      ?? { id: `applying:${desired.name}`, projectId, generation: 0, status: 'active', statusMessage: '', deleted: false, cluster: null, provisionTarget: null, appliedAt: new Date(), createdAt: new Date() };
+    byName.set(desired.name, { ...current, nodesTarget: desired.nodesMin, ...desired });
   }
   return [...byName.values()];
 }
