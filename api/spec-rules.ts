@@ -12,7 +12,7 @@ type Report = (path: Path, message: string, at: IssueAt) => void;
 /** Request statistics are kept for an hour (store/service-stats.ts), so a longer window would see only part of it. */
 export const MAX_SCALING_WINDOW_SECONDS = 3600;
 
-/** A scheduled task's runs are named `<name>-<n>`: this leaves room for n up to 8 digits within a name's 40 characters. */
+/** The runs a schedule submits are named `<name>-<n>`: this leaves room for n up to 8 digits within a name's 40 characters. */
 export const MAX_SCHEDULED_NAME_LENGTH = 31;
 
 function attempt<T>(parse: () => T): T | null {
@@ -126,7 +126,7 @@ export function checkSpecRules(spec: Record<string, unknown>, report: Report): v
   checkPorts(spec.ports, report);
   if (type === 'service') checkScaling(spec, report);
   if (spec.schedule !== undefined && typeof spec.name === 'string' && spec.name.length > MAX_SCHEDULED_NAME_LENGTH) {
-    report(['name'], `at most ${MAX_SCHEDULED_NAME_LENGTH} characters for a scheduled task, whose runs are named <name>-<number>`, 'value');
+    report(['name'], `at most ${MAX_SCHEDULED_NAME_LENGTH} characters for a scheduled ${String(type)}, whose runs are named <name>-<number>`, 'value');
   }
 }
 
@@ -165,7 +165,6 @@ export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: RUN_KINDS, path: ['single_branch'], message: 'single_branch: false is not supported: a repo is cloned at one commit', sameMeaning: (v) => v === true },
   { kinds: RUN_KINDS, path: ['home_dir'], message: 'home_dir is deprecated in dstack and has no effect there; remove it' },
   { kinds: RUN_KINDS, path: ['setup'], message: 'setup is deprecated in dstack; put its commands first in commands (init for a dev environment)' },
-  { kinds: ['service', 'dev-environment'], path: ['schedule'], message: 'schedule is not supported on a service or dev environment: only tasks are started on a schedule here; run a scheduled task that calls the service, or start it with apply' },
   { kinds: ['task'], path: ['groups'], message: 'node groups are not supported: the nodes of a multi-node task are alike; give nodes, commands and resources at the top level' },
   { kinds: ['service'], path: ['groups'], message: 'groups is not a field of a service: give replica groups as a list under replicas, each with count, commands and resources' },
   { kinds: ['service'], path: ['model', 'format'], message: 'model formats other than openai are not supported: the model endpoint speaks the OpenAI API; serve the model with an OpenAI-compatible server (vLLM, SGLang, TGI\'s /v1) and set format: openai', sameMeaning: (v) => v === 'openai' },

@@ -175,7 +175,7 @@ export const Schedule = Type.Object({
     'x-expected': 'a cron expression such as "*/5 * * * *", or a list of them',
     description: 'When to submit a run, in UTC: a cron expression (5 fields, or 6 with seconds first) or a list of them',
   }),
-}, { additionalProperties: false, description: 'Submit a run of the task at each time the cron expressions name (UTC); a time that falls while the previous run is still active is skipped' });
+}, { additionalProperties: false, description: 'Submit a run (<name>-<n>) at each time the cron expressions name (UTC); a time that falls while the previous run is still active is skipped' });
 
 export const RateLimit = Type.Object({
   prefix: Type.Optional(Type.String({ ...checked('url-path', 'a path starting with /', 'The requests it applies to: those whose path starts with it; the longest matching prefix wins'), default: '/' })),
@@ -220,6 +220,7 @@ const runCommon = {
   max_price: Type.Optional(MaxPrice),
   backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends the run may be placed on; all when left out' })),
   fleets: Type.Optional(Type.Array(Name, { minItems: 1, uniqueItems: true, description: 'Fleets the run may be placed on; all that fit when left out' })),
+  schedule: Type.Optional(Schedule),
 };
 
 /** dstack's `nodes: {min, target, max}` where target differs from min: apply provisions target instances, and the fleet then keeps min. */
@@ -278,7 +279,6 @@ export const TaskSpec = Type.Object({
     default: 'all-done', 'x-expected': 'all-done or master-done',
     description: 'When a multi-node task is done: once every node exits 0, or once node 0 (the master) does, the others being stopped then',
   })),
-  schedule: Type.Optional(Schedule),
 }, { additionalProperties: false, description: 'A batch job that runs its commands to completion' });
 export type TaskSpec = Static<typeof TaskSpec>;
 

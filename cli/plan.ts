@@ -85,7 +85,7 @@ export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.Write
   const name = plan.name ?? '(a name will be generated)';
   const action = plan.blocking === 'name_in_use' ? 'replace (refused while the run of that name is active)'
     : plan.action === 'replace' ? `replace (the finished run ${plan.name} is replaced, and its logs with it)`
-    : plan.action === 'update' && plan.schedule ? 'update (the scheduled task takes the new spec and schedule from its next run on; runs it submitted carry on)'
+    : plan.action === 'update' && plan.schedule ? `update (the scheduled ${spec.type} takes the new spec and schedule from its next run on; runs it submitted carry on)`
       : plan.action === 'update' ? 'update (the live service takes the new spec: a changed spec rolls out one replica at a time; replicas and scaling change in place)'
         : 'create';
   let text = `${spec.type} ${name}: ${action}\n`;

@@ -248,7 +248,7 @@ describe('api: validating JSON specs', () => {
       'port: expected an integer from 1 to 65535, got "http"',
       'commands[1]: expected a string, got 1',
       'resources.gpu: unknown GPU model "H10"; did you mean "H100"?',
-      'extra: unknown field; expected one of type, name, priority, resources, env, image, registry_auth, python, files, repos, working_dir, volumes, privileged, nvcc, docker, entrypoint, shell, max_duration, stop_duration, retry, utilization_policy, spot_policy, max_price, backends, fleets, commands, port, model, replicas, scaling, auth, strip_prefix, probes, max_body_size, first_byte_timeout, idle_timeout, cold_start_timeout, startup_timeout, drain_timeout, gateway, https, rate_limits',
+      'extra: unknown field; expected one of type, name, priority, resources, env, image, registry_auth, python, files, repos, working_dir, volumes, privileged, nvcc, docker, entrypoint, shell, max_duration, stop_duration, retry, utilization_policy, spot_policy, max_price, backends, fleets, schedule, commands, port, model, replicas, scaling, auth, strip_prefix, probes, max_body_size, first_byte_timeout, idle_timeout, cold_start_timeout, startup_timeout, drain_timeout, gateway, https, rate_limits',
     ]);
   });
 
