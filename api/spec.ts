@@ -177,6 +177,15 @@ export const Schedule = Type.Object({
   }),
 }, { additionalProperties: false, description: 'Submit a run (<name>-<n>) at each time the cron expressions name (UTC); a time that falls while the previous run is still active is skipped' });
 
+/** One of dstack's forms of an instance in a run's `instances`: exactly one of name, hostname, or fleet with instance (spec-rules.ts checks). */
+export const InstanceSelector = Type.Object({
+  name: Type.Optional(Type.String({ minLength: 1, description: 'The instance\'s name, such as my-fleet-3' })),
+  hostname: Type.Optional(Type.String({ minLength: 1, description: 'An SSH host\'s hostname or IP address, or an instance\'s internal address' })),
+  fleet: Type.Optional(Name),
+  instance: Type.Optional(Type.Integer({ minimum: 0, description: 'The instance\'s number in its fleet: 3 for my-fleet-3' })),
+}, { additionalProperties: false, description: 'An existing instance: by name, by hostname, or by fleet and number' });
+export type InstanceSelector = Static<typeof InstanceSelector>;
+
 export const RateLimit = Type.Object({
   prefix: Type.Optional(Type.String({ ...checked('url-path', 'a path starting with /', 'The requests it applies to: those whose path starts with it; the longest matching prefix wins'), default: '/' })),
   key: Type.Optional(Type.Union([Type.Literal('ip'), Type.Literal('header')], { default: 'ip', description: 'ip: one bucket per client address; header: one per value of header' })),
@@ -221,6 +230,10 @@ const runCommon = {
   backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends the run may be placed on; all when left out' })),
   fleets: Type.Optional(Type.Array(Name, { minItems: 1, uniqueItems: true, description: 'Fleets the run may be placed on; all that fit when left out' })),
   schedule: Type.Optional(Schedule),
+  instances: Type.Optional(Type.Array(Type.Union([Type.String({ minLength: 1 }), InstanceSelector]), {
+    minItems: 1, 'x-expected': 'a list of instance names, or maps with name, hostname, or fleet and instance',
+    description: 'Existing instances the run may be placed on (an instance name, or {name}, {hostname} or {fleet, instance}); none is provisioned for it',
+  })),
 };
 
 /** dstack's `nodes: {min, target, max}` where target differs from min: apply provisions target instances, and the fleet then keeps min. */

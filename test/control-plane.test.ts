@@ -171,6 +171,25 @@ for (const kind of DATABASE_KINDS) {
         expect((await server.api('GET', '/api/projects/main/fleets/cloud')).body.spec.nodes).to.deep.equal({ min: 1, target: 2, max: 4 });
       });
 
+      it('places a run that names its instances only on those, waiting while they are busy and provisioning none, and fails one naming none there', async () => {
+        await server.api('POST', '/api/projects/main/fleets/apply', gpucloudFleet());
+        await server.api('POST', '/api/projects/main/runs/apply', task('first', ['sleep 5']));
+        await runReaches(server, 'first', ['running'], 60_000);
+        expect((await server.api('POST', '/api/projects/main/runs/apply', task('pinned', ['echo pinned'], { instances: [{ fleet: 'cloud', instance: 0 }] }))).status).to.equal(201);
+        const waiting = await eventually(async () => {
+          const { body } = await server.api('GET', '/api/projects/main/runs/pinned');
+          return body.statusMessage.startsWith('waiting: ') ? body : null;
+        }, 10_000, 'pinned to wait');
+        expect(waiting.statusMessage).to.equal('waiting: the run takes only the instances it names (cloud instance 0), and none is free now: cloud-0 busy');
+        const done = await runReaches(server, 'pinned', ['done', 'failed'], 60_000);
+        expect(done).to.include({ status: 'done', instance: 'cloud-0' });
+        expect((await server.api('GET', '/api/projects/main/instances?all=true')).body.map((i: { name: string }) => i.name), 'no instance provisioned for it').to.deep.equal(['cloud-0']);
+        await server.api('POST', '/api/projects/main/runs/apply', task('nowhere', ['true'], { instances: ['cloud-5'] }));
+        const failed = await runReaches(server, 'nowhere', ['failed', 'done']);
+        expect(failed).to.include({ status: 'failed', terminationReason: 'no_fleet_matches' });
+        expect(failed.statusMessage).to.equal('no instance matches instances (cloud-5): the run is placed only on the existing instances it names, and none is provisioned for it');
+      });
+
       it('fails a run that no fleet can host, saying what it needs and what the fleets offer', async () => {
         await server.api('POST', '/api/projects/main/fleets/apply', gpucloudFleet());
         await server.api('POST', '/api/projects/main/runs/apply', task('small', ['true'], { resources: { gpu: { memory: '..16GB' } } }));
