@@ -49,13 +49,17 @@ function shown(value: unknown): string {
   return typeof value === 'string' ? value : JSON.stringify(value);
 }
 
+function shownField(field: string, value: unknown): string {
+  return field === 'nodes' && value !== undefined ? describeFleetNodes(value as NonNullable<FleetSpec['nodes']>) : shown(value);
+}
+
 /** `nodes: 0..1 → 0..2` for each top-level field that differs. */
 function fleetChanges(current: Record<string, unknown>, spec: FleetSpec): string[] {
   const next = spec as unknown as Record<string, unknown>;
   const fields = [...new Set([...Object.keys(current), ...Object.keys(next)])].filter((f) => f !== 'type' && f !== 'name');
   return fields
     .filter((f) => JSON.stringify(current[f]) !== JSON.stringify(next[f]))
-    .map((f) => `${f}: ${shown(current[f])} → ${shown(next[f])}`);
+    .map((f) => `${f}: ${shownField(f, current[f])} → ${shownField(f, next[f])}`);
 }
 
 /** The fleet's plan; `current` is the spec now applied, when the fleet exists. */
