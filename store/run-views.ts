@@ -16,7 +16,7 @@ const VIEW_SELECT = `
   SELECT r.id, r.project_id, r.name, r.kind, r.spec, r.status, r.status_message, r.termination_reason, r.priority,
     r.generation, r.attempt, r.exit_code, r.submitted_at, r.started_at, r.finished_at, r.inactivity_stop_at, r.service_id,
     r.replica, r.desired_replicas, r.stable_generation, r.rollout_stall, r.scheduled_for, r.next_tick_at, u.name AS user_name, p.name AS project_name, f.name AS fleet_name, i.name AS instance_name, i.offer AS instance_offer,
-    i.ssh_host_key AS instance_ssh_host_key, s.name AS schedule_name,
+    i.ssh_host_key AS instance_ssh_host_key, s.name AS schedule_name, CASE WHEN NOT s.deleted THEN s.name END AS published_as,
     CASE WHEN r.spec -> 'schedule' IS NOT NULL THEN (
       SELECT c.name FROM runs c WHERE c.schedule_id = r.id AND NOT c.deleted ORDER BY c.submitted_at DESC LIMIT 1)
     END AS schedule_last_run
@@ -193,9 +193,9 @@ async function withServices(db: Queryable, rows: Row[]): Promise<Run[]> {
       stableGeneration: r.stable_generation ?? null,
       stall: r.rollout_stall ?? null,
       model,
-      // Published under its schedule's name, where a schedule submitted it (store/services.ts#loadRoutingTable).
-      ...servicePaths(r.project_name, r.schedule_name ?? r.name, model),
-      gatewayUrl: gateway ? gatewayUrl(gateway, r.schedule_name ?? r.name, spec.https) : null,
+      // Published under its schedule's name while that schedule holds it (store/services.ts#loadRoutingTable).
+      ...servicePaths(r.project_name, r.published_as ?? r.name, model),
+      gatewayUrl: gateway ? gatewayUrl(gateway, r.published_as ?? r.name, spec.https) : null,
       gatewayModelUrl: gateway && model !== null ? gatewayModelsUrl(gateway) : null,
     };
     return runView(r, service, parentSsh(r, reachable.get(r.id) ?? []), position, cost);

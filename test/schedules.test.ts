@@ -157,6 +157,9 @@ describe('scheduled services and dev environments through the CLI (pglite)', fun
     const ended = await cli(['stop', 'web']);
     expect(ended.stdout).to.contain('web: terminated (stopped_by_user)');
     expect((await api(server, 'GET', '/runs/web-2')).body.status, 'the run it submitted carries on').to.equal('running');
+    expect((await cli(['delete', 'web'])).code).to.equal(0);
+    expect((await api(server, 'GET', '/runs/web-2')).body.service.path, 'a deleted schedule frees its name').to.equal('/proxy/services/main/web-2/');
+    await eventually(async () => (await fetch(`${server.url}/proxy/services/main/web-2/`, { headers: { authorization: `Bearer ${TOKEN}` } })).status === 200, 20_000, 'web-2 under its own name');
     expect((await cli(['stop', 'web-2'])).code).to.equal(0);
   });
 
