@@ -1,4 +1,5 @@
 import { parseCountRange } from './quantity.js';
+import type { FleetSpec } from './spec.js';
 import { sshHosts, type SshConfig } from './ssh-fleet.js';
 import type { IssueAt, Path } from './validate.js';
 
@@ -39,14 +40,35 @@ const UNMETERED_BACKENDS = ['kubernetes'];
  * own nodes bound it, as in dstack; on a backend that bills by the hour it could spend without limit.
  */
 function checkOpenEnded(spec: Record<string, unknown>, report: Report): void {
-  let nodes: ReturnType<typeof parseCountRange>;
+  let nodes: FleetNodes;
   try {
-    nodes = parseCountRange(spec.nodes as string | number, { least: 0, bounded: false, what: 'node count' });
+    nodes = fleetNodes(spec.nodes as Parameters<typeof fleetNodes>[0]);
   } catch {
     return;
   }
   const backends = Array.isArray(spec.backends) ? spec.backends as string[] : [];
   if (nodes.max !== null || (backends.length > 0 && backends.every((b) => UNMETERED_BACKENDS.includes(b)))) return;
-  const min = nodes.min ?? 0;
-  report(['nodes'], `an open range is not supported on a fleet that may rent machines, as it could spend without limit; give an upper bound, e.g. ${min}..${min + 4} (a fleet with backends: [kubernetes] alone may leave it open: the cluster's nodes bound it)`, 'value');
+  const { min, target } = nodes;
+  const bound = typeof spec.nodes === 'object' ? `a max, e.g. {min: ${min}, target: ${target}, max: ${target + 4}}` : `an upper bound, e.g. ${min}..${min + 4}`;
+  report(['nodes'], `an open range is not supported on a fleet that may rent machines, as it could spend without limit; give ${bound} (a fleet with backends: [kubernetes] alone may leave it open: the cluster's nodes bound it)`, 'value');
+}
+
+export interface FleetNodes {
+  min: number;
+  /** Instances apply provisions: min unless `nodes.target` says more. */
+  target: number;
+  max: number | null;
+}
+
+/** A fleet's `nodes` as numbers: `n`, `min..max` or `{min, target, max}`. */
+export function fleetNodes(nodes: NonNullable<FleetSpec['nodes']>): FleetNodes {
+  if (typeof nodes === 'object') return { min: nodes.min, target: nodes.target, max: nodes.max ?? null };
+  const range = parseCountRange(nodes, { least: 0, bounded: false, what: 'node count' });
+  return { min: range.min ?? 0, target: range.min ?? 0, max: range.max };
+}
+
+/** `nodes` as written in a plan: `2`, `0..4`, or `0..4, target 2`. */
+export function describeFleetNodes(nodes: NonNullable<FleetSpec['nodes']>): string {
+  if (typeof nodes !== 'object') return String(nodes);
+  return `${nodes.min}..${nodes.max ?? ''}, target ${nodes.target}`;
 }

@@ -12,7 +12,7 @@ type Report = (path: Path, message: string, at: IssueAt) => void;
 /** Request statistics are kept for an hour (store/service-stats.ts), so a longer window would see only part of it. */
 export const MAX_SCALING_WINDOW_SECONDS = 3600;
 
-/** A scheduled task's runs are named `<name>-<n>`: this leaves room for n up to 8 digits within a name's 40 characters. */
+/** The runs a schedule submits are named `<name>-<n>`: this leaves room for n up to 8 digits within a name's 40 characters. */
 export const MAX_SCHEDULED_NAME_LENGTH = 31;
 
 function attempt<T>(parse: () => T): T | null {
@@ -97,6 +97,22 @@ function checkReplicaGroups(spec: Record<string, unknown>, groups: unknown[], re
   });
 }
 
+/** Each map of `instances` names one instance one way: by name, by hostname, or by fleet and number. */
+function checkInstanceSelectors(selectors: unknown[], report: Report): void {
+  selectors.forEach((selector, index) => {
+    if (!isMap(selector)) return;
+    const forms = [selector.name !== undefined, selector.hostname !== undefined, selector.fleet !== undefined || selector.instance !== undefined].filter(Boolean).length;
+    if (forms !== 1) {
+      report(['instances', index], 'expected one of name, hostname, or fleet with instance (its number in the fleet), such as {fleet: my-fleet, instance: 3}', forms === 0 ? 'value' : 'key');
+      return;
+    }
+    if ((selector.fleet === undefined) !== (selector.instance === undefined)) {
+      const missing = selector.fleet === undefined ? 'fleet' : 'instance';
+      report(['instances', index, missing], `required field is missing; ${missing === 'fleet' ? 'instance is a number within a fleet: give its fleet' : 'a fleet names its instance by number: give instance, such as 3 for my-fleet-3'}`, 'parent');
+    }
+  });
+}
+
 /** `nvcc: true` runs in NVCC_IMAGE: not with an image of the run's own. */
 function checkNvcc(spec: Record<string, unknown>, report: Report): void {
   if (spec.image !== undefined) report(['nvcc'], `cannot be combined with image, as in dstack: nvcc: true runs in ${NVCC_IMAGE}; give an image that has the CUDA compiler, such as nvidia/cuda:12.8.1-devel-ubuntu24.04, and leave nvcc out`, 'key');
@@ -125,8 +141,9 @@ export function checkSpecRules(spec: Record<string, unknown>, report: Report): v
   if (typeof spec.entrypoint === 'string') checkEntrypoint(type, spec.entrypoint, report);
   checkPorts(spec.ports, report);
   if (type === 'service') checkScaling(spec, report);
+  if (Array.isArray(spec.instances)) checkInstanceSelectors(spec.instances, report);
   if (spec.schedule !== undefined && typeof spec.name === 'string' && spec.name.length > MAX_SCHEDULED_NAME_LENGTH) {
-    report(['name'], `at most ${MAX_SCHEDULED_NAME_LENGTH} characters for a scheduled task, whose runs are named <name>-<number>`, 'value');
+    report(['name'], `at most ${MAX_SCHEDULED_NAME_LENGTH} characters for a scheduled ${String(type)}, whose runs are named <name>-<number>`, 'value');
   }
 }
 
@@ -159,13 +176,11 @@ export const UNSUPPORTED: readonly Unsupported[] = [
   { kinds: ALL_KINDS, path: ['backend_options'], message: 'backend_options are not supported: the backends here take no per-configuration options' },
   { kinds: RUN_KINDS, path: ['creation_policy'], message: 'creation_policy reuse-or-create is not supported: a run only takes instances of fleets; apply a fleet to create them', sameMeaning: (v) => v === 'reuse' },
   { kinds: RUN_KINDS, path: ['idle_duration'], message: 'idle_duration on a run is not supported: instances belong to fleets; set idle_duration on the fleet' },
-  { kinds: RUN_KINDS, path: ['instances'], message: 'choosing instances is not supported: the scheduler places a run on an instance of a fleet that fits; use fleets to narrow it' },
   { kinds: RUN_KINDS, path: ['user'], message: 'user is not supported: the commands run as the image\'s default user' },
   { kinds: RUN_KINDS, path: ['dstack'], message: 'access to the server from inside the run is not supported: a run gets no server address or token; drive the orchestrator from outside the run, with the CLI or the HTTP API', sameMeaning: (v) => v === false },
   { kinds: RUN_KINDS, path: ['single_branch'], message: 'single_branch: false is not supported: a repo is cloned at one commit', sameMeaning: (v) => v === true },
   { kinds: RUN_KINDS, path: ['home_dir'], message: 'home_dir is deprecated in dstack and has no effect there; remove it' },
   { kinds: RUN_KINDS, path: ['setup'], message: 'setup is deprecated in dstack; put its commands first in commands (init for a dev environment)' },
-  { kinds: ['service', 'dev-environment'], path: ['schedule'], message: 'schedule is not supported on a service or dev environment: only tasks are started on a schedule here; run a scheduled task that calls the service, or start it with apply' },
   { kinds: ['task'], path: ['groups'], message: 'node groups are not supported: the nodes of a multi-node task are alike; give nodes, commands and resources at the top level' },
   { kinds: ['service'], path: ['groups'], message: 'groups is not a field of a service: give replica groups as a list under replicas, each with count, commands and resources' },
   { kinds: ['service'], path: ['model', 'format'], message: 'model formats other than openai are not supported: the model endpoint speaks the OpenAI API; serve the model with an OpenAI-compatible server (vLLM, SGLang, TGI\'s /v1) and set format: openai', sameMeaning: (v) => v === 'openai' },
@@ -208,6 +223,9 @@ function refusedItems(spec: Record<string, unknown>, type: SpecType): [Path, str
     }
     for (const [index, fleet] of entries('fleets')) {
       if (typeof fleet === 'string' && fleet.includes('/')) found.push([['fleets', index], `"${fleet}" ${IMPORTED}`, 'value']);
+    }
+    for (const [index, selector] of entries('instances')) {
+      if (isMap(selector) && typeof selector.fleet === 'string' && selector.fleet.includes('/')) found.push([['instances', index, 'fleet'], `"${selector.fleet}" ${IMPORTED}`, 'value']);
     }
   }
   if (typeof spec.gateway === 'string' && spec.gateway.includes('/')) found.push([['gateway'], `"${spec.gateway}" ${IMPORTED}`, 'value']);

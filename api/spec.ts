@@ -175,7 +175,16 @@ export const Schedule = Type.Object({
     'x-expected': 'a cron expression such as "*/5 * * * *", or a list of them',
     description: 'When to submit a run, in UTC: a cron expression (5 fields, or 6 with seconds first) or a list of them',
   }),
-}, { additionalProperties: false, description: 'Submit a run of the task at each time the cron expressions name (UTC); a time that falls while the previous run is still active is skipped' });
+}, { additionalProperties: false, description: 'Submit a run (<name>-<n>) at each time the cron expressions name (UTC); a time that falls while the previous run is still active is skipped' });
+
+/** One of dstack's forms of an instance in a run's `instances`: exactly one of name, hostname, or fleet with instance (spec-rules.ts checks). */
+export const InstanceSelector = Type.Object({
+  name: Type.Optional(Type.String({ minLength: 1, description: 'The instance\'s name, such as my-fleet-3' })),
+  hostname: Type.Optional(Type.String({ minLength: 1, description: 'An SSH host\'s hostname or IP address, or an instance\'s internal address' })),
+  fleet: Type.Optional(Name),
+  instance: Type.Optional(Type.Integer({ minimum: 0, description: 'The instance\'s number in its fleet: 3 for my-fleet-3' })),
+}, { additionalProperties: false, description: 'An existing instance: by name, by hostname, or by fleet and number' });
+export type InstanceSelector = Static<typeof InstanceSelector>;
 
 export const RateLimit = Type.Object({
   prefix: Type.Optional(Type.String({ ...checked('url-path', 'a path starting with /', 'The requests it applies to: those whose path starts with it; the longest matching prefix wins'), default: '/' })),
@@ -220,12 +229,25 @@ const runCommon = {
   max_price: Type.Optional(MaxPrice),
   backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends the run may be placed on; all when left out' })),
   fleets: Type.Optional(Type.Array(Name, { minItems: 1, uniqueItems: true, description: 'Fleets the run may be placed on; all that fit when left out' })),
+  schedule: Type.Optional(Schedule),
+  instances: Type.Optional(Type.Array(Type.Union([Type.String({ minLength: 1 }), InstanceSelector]), {
+    minItems: 1, 'x-expected': 'a list of instance names, or maps with name, hostname, or fleet and instance',
+    description: 'Existing instances the run may be placed on (an instance name, or {name}, {hostname} or {fleet, instance}); none is provisioned for it',
+  })),
 };
+
+/** dstack's `nodes: {min, target, max}` where target differs from min: apply provisions target instances, and the fleet then keeps min. */
+export const FleetNodesTarget = Type.Object({
+  min: Type.Integer({ minimum: 0, default: 0, description: 'Instances the fleet always keeps' }),
+  target: Type.Integer({ minimum: 0, description: 'Instances apply provisions when the fleet is created or changed; those above min are released once idle for idle_duration' }),
+  max: Type.Optional(Type.Integer({ minimum: 0, description: 'Instances the fleet may have at most' })),
+}, { additionalProperties: false, description: 'A node count with a target to provision on apply' });
+export type FleetNodesTarget = Static<typeof FleetNodesTarget>;
 
 export const FleetSpec = Type.Object({
   type: Type.Literal('fleet'),
   name: Name,
-  nodes: Type.Optional(Type.Union([Type.String(), Type.Integer()], checked('nodes', 'a number of nodes such as 2 or a range such as 0..2', 'Instances the fleet keeps: n (exactly) or min..max'))),
+  nodes: Type.Optional(Type.Union([Type.String(), Type.Integer(), FleetNodesTarget], checked('nodes', 'a number of nodes such as 2, a range such as 0..2, or a map with min, target and max', 'Instances the fleet keeps: n (exactly), min..max, or {min, target, max}'))),
   idle_duration: Type.Optional(durationOrOff('How long an instance may stay idle above the minimum before it is released', DEFAULT_IDLE_DURATION)),
   backends: Type.Optional(Type.Array(BackendType, { minItems: 1, uniqueItems: true, description: 'Backends to provision from; all configured ones when left out' })),
   resources: Type.Optional(Resources),
@@ -270,7 +292,6 @@ export const TaskSpec = Type.Object({
     default: 'all-done', 'x-expected': 'all-done or master-done',
     description: 'When a multi-node task is done: once every node exits 0, or once node 0 (the master) does, the others being stopped then',
   })),
-  schedule: Type.Optional(Schedule),
 }, { additionalProperties: false, description: 'A batch job that runs its commands to completion' });
 export type TaskSpec = Static<typeof TaskSpec>;
 

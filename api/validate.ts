@@ -1,5 +1,6 @@
 import { FormatRegistry, type TSchema } from '@sinclair/typebox';
 import { checkCron } from './cron.js';
+import { fleetNodes } from './fleet-rules.js';
 import { parseDuration, parseDurationOrOff } from './duration.js';
 import { wildcardBase } from './domains.js';
 import { resolveEnv } from './env.js';
@@ -46,13 +47,15 @@ const RANGE_FIELDS = ['min', 'max'];
 
 /**
  * A range written as a map (`{min: 16GB}`, `{min: 2, max: 8}`) in the `min..max` form the schema takes;
- * `extra` are further fields the map may have, which `onExtra` takes care of. Other values pass unchanged.
+ * `extra` are further fields the map may have, which `onExtra` checks: one that says more than min keeps the map
+ * (with min filled in). Other values pass unchanged.
  */
 function rangeFromMap(value: unknown, extra: readonly string[] = [], onExtra?: (map: Record<string, unknown>) => void): unknown {
   if (!isMap(value)) return value;
   const keys = Object.keys(value);
   if (keys.length === 0 || !keys.every((key) => RANGE_FIELDS.includes(key) || extra.includes(key))) return value;
   onExtra?.(value);
+  if (keys.some((key) => extra.includes(key) && value[key] !== (value.min ?? 0))) return { ...value, min: value.min ?? 0 };
   const end = (key: string) => (value[key] === undefined || value[key] === null ? '' : String(value[key]));
   return `${end('min')}..${end('max')}`;
 }
@@ -93,14 +96,15 @@ const CHECKS: Record<CheckName, Check> = {
     check: (value: string | number) => parseSizeRange(value),
   },
   'nodes': {
-    // dstack's map form: {min, target, max}; a fleet here starts at min and grows as runs need instances.
+    // dstack's map form: {min, max} is the range min..max; with a target other than min it stays a map (FleetNodesTarget).
     coerce: (value, path, context) => rangeFromMap(value, ['target'], (map) => {
-      if (map.target !== undefined && map.target !== map.min) {
-        report(context, [...path, 'target'], 'not supported: a fleet here starts with min instances and adds more, up to max, as runs need them; leave target out or set it to min', 'key');
-      }
+      const { min = 0, target, max } = map;
+      if (![min, target, max].every((n) => n === undefined || Number.isInteger(n))) return;
+      if ((target as number) < (min as number)) report(context, [...path, 'target'], `expected a number of at least min (${String(min)}): apply provisions target instances and the fleet keeps min`);
+      if (max !== undefined && (target as number) > (max as number)) report(context, [...path, 'target'], `expected a number of at most max (${String(max)})`);
     }),
     // Whether a fleet may be open-ended depends on its backends: checkFleet (fleet-rules.ts) decides.
-    check: (value: string | number) => parseCountRange(value, { least: 0, bounded: false, what: 'node count' }),
+    check: (value: Parameters<typeof fleetNodes>[0]) => fleetNodes(value),
   },
   'replicas': { coerce: rangeCoercion, check: (value: string | number) => parseCountRange(value, { least: 0, bounded: true, what: 'replica count' }) },
   'python': {

@@ -1,3 +1,4 @@
+import { describeFleetNodes } from '../api/fleet-rules.js';
 import { sshHosts } from '../api/ssh-fleet.js';
 import { formatUtc } from '../api/cron.js';
 import { fieldsNotActedOn, type FieldNotActedOn } from '../api/not-acted-on.js';
@@ -48,13 +49,17 @@ function shown(value: unknown): string {
   return typeof value === 'string' ? value : JSON.stringify(value);
 }
 
+function shownField(field: string, value: unknown): string {
+  return field === 'nodes' && value !== undefined ? describeFleetNodes(value as NonNullable<FleetSpec['nodes']>) : shown(value);
+}
+
 /** `nodes: 0..1 → 0..2` for each top-level field that differs. */
 function fleetChanges(current: Record<string, unknown>, spec: FleetSpec): string[] {
   const next = spec as unknown as Record<string, unknown>;
   const fields = [...new Set([...Object.keys(current), ...Object.keys(next)])].filter((f) => f !== 'type' && f !== 'name');
   return fields
     .filter((f) => JSON.stringify(current[f]) !== JSON.stringify(next[f]))
-    .map((f) => `${f}: ${shown(current[f])} → ${shown(next[f])}`);
+    .map((f) => `${f}: ${shownField(f, current[f])} → ${shownField(f, next[f])}`);
 }
 
 /** The fleet's plan; `current` is the spec now applied, when the fleet exists. */
@@ -66,7 +71,7 @@ export function renderFleetPlan(spec: FleetSpec, plan: FleetPlan, current: Recor
   if (spec.ssh_config) {
     text += field('hosts', sshHosts(spec.ssh_config).map((host) => `${host.user}@${host.name}${host.proxyJump ? ` via ${host.proxyJump.hostname}` : ''}`).join(', '));
   } else {
-    text += field('nodes', String(spec.nodes));
+    text += field('nodes', describeFleetNodes(spec.nodes!));
     text += field('backends', spec.backends?.join(', ') ?? 'all configured');
     text += resourcesField(spec, plan.requirement);
   }
@@ -84,7 +89,7 @@ export function renderRunPlan(spec: RunSpec, plan: RunPlan, stream: NodeJS.Write
   const name = plan.name ?? '(a name will be generated)';
   const action = plan.blocking === 'name_in_use' ? 'replace (refused while the run of that name is active)'
     : plan.action === 'replace' ? `replace (the finished run ${plan.name} is replaced, and its logs with it)`
-    : plan.action === 'update' && plan.schedule ? 'update (the scheduled task takes the new spec and schedule from its next run on; runs it submitted carry on)'
+    : plan.action === 'update' && plan.schedule ? `update (the scheduled ${spec.type} takes the new spec and schedule from its next run on; runs it submitted carry on)`
       : plan.action === 'update' ? 'update (the live service takes the new spec: a changed spec rolls out one replica at a time; replicas and scaling change in place)'
         : 'create';
   let text = `${spec.type} ${name}: ${action}\n`;

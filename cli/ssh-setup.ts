@@ -14,7 +14,8 @@ export function leavesSshConfig(flags: { sshConfig?: boolean }): boolean {
  * service) or has its ports forwarded. A plain task is followed rather than entered, and often ends within seconds.
  */
 export function reachedOverSsh(spec: RunSpec): boolean {
-  if (spec.type === 'task') return !spec.schedule && (spec.ports?.length ?? 0) > 0;
+  if (spec.schedule) return false;
+  if (spec.type === 'task') return (spec.ports?.length ?? 0) > 0;
   return true;
 }
 

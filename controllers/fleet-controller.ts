@@ -5,7 +5,7 @@ import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { actingSpentBudget } from '../store/budgets.js';
 import { recordEvent } from '../store/events.js';
-import { forgetFleetCluster, setFleetStatus, toFleet, type FleetRecord } from '../store/fleets.js';
+import { forgetFleetCluster, provisionTargetReached, setFleetStatus, toFleet, type FleetRecord } from '../store/fleets.js';
 import { insertInstance, listFleetInstances } from '../store/instances.js';
 import type { BackendPool } from './backend-pool.js';
 import { LeasedController } from './leased.js';
@@ -15,7 +15,7 @@ import type { SshConfig } from '../api/ssh-fleet.js';
 
 const FLEET_RECHECK_MS = 5000;
 
-/** Keeps each fleet at `nodes.min` or more instances, and winds a deleted fleet down. */
+/** Brings a fleet applied with `nodes.target` to that many instances, keeps each fleet at `nodes.min` or more, and winds a deleted fleet down. */
 export class FleetController extends LeasedController<FleetRecord> {
   readonly name = 'fleet';
 
@@ -50,14 +50,18 @@ export class FleetController extends LeasedController<FleetRecord> {
       if (message !== fleet.statusMessage) await setFleetStatus(this.db, fleet.id, this.owner, 'active', message);
       return FLEET_RECHECK_MS;
     }
-    const missing = fleet.nodesMin - live.filter((i) => i.status !== 'terminating').length;
+    const goal = fleet.provisionTarget !== null && fleet.provisionTarget > fleet.nodesMin
+      ? { count: fleet.provisionTarget, text: `nodes.target=${fleet.provisionTarget}` }
+      : { count: fleet.nodesMin, text: `nodes.min=${fleet.nodesMin}` };
+    const missing = goal.count - live.filter((i) => i.status !== 'terminating').length;
     if (missing <= 0) {
+      if (fleet.provisionTarget !== null) await provisionTargetReached(this.db, fleet.id, fleet.generation);
       if (fleet.statusMessage) await setFleetStatus(this.db, fleet.id, this.owner, 'active', '');
       return FLEET_RECHECK_MS;
     }
     const spent = await actingSpentBudget(this.db, fleet.projectId);
     if (spent) {
-      await setFleetStatus(this.db, fleet.id, this.owner, 'active', `cannot reach nodes.min=${fleet.nodesMin}: ${spent.reason}`);
+      await setFleetStatus(this.db, fleet.id, this.owner, 'active', `cannot reach ${goal.text}: ${spent.reason}`);
       return FLEET_RECHECK_MS;
     }
     const listing = await this.pool.offers(fleet.projectId, fleet.backends);
@@ -65,15 +69,16 @@ export class FleetController extends LeasedController<FleetRecord> {
     if (!offer) {
       const why = listing.errors.length ? listing.errors.join('; ')
         : priceRefusal(fleet.requirement, listing.offers) ?? `no available offer matches the fleet's resources`;
-      await setFleetStatus(this.db, fleet.id, this.owner, 'active', `cannot reach nodes.min=${fleet.nodesMin}: ${why}`);
+      await setFleetStatus(this.db, fleet.id, this.owner, 'active', `cannot reach ${goal.text}: ${why}`);
       return FLEET_RECHECK_MS;
     }
     for (let n = 0; n < missing; n++) {
       const instance = await insertInstance(this.db, {
         projectId: fleet.projectId, fleetId: fleet.id, fleetName: fleet.name, backend: offer.backend, requirement: fleet.requirement, runId: null,
       });
-      await recordEvent(this.db, { projectId: fleet.projectId, objectKind: 'instance', objectId: instance.id, objectName: instance.name, reason: 'Created', message: `created to keep fleet ${fleet.name} at nodes.min=${fleet.nodesMin}` });
+      await recordEvent(this.db, { projectId: fleet.projectId, objectKind: 'instance', objectId: instance.id, objectName: instance.name, reason: 'Created', message: `created to ${goal.count === fleet.nodesMin ? `keep fleet ${fleet.name} at` : `bring fleet ${fleet.name} to`} ${goal.text}` });
     }
+    if (fleet.provisionTarget !== null) await provisionTargetReached(this.db, fleet.id, fleet.generation);
     await this.db.notify(CHANNELS.instances);
     return FLEET_RECHECK_MS;
   }

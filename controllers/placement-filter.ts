@@ -1,8 +1,9 @@
-import type { RunSpec } from '../api/spec.js';
+import type { InstanceSelector, RunSpec } from '../api/spec.js';
 import type { FleetRecord } from '../store/fleets.js';
+import type { InstanceRecord } from '../store/instances.js';
 
-/** What narrows where a run may go besides its resources: the backends and the fleets its spec names. */
-export type RunPlaces = Partial<Pick<RunSpec, 'backends' | 'fleets'>>;
+/** What narrows where a run may go besides its resources: the backends, the fleets and the instances its spec names. */
+export type RunPlaces = Partial<Pick<RunSpec, 'backends' | 'fleets' | 'instances'>>;
 
 export interface FleetChoice {
   /** The fleets the run may be placed on, in the order given. */
@@ -40,4 +41,24 @@ export function chooseFleets(places: RunPlaces, fleets: readonly FleetRecord[]):
     excluded,
     none: kept.length > 0 ? null : `no fleet ${wanted}: ${excluded.join('; ')}; the run waits until one is applied`,
   };
+}
+
+function selects(selector: string | InstanceSelector, instance: InstanceRecord, fleets: readonly FleetRecord[]): boolean {
+  if (typeof selector === 'string') return instance.name === selector;
+  if (selector.name !== undefined) return instance.name === selector.name;
+  if (selector.hostname !== undefined) return instance.sshHost?.hostname === selector.hostname || instance.internalIp === selector.hostname;
+  const fleet = fleets.find((f) => f.name === selector.fleet);
+  return fleet !== undefined && instance.fleetId === fleet.id && instance.name === `${fleet.name}-${selector.instance}`;
+}
+
+/** `instances` as written, for messages: `my-fleet-3, 203.0.113.10, my-fleet instance 3`. */
+export function describeSelectors(selectors: readonly (string | InstanceSelector)[]): string {
+  return selectors.map((s) => (typeof s === 'string' ? s : s.name ?? s.hostname ?? `${s.fleet} instance ${s.instance}`)).join(', ');
+}
+
+/** The ids of the instances a run's `instances` names, among `instances`; null when it names none, and any instance may take it. */
+export function targetedInstances(places: RunPlaces, fleets: readonly FleetRecord[], instances: readonly InstanceRecord[]): Set<string> | null {
+  const selectors = places.instances;
+  if (!selectors) return null;
+  return new Set(instances.filter((i) => selectors.some((s) => selects(s, i, fleets))).map((i) => i.id));
 }

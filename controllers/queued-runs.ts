@@ -17,7 +17,7 @@ function parts(row: QueuedRunRow): QueuedRunParts {
   const nodes = row.kind === 'task' ? nodeCount(row.spec) : 1;
   return {
     desired: row.desired, status_message: row.status_message, name: row.name, kind: row.kind, replica: row.replica, requirement, spec: row.spec, first_submitted_at: row.first_submitted_at, nodes,
-    placementKey: JSON.stringify([requirement, row.spec.backends ?? null, row.spec.fleets ?? null, nodes]),
+    placementKey: JSON.stringify([requirement, row.spec.backends ?? null, row.spec.fleets ?? null, row.spec.instances ?? null, nodes]),
   };
 }
 

@@ -6,12 +6,12 @@ import { endSchedule, submitTick, toSchedule, type ScheduleRecord } from '../sto
 import { LeasedController } from './leased.js';
 
 /**
- * A scheduled task is looked at this often at least, besides at its ticks: a re-apply that lands while a pass holds
+ * A schedule is looked at this often at least, besides at its ticks: a re-apply that lands while a pass holds
  * the row has its new time seen within this long, even when the pass then asks to sleep until the old one.
  */
 const MAX_SLEEP_MS = 30_000;
 
-/** Submits a run of each scheduled task when its time comes, and ends the schedules users stopped. */
+/** Submits a run of each schedule (task, service or dev environment) when its time comes, and ends the schedules users stopped. */
 export class ScheduleController extends LeasedController<ScheduleRecord> {
   readonly name = 'schedule';
 

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { formatGpu } from '../api/gpu.js';
 import type { Offer } from '../api/offer.js';
 import type { InstanceStatus } from '../api/status.js';
 import { blockCount, blockShare, isSplit } from '../api/blocks.js';
@@ -15,7 +16,7 @@ import type { BackendPool, OfferListing } from './backend-pool.js';
 import { BudgetGate, type NewInstance } from './budget-gate.js';
 import { isDraining, sshFleetShortfall } from './ssh-placement.js';
 import type { Controller } from './manager.js';
-import { chooseFleets, type RunPlaces } from './placement-filter.js';
+import { chooseFleets, describeSelectors, targetedInstances, type RunPlaces } from './placement-filter.js';
 import { QueuedRuns, type QueuedRun } from './queued-runs.js';
 import { retryDecision } from './retry-policy.js';
 
@@ -271,6 +272,11 @@ export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }
   if (fleets.length === 0) {
     return { kind: 'wait', noFleet: true, message: 'waiting: no fleet: this project has no active fleet; the run waits until one is applied (e.g. examples/fleets/local.yml)' };
   }
+  const targets = targetedInstances(run.spec ?? {}, fleets, instances);
+  if (targets?.size === 0) {
+    return { kind: 'fail', reason: 'no_fleet_matches', message: `no instance matches instances (${describeSelectors(run.spec!.instances!)}): the run is placed only on the existing instances it names, and none is provisioned for it` };
+  }
+  if (targets) instances = instances.filter((i) => targets.has(i.id));
   const choice = chooseFleets(run.spec ?? {}, fleets);
   if (choice.none) return { kind: 'wait', noFleet: true, message: `waiting: ${choice.none}` };
   const elsewhere = choice.excluded.map((reason) => `; ${reason}`).join('');
@@ -302,6 +308,7 @@ export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }
     const starting = instances.find((i) => (i.status === 'pending' || i.status === 'provisioning') && fits(i, fleet));
     if (starting) return { kind: 'instance', fleet, instance: starting, ready: false };
   }
+  if (targets) return targetsTaken(run.requirement, run.spec!.instances!, instances, elsewhere);
   const reasons: string[] = [];
   let onlyNoOffers = true;
   for (const { fleet, requirement } of candidates) {
@@ -342,6 +349,18 @@ export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }
   }
   if (onlyNoOffers) return { kind: 'fail', reason: 'no_offers', message: `${reasons.join('; ')}${elsewhere}` };
   return { kind: 'wait', message: `waiting: ${reasons.join('; ')}${elsewhere}` };
+}
+
+/**
+ * A run that names its instances, none of which can take it now: it waits for one that is busy, and fails when none of
+ * them has what it needs, as no other instance is provisioned for it.
+ */
+function targetsTaken(requirement: ResourceRequirement, selectors: NonNullable<RunPlaces['instances']>, targeted: InstanceRecord[], elsewhere: string): SinglePlacement {
+  const named = `the instances it names (${describeSelectors(selectors)})`;
+  if (targeted.every((i) => i.offer !== null && !offerSatisfies(i.offer, requirement))) {
+    return { kind: 'fail', reason: 'no_fleet_matches', message: `no instance matches: the run needs ${describeRequirement(requirement)}, and ${named} have ${targeted.map((i) => `${i.name} (${formatGpu(i.offer!.gpu)}, ${i.offer!.cpus} CPUs)`).join(', ')}${elsewhere}` };
+  }
+  return { kind: 'wait', message: `waiting: the run takes only ${named}, and none is free now: ${targeted.map((i) => `${i.name} ${i.status}`).join(', ')}${elsewhere}` };
 }
 
 /**

@@ -59,7 +59,8 @@ export class ServiceController extends LeasedController<ServiceRecord> {
   constructor(db: Db, owner: string, logger: Logger, private readonly secrets: SecretBox) {
     super(db, owner, logger, {
       table: 'runs', channel: CHANNELS.runs, leaseMs: 30_000,
-      where: `${SERVICE_PARENT} AND status NOT IN ('terminated', 'failed', 'done')`, hears: { statuses: [], family: true },
+      // A schedule of a service is pending between its runs: the schedule controller's, not a service to run.
+      where: `${SERVICE_PARENT} AND status NOT IN ('pending', 'terminated', 'failed', 'done')`, hears: { statuses: [], family: true },
     });
   }
 

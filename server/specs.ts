@@ -5,7 +5,7 @@ import { parseRepoEntry, remotePathProblem } from '../api/mappings.js';
 import type { BackendType } from '../api/offer.js';
 import type { GatewaySpec } from '../api/gateways.js';
 import { formatPath, validateSpec, type ConfigSpec, type SpecError } from '../api/parse.js';
-import { parseCountRange } from '../api/quantity.js';
+import { fleetNodes } from '../api/fleet-rules.js';
 import { normalizeResources } from '../api/resources.js';
 import { DEFAULT_IDLE_DURATION, type FleetSpec, type RunSpec } from '../api/spec.js';
 import { sshHosts, type SshConfig } from '../api/ssh-fleet.js';
@@ -110,13 +110,14 @@ export function fleetDesired(spec: FleetSpec, project: ProjectRecord): FleetDesi
   if (problem) throw invalidSpec(`backends: ${problem}`);
   if (spec.ssh_config) return sshFleetDesired(spec, spec.ssh_config);
   const backends: BackendType[] = spec.backends ?? project.backends.map((b) => b.type);
-  const nodes = parseCountRange(spec.nodes!, { least: 0, bounded: false, what: 'nodes' });
+  const nodes = fleetNodes(spec.nodes!);
   return {
     name: spec.name,
     spec: spec as unknown as Record<string, unknown>,
     requirement: { ...normalizeResources(spec.resources, 'fleet', spec.max_price), ...(spec.spot_policy ? { spot: spec.spot_policy } : {}) },
-    nodesMin: nodes.min ?? 0,
+    nodesMin: nodes.min,
     nodesMax: nodes.max,
+    nodesTarget: nodes.target,
     idleSeconds: parseDurationOrOff(spec.idle_duration ?? DEFAULT_IDLE_DURATION),
     backends,
   };
@@ -131,6 +132,7 @@ function sshFleetDesired(spec: FleetSpec, ssh: SshConfig): FleetDesired {
     requirement: normalizeResources(undefined, 'fleet'),
     nodesMin: hosts,
     nodesMax: hosts,
+    nodesTarget: hosts,
     idleSeconds: null,
     backends: ['ssh'],
   };

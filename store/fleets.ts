@@ -14,6 +14,13 @@ export interface FleetRecord {
   requirement: ResourceRequirement;
   nodesMin: number;
   nodesMax: number | null;
+  /** `nodes.target`, from the fleet's spec. */
+  nodesTarget: number;
+  /**
+   * The instances to reach before the fleet falls back to keeping nodes.min: nodes.target, set when apply creates
+   * or changes the fleet and cleared once that many are there; null otherwise.
+   */
+  provisionTarget: number | null;
   idleSeconds: number | null;
   backends: BackendType[];
   /** The backend's cluster that a `placement: cluster` fleet's instances are created in, once its first instance made one. */
@@ -35,12 +42,12 @@ export interface FleetCluster {
   gpu: string;
 }
 
-/** What `apply` writes for a fleet: its spec and the settings derived from it. */
-export type FleetDesired = Pick<FleetRecord, 'name' | 'spec' | 'requirement' | 'nodesMin' | 'nodesMax' | 'idleSeconds' | 'backends'>;
+/** What `apply` writes for a fleet: its spec and the settings derived from it (nodesTarget is nodesMin when left out). */
+export type FleetDesired = Pick<FleetRecord, 'name' | 'spec' | 'requirement' | 'nodesMin' | 'nodesMax' | 'idleSeconds' | 'backends'> & Partial<Pick<FleetRecord, 'nodesTarget'>>;
 
 export const toFleet = (r: Row): FleetRecord => ({
   id: r.id, projectId: r.project_id, name: r.name, spec: r.spec, requirement: r.requirement,
-  nodesMin: r.nodes_min, nodesMax: r.nodes_max, idleSeconds: r.idle_seconds, backends: r.backends, cluster: r.cluster ?? null,
+  nodesMin: r.nodes_min, nodesMax: r.nodes_max, nodesTarget: r.nodes_target ?? r.nodes_min, provisionTarget: r.provision_target ?? null, idleSeconds: r.idle_seconds, backends: r.backends, cluster: r.cluster ?? null,
   generation: r.generation, status: r.status, statusMessage: r.status_message, deleted: r.deleted, appliedAt: r.applied_at, createdAt: r.created_at,
 });
 
@@ -80,12 +87,13 @@ export async function listActiveFleets(db: Queryable, projectId: string): Promis
 export async function applyFleet(db: Queryable, projectId: string, desired: FleetDesired): Promise<{ fleet: FleetRecord; created: boolean; changed: boolean; deleting: boolean }> {
   const existing = await getLiveFleet(db, projectId, desired.name);
   if (existing?.deleted) return { fleet: existing, created: false, changed: false, deleting: true };
+  const target = desired.nodesTarget ?? desired.nodesMin;
   const values = [desired.spec, desired.requirement, desired.nodesMin, desired.nodesMax,
-    desired.idleSeconds, desired.backends];
+    desired.idleSeconds, desired.backends, target, target > desired.nodesMin ? target : null];
   if (!existing) {
     const rows = await db.query(
-      `INSERT INTO fleets (id, project_id, name, spec, requirement, nodes_min, nodes_max, idle_seconds, backends, status)
-       VALUES ($7, $8, $9, $1::jsonb, $2::jsonb, $3, $4, $5, $6::jsonb, 'active') RETURNING *`,
+      `INSERT INTO fleets (id, project_id, name, spec, requirement, nodes_min, nodes_max, idle_seconds, backends, nodes_target, provision_target, status)
+       VALUES ($9, $10, $11, $1::jsonb, $2::jsonb, $3, $4, $5, $6::jsonb, $7, $8, 'active') RETURNING *`,
       [...values, randomUUID(), projectId, desired.name]);
     return { fleet: toFleet(rows[0]), created: true, changed: true, deleting: false };
   }
@@ -95,8 +103,9 @@ export async function applyFleet(db: Queryable, projectId: string, desired: Flee
   }
   const rows = await db.query(
     `UPDATE fleets SET spec = $1::jsonb, requirement = $2::jsonb, nodes_min = $3, nodes_max = $4, idle_seconds = $5,
-       backends = $6::jsonb, generation = generation + 1, updated_at = now(), applied_at = now(), next_reconcile_at = now()
-     WHERE id = $7 RETURNING *`,
+       backends = $6::jsonb, nodes_target = $7, provision_target = $8,
+       generation = generation + 1, updated_at = now(), applied_at = now(), next_reconcile_at = now()
+     WHERE id = $9 RETURNING *`,
     [...values, existing.id]);
   return { fleet: toFleet(rows[0]), created: false, changed: true, deleting: false };
 }
@@ -111,6 +120,11 @@ export async function recordFleetCluster(db: Queryable, fleetId: string, cluster
   const rows = await db.query<{ cluster: FleetCluster }>(
     `UPDATE fleets SET cluster = coalesce(cluster, $2::jsonb), updated_at = now() WHERE id = $1 RETURNING cluster`, [fleetId, cluster]);
   return rows[0]!.cluster;
+}
+
+/** The fleet has reached the target apply set for generation `generation`; from now on it keeps nodes.min. */
+export async function provisionTargetReached(db: Queryable, fleetId: string, generation: number): Promise<void> {
+  await db.query('UPDATE fleets SET provision_target = NULL WHERE id = $1 AND generation = $2', [fleetId, generation]);
 }
 
 export async function forgetFleetCluster(db: Queryable, fleetId: string): Promise<void> {

@@ -16,8 +16,8 @@ const VIEW_SELECT = `
   SELECT r.id, r.project_id, r.name, r.kind, r.spec, r.status, r.status_message, r.termination_reason, r.priority,
     r.generation, r.attempt, r.exit_code, r.submitted_at, r.started_at, r.finished_at, r.inactivity_stop_at, r.service_id,
     r.replica, r.desired_replicas, r.stable_generation, r.rollout_stall, r.scheduled_for, r.next_tick_at, u.name AS user_name, p.name AS project_name, f.name AS fleet_name, i.name AS instance_name, i.offer AS instance_offer,
-    i.ssh_host_key AS instance_ssh_host_key, s.name AS schedule_name,
-    CASE WHEN r.kind = 'task' AND r.spec -> 'schedule' IS NOT NULL THEN (
+    i.ssh_host_key AS instance_ssh_host_key, s.name AS schedule_name, CASE WHEN NOT s.deleted THEN s.name END AS published_as,
+    CASE WHEN r.spec -> 'schedule' IS NOT NULL THEN (
       SELECT c.name FROM runs c WHERE c.schedule_id = r.id AND NOT c.deleted ORDER BY c.submitted_at DESC LIMIT 1)
     END AS schedule_last_run
   FROM runs r JOIN users u ON u.id = r.user_id JOIN projects p ON p.id = r.project_id
@@ -45,10 +45,10 @@ function runView(r: Row, service: ServiceInfo | null, ssh: RunSsh | null, queueP
   };
 }
 
-/** A scheduled task's `schedule`, or a run it submitted's `scheduledBy`; nothing for other runs. */
+/** A schedule's `schedule`, or a run it submitted's `scheduledBy`; nothing for other runs. */
 function scheduleParts(r: Row): Pick<Run, 'schedule' | 'scheduledBy'> {
   if (r.schedule_name) return { scheduledBy: { schedule: r.schedule_name, tick: r.scheduled_for.toISOString() } };
-  if (r.kind !== 'task' || !r.spec.schedule) return {};
+  if (!r.spec.schedule) return {};
   return { schedule: { cron: cronExpressions(r.spec.schedule), nextRunAt: r.next_tick_at?.toISOString() ?? null, lastRun: r.schedule_last_run ?? null } };
 }
 
@@ -89,7 +89,7 @@ export async function runViewVersions(db: Queryable, projectId: string, limit: n
         FROM runs c LEFT JOIN instances ci ON ci.id = c.instance_id WHERE c.service_id = r.id AND NOT c.deleted),
        CASE WHEN r.status <> 'submitted' AND (r.finished_at IS NULL OR r.finished_at > now() - interval '1 hour')
          THEN (SELECT sum(h.dollars) FROM cost_hours h WHERE h.run_id = r.id) END,
-       CASE WHEN r.kind = 'task' AND r.spec -> 'schedule' IS NOT NULL
+       CASE WHEN r.spec -> 'schedule' IS NOT NULL
          THEN (SELECT max(c.submitted_at)::text FROM runs c WHERE c.schedule_id = r.id AND NOT c.deleted) END) AS version
      FROM runs r LEFT JOIN instances i ON i.id = r.instance_id
      WHERE r.project_id = $1 AND NOT r.deleted AND r.service_id IS NULL
@@ -163,7 +163,8 @@ async function multiNodeView(db: Queryable, r: Row, ssh: RunSsh | null, queuePos
  * needs from other rows (queue positions, replicas, reachable jobs, gateways) is read once for all of them.
  */
 async function withServices(db: Queryable, rows: Row[]): Promise<Run[]> {
-  const isService = (r: Row) => r.kind === 'service' && r.service_id === null;
+  // A schedule of a service is no service itself: the runs it submits are.
+  const isService = (r: Row) => r.kind === 'service' && r.service_id === null && !r.spec.schedule;
   const multiNode = new Set(rows.filter((r) => isMultiNodeParent(toRun(r))).map((r) => r.id as string));
   const finished = (r: Row) => FINISHED_RUN_STATUSES.includes(r.status);
   const services = rows.filter(isService);
@@ -192,8 +193,9 @@ async function withServices(db: Queryable, rows: Row[]): Promise<Run[]> {
       stableGeneration: r.stable_generation ?? null,
       stall: r.rollout_stall ?? null,
       model,
-      ...servicePaths(r.project_name, r.name, model),
-      gatewayUrl: gateway ? gatewayUrl(gateway, r.name, spec.https) : null,
+      // Published under its schedule's name while that schedule holds it (store/services.ts#loadRoutingTable).
+      ...servicePaths(r.project_name, r.published_as ?? r.name, model),
+      gatewayUrl: gateway ? gatewayUrl(gateway, r.published_as ?? r.name, spec.https) : null,
       gatewayModelUrl: gateway && model !== null ? gatewayModelsUrl(gateway) : null,
     };
     return runView(r, service, parentSsh(r, reachable.get(r.id) ?? []), position, cost);

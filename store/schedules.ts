@@ -6,8 +6,9 @@ import { updateLeased } from './leases.js';
 import { FINISHED, nextRunMessage, toRun, type RunRecord } from './runs.js';
 
 /**
- * A scheduled task is a row of `runs` with status `pending` between its runs, `next_tick_at` its next due
- * time; each run it submits is an ordinary task (`<name>-<n>`) with `schedule_id` and `scheduled_for` set.
+ * A schedule (a task, service or dev environment with `schedule`) is a row of `runs` with status `pending` between its
+ * runs, `next_tick_at` its next due time; each run it submits is an ordinary run of its kind (`<name>-<n>`) with
+ * `schedule_id` and `scheduled_for` set. A service it submits is published under the schedule's name.
  */
 export interface ScheduleRecord extends RunRecord {
   nextTickAt: Date;
@@ -15,17 +16,17 @@ export interface ScheduleRecord extends RunRecord {
 
 export const toSchedule = (row: Row): ScheduleRecord => ({ ...toRun(row), nextTickAt: row.next_tick_at });
 
-/** Whether the run is a scheduled task (live or ended), not a run it submitted. */
-export function isSchedule(run: Pick<RunRecord, 'kind' | 'spec'>): boolean {
-  return run.kind === 'task' && run.spec.schedule !== undefined;
+/** Whether the run is a schedule (live or ended), not a run it submitted, whose spec has no schedule. */
+export function isSchedule(run: Pick<RunRecord, 'spec'>): boolean {
+  return run.spec.schedule !== undefined;
 }
 
-/** A scheduled task that still submits runs: a re-apply updates it. */
-export function isLiveSchedule(run: Pick<RunRecord, 'kind' | 'spec' | 'status' | 'desired'>): boolean {
+/** A schedule that still submits runs: a re-apply updates it. */
+export function isLiveSchedule(run: Pick<RunRecord, 'spec' | 'status' | 'desired'>): boolean {
   return isSchedule(run) && run.status === 'pending' && run.desired === 'run';
 }
 
-/** A re-apply of a live scheduled task: the new spec and times take effect from the next tick; runs already submitted carry on. */
+/** A re-apply of a live schedule: the new spec and times take effect from the next tick; runs already submitted carry on. */
 export async function updateSchedule(q: Queryable, schedule: RunRecord, next: Pick<RunRecord, 'spec' | 'files' | 'repos' | 'requirement' | 'priority'>, nextTickAt: Date): Promise<void> {
   await q.query(
     `UPDATE runs SET spec = $2, files = $3, repos = $4, requirement = $5, priority = $6, next_tick_at = $7, status_message = $8,
@@ -82,7 +83,7 @@ export async function submitTick(db: Db, schedule: ScheduleRecord, owner: string
     const run = toRun(rows[0]);
     await setMessage(tx, schedule.id, `${nextRunMessage(nextTickAt)}; last run ${name}, submitted for ${formatUtc(due)}`);
     await event('TickSubmitted', `${name} submitted for ${tick}`);
-    await recordEvent(tx, { projectId: run.projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'Submitted', message: `task submitted by schedule ${schedule.name} for ${formatUtc(due)}` });
+    await recordEvent(tx, { projectId: run.projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'Submitted', message: `${run.kind} submitted by schedule ${schedule.name} for ${formatUtc(due)}` });
     return { kind: 'submitted', run };
   });
 }

@@ -161,10 +161,15 @@ export async function startReplicaDrain(db: Queryable, replicaId: string, messag
   await db.query('UPDATE runs SET draining_since = now(), status_message = coalesce($2, status_message) WHERE id = $1', [replicaId, message]);
 }
 
-/** The services the gateway publishes and their ready replicas, as one snapshot. */
+/**
+ * The services the gateway publishes and their ready replicas, as one snapshot. A service a schedule submitted
+ * (`<name>-<n>`) is published under the schedule's name, as dstack's scheduled service keeps its name: one run of a
+ * schedule is active at a time. Once the schedule is deleted, which frees its name, the service goes by its own.
+ */
 export async function loadRoutingTable(db: Queryable): Promise<ServiceRoute[]> {
   const services = await db.query(
-    `SELECT r.id, r.project_id, r.name, r.spec, r.submitted_at, p.name AS project_name FROM runs r JOIN projects p ON p.id = r.project_id
+    `SELECT r.id, r.project_id, coalesce(s.name, r.name) AS name, r.spec, r.submitted_at, p.name AS project_name
+     FROM runs r JOIN projects p ON p.id = r.project_id LEFT JOIN runs s ON s.id = r.schedule_id AND NOT s.deleted
      WHERE r.kind = 'service' AND r.service_id IS NULL AND NOT r.deleted AND r.status IN ('submitted', 'provisioning', 'running')`);
   if (services.length === 0) return [];
   const replicas = await db.query(

@@ -11,13 +11,15 @@ import { AgentClient } from '../agent/client.js';
 import { startAgent, type RunningAgent } from '../agent/server.js';
 import { HOST_KEY_FILE, loadOrCreateHostKey } from '../agent/ssh/host-key.js';
 import { base64, randomToken, submission, waitForLine, waitForState } from './helpers/agent-jobs.js';
-import { ensurePodman, startPodmanAgent, TEST_IMAGE, type PodmanAgent } from './helpers/podman.js';
+import { ensurePodman, ensureStandInImage, removeStandInImage, startPodmanAgent, TEST_IMAGE, UV_VENV_STAND_IN, type PodmanAgent } from './helpers/podman.js';
 import { freePort } from './helpers/ports.js';
 import { processesWith } from './helpers/processes.js';
 import { eventually } from './helpers/server.js';
 
 const PROXY = fileURLToPath(new URL('./fixtures/ssh-proxy.mjs', import.meta.url));
 const HOST_ALIAS = 'agent-ssh-test';
+/** A stand-in of the default image, whose uv makes the job's virtual environment. */
+const VENV_IMAGE = 'localhost/orchestrator-test:venv';
 
 interface Finished {
   code: number | null;
@@ -404,8 +406,26 @@ describe('agent SSH (docker runtime, against Podman)', function () {
 
   after(async () => {
     await podman?.stop();
+    await removeStandInImage(VENV_IMAGE);
     setup?.remove();
   });
 
   sshCases(() => ({ client: podman.client, setup, sleeper, server, httpPort, workingDir: '/workflow' }));
+
+  it('enters the virtual environment the job\'s commands ran in, with a command and in a login shell', async function () {
+    this.timeout(120_000);
+    await ensureStandInImage(VENV_IMAGE, { uv: UV_VENV_STAND_IN });
+    const venvJob = submission({ runName: 'ssh-venv', image: VENV_IMAGE, venvPython: '3.11', commands: ['sleep 600'] });
+    await podman.client.submit(venvJob);
+    await waitForState(podman.client, venvJob.jobId, ['running'], 60_000);
+    const config = setup.config(venvJob.jobId);
+    const expected = 'venv=/orchestrator/venv\nPython 3.11 (uv venv -q --prompt orchestrator --python 3.11 --seed /orchestrator/venv)\n';
+    const command = await setup.ssh(config, ['job', 'echo venv=$VIRTUAL_ENV; python --version']);
+    expect(command.code, command.stderr).to.equal(0);
+    expect(command.stdout).to.equal(expected);
+    const login = await setup.ssh(config, ['job'], 'echo venv=$VIRTUAL_ENV\npython --version\n');
+    expect(login.stdout).to.equal(expected);
+    const plain = await setup.ssh(setup.config(sleeper.jobId), ['job', 'echo venv=$VIRTUAL_ENV']);
+    expect(plain.stdout, 'a job that names its image has no virtual environment of ours').to.equal('venv=\n');
+  });
 });

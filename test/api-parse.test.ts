@@ -248,7 +248,7 @@ describe('api: validating JSON specs', () => {
       'port: expected an integer from 1 to 65535, got "http"',
       'commands[1]: expected a string, got 1',
       'resources.gpu: unknown GPU model "H10"; did you mean "H100"?',
-      'extra: unknown field; expected one of type, name, priority, resources, env, image, registry_auth, python, files, repos, working_dir, volumes, privileged, nvcc, docker, entrypoint, shell, max_duration, stop_duration, retry, utilization_policy, spot_policy, max_price, backends, fleets, commands, port, model, replicas, scaling, auth, strip_prefix, probes, max_body_size, first_byte_timeout, idle_timeout, cold_start_timeout, startup_timeout, drain_timeout, gateway, https, rate_limits',
+      'extra: unknown field; expected one of type, name, priority, resources, env, image, registry_auth, python, files, repos, working_dir, volumes, privileged, nvcc, docker, entrypoint, shell, max_duration, stop_duration, retry, utilization_policy, spot_policy, max_price, backends, fleets, schedule, instances, commands, port, model, replicas, scaling, auth, strip_prefix, probes, max_body_size, first_byte_timeout, idle_timeout, cold_start_timeout, startup_timeout, drain_timeout, gateway, https, rate_limits',
     ]);
   });
 
@@ -298,6 +298,32 @@ describe('api: validating JSON specs', () => {
     const refusal = 'nodes: an open range is not supported on a fleet that may rent machines, as it could spend without limit; give an upper bound, e.g. 0..4 (a fleet with backends: [kubernetes] alone may leave it open: the cluster\'s nodes bound it)';
     expect(fleet({})).to.deep.equal([refusal]);
     expect(fleet({ backends: ['kubernetes', 'gpucloud'] })).to.deep.equal([refusal]);
+  });
+
+  it('takes a fleet\'s nodes.target between min and max, keeping the map, and locates a target out of range', () => {
+    expect(parseOk('type: fleet\nname: f\nnodes:\n  min: 2\n  max: 10\n  target: 6\n')[0]).to.deep.include({ nodes: { min: 2, max: 10, target: 6 } });
+    expect(parseOk('type: fleet\nname: f\nnodes: {min: 2, target: 2, max: 4}\n')[0]).to.include({ nodes: '2..4' });
+    expect(errorsOf('type: fleet\nname: f\nnodes:\n  min: 2\n  target: 1\n  max: 4\n')).to.deep.equal([
+      'x.yml:5:11: nodes.target: expected a number of at least min (2): apply provisions target instances and the fleet keeps min',
+    ]);
+    expect(errorsOf('type: fleet\nname: f\nnodes: {min: 0, target: 5, max: 4}\n')).to.deep.equal(['x.yml:3:25: nodes.target: expected a number of at most max (4)']);
+    expect(errorsOf('type: fleet\nname: f\nnodes: {min: 0, target: two, max: 4}\n')).to.deep.equal(['x.yml:3:25: nodes.target: expected an integer of at least 0, got "two"']);
+    expect(errorsOf('type: fleet\nname: f\nnodes: {min: 0, target: 2}\n')).to.deep.equal([
+      'x.yml:3:8: nodes: an open range is not supported on a fleet that may rent machines, as it could spend without limit; give a max, e.g. {min: 0, target: 2, max: 6} (a fleet with backends: [kubernetes] alone may leave it open: the cluster\'s nodes bound it)',
+    ]);
+  });
+
+  it('takes instances by name, hostname, or fleet and number, and locates a selector that says none or two of them', () => {
+    const instances = ['my-fleet-3', { name: 'my-fleet-4' }, { hostname: '203.0.113.10' }, { fleet: 'my-fleet', instance: 3 }];
+    expect(parseOk('type: dev-environment\ninstances:\n  - my-fleet-3\n  - name: my-fleet-4\n  - hostname: 203.0.113.10\n  - fleet: my-fleet\n    instance: 3\n')[0]).to.deep.include({ instances });
+    expect(errorsOf('type: task\ncommands: [x]\ninstances:\n  - name: a\n    hostname: b\n  - fleet: f\n  - instance: 2\n  - fleet: team/f\n    instance: 1\n')).to.deep.equal([
+      'x.yml:8:12: instances[3].fleet: "team/f" is another project\'s (dstack\'s exports); imported resources are not supported: each project here has its own fleets and gateways, so apply one in this project and name it',
+    ]);
+    expect(errorsOf('type: task\ncommands: [x]\ninstances:\n  - name: a\n    hostname: b\n  - fleet: f\n  - instance: 2\n')).to.deep.equal([
+      'x.yml:4:5: instances[0]: expected one of name, hostname, or fleet with instance (its number in the fleet), such as {fleet: my-fleet, instance: 3}',
+      'x.yml:6:5: instances[1].instance: required field is missing; a fleet names its instance by number: give instance, such as 3 for my-fleet-3',
+      'x.yml:7:5: instances[2].fleet: required field is missing; instance is a number within a fleet: give its fleet',
+    ]);
   });
 
   it('tells a resources field written at the top level to go under resources', () => {

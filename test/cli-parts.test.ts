@@ -7,7 +7,10 @@ import { optionTexts } from '../cli/args.js';
 import { selectProject, withDefault, withProject, type ClientConfig } from '../cli/config.js';
 import { CliError } from '../cli/errors.js';
 import { StatusDisplay } from '../cli/progress.js';
+import { renderFleetPlan } from '../cli/plan.js';
 import { renderTable } from '../cli/table.js';
+import type { FleetPlan } from '../api/objects.js';
+import type { FleetSpec } from '../api/spec.js';
 import { collectFiles } from '../cli/upload.js';
 
 /** A stream that says it is a terminal of the given width and keeps what is written. */
@@ -104,6 +107,16 @@ describe('CLI parts', () => {
     it('asks where a file outside the configuration\'s folder goes, and names a missing one', () => {
       expect(() => collectFiles(['../secret'], dir)).to.throw(CliError, 'files: "../secret" is not inside the configuration\'s folder; say where it goes in the container, e.g. "../secret:/workflow/secret"');
       expect(() => collectFiles(['missing.txt'], dir)).to.throw(CliError, /files: "missing\.txt": .*missing\.txt does not exist/);
+    });
+  });
+
+  describe('renderFleetPlan', () => {
+    it('shows nodes with its target, and a change of it', () => {
+      const plan: FleetPlan = { action: 'update', name: 'pool', requirement: 'any machine', currentGeneration: 1, offers: [], offersTotal: 0, offerErrors: [], problem: null };
+      const spec: FleetSpec = { type: 'fleet', name: 'pool', backends: ['gpucloud'], nodes: { min: 1, target: 3, max: 4 } };
+      const text = renderFleetPlan(spec, plan, { type: 'fleet', name: 'pool', backends: ['gpucloud'], nodes: '1..4' });
+      expect(text).to.match(/^ {2}nodes\s+1\.\.4, target 3$/m);
+      expect(text).to.match(/^ {2}changes\s+nodes: 1\.\.4 → 1\.\.4, target 3$/m);
     });
   });
 });

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { Run, RunLogsPage } from '../api/objects.js';
 import { FINISHED_RUN_STATUSES } from '../api/status.js';
 import { endCliSuite, runCli, show, startLocalCliSuite, type LocalCliSuite } from './helpers/cli.js';
-import { BASH_TEST_IMAGE, ensureBashImage, ensurePodman, ensureStandInImage, removeStandInImage, TEST_IMAGE } from './helpers/podman.js';
+import { BASH_TEST_IMAGE, ensureBashImage, ensurePodman, ensureStandInImage, removeStandInImage, TEST_IMAGE, UV_VENV_STAND_IN } from './helpers/podman.js';
 import { eventually, LOCAL_DOCKER_CONFIG } from './helpers/server.js';
 
 /** CAP_SYS_ADMIN, which mount needs: a privileged container has it, a default one does not. */
@@ -27,18 +27,6 @@ const TASKS: Record<string, string[]> = {
 
 /** dstack's Docker-in-Docker image, the default image and its devel variant, which the test machines cannot pull: stand-ins under their names. */
 const STAND_INS = { dind: 'docker.io/dstackai/dind:latest', base: 'docker.io/orchestrator/base:cuda-12.8', devel: 'docker.io/orchestrator/base:cuda-12.8-devel' };
-
-/**
- * The default image's uv, standing in for `uv venv --python X --seed DIR`: makes DIR with an activate script and
- * a python that says which Python the environment was asked for and what uv was called with.
- */
-const UV_VENV_STAND_IN = [
-  'for word in "$@"; do [ "$previous" = --python ] && python=$word; previous=$word; done',
-  'mkdir -p "$previous/bin"',
-  'printf \'export VIRTUAL_ENV=%s\\nexport PATH=%s/bin:$PATH\\n\' "$previous" "$previous" > "$previous/bin/activate"',
-  'printf \'#!/bin/sh\\necho "Python %s (uv %s)"\\n\' "$python" "$*" > "$previous/bin/python"',
-  'chmod +x "$previous/bin/python"',
-].join('\n');
 
 describe('container settings: privileged, resources.shm_size, entrypoint, shell, python (local backend, runtime docker on Podman)', function () {
   this.timeout(60_000);

@@ -148,6 +148,48 @@ for (const kind of DATABASE_KINDS) {
         expect((await cloud.list()).filter((i) => i.status !== 'terminated')).to.have.length(0);
       });
 
+      it('provisions nodes.target instances on apply, then releases the idle ones down to nodes.min', async () => {
+        const fleet = gpucloudFleet({ nodes: { min: 1, target: 3, max: 4 }, idle_duration: '2s' });
+        expect((await server.api('POST', '/api/projects/main/fleets/apply', fleet)).status).to.equal(201);
+        const live = async () => (await server.api('GET', '/api/projects/main/instances')).body.filter((i: { status: string }) => i.status !== 'terminating');
+        const all = async () => (await server.api('GET', '/api/projects/main/instances?all=true')).body as { status: string; terminationReason: string | null }[];
+        const ended = await eventually(async () => {
+          const instances = await all();
+          const terminated = instances.filter((i) => i.status === 'terminated');
+          return instances.length === 3 && terminated.length === 2 ? terminated : null;
+        }, 60_000, 'three instances, then the idle ones above nodes.min released');
+        expect(ended.map((i) => i.terminationReason)).to.deep.equal(['idle_timeout', 'idle_timeout']);
+        const created = (await server.api('GET', '/api/projects/main/events')).body.filter((e: { reason: string; objectKind: string }) => e.reason === 'Created' && e.objectKind === 'instance');
+        expect(created.map((e: { message: string }) => e.message)).to.deep.equal(Array(3).fill('created to bring fleet cloud to nodes.target=3'));
+        // The same spec again changes nothing: target is provisioned when the fleet is created or changed, as in dstack.
+        expect((await server.api('POST', '/api/projects/main/fleets/apply', fleet)).status).to.equal(200);
+        await new Promise((resolve) => setTimeout(resolve, 1500));
+        expect(await all()).to.have.length(3);
+        const changed = gpucloudFleet({ nodes: { min: 1, target: 2, max: 4 }, idle_duration: '2s' });
+        await server.api('POST', '/api/projects/main/fleets/apply', changed);
+        await eventually(async () => (await all()).length === 4, 30_000, 'a changed fleet brought to its target again');
+        expect((await server.api('GET', '/api/projects/main/fleets/cloud')).body.spec.nodes).to.deep.equal({ min: 1, target: 2, max: 4 });
+      });
+
+      it('places a run that names its instances only on those, waiting while they are busy and provisioning none, and fails one naming none there', async () => {
+        await server.api('POST', '/api/projects/main/fleets/apply', gpucloudFleet());
+        await server.api('POST', '/api/projects/main/runs/apply', task('first', ['sleep 5']));
+        await runReaches(server, 'first', ['running'], 60_000);
+        expect((await server.api('POST', '/api/projects/main/runs/apply', task('pinned', ['echo pinned'], { instances: [{ fleet: 'cloud', instance: 0 }] }))).status).to.equal(201);
+        const waiting = await eventually(async () => {
+          const { body } = await server.api('GET', '/api/projects/main/runs/pinned');
+          return body.statusMessage.startsWith('waiting: ') ? body : null;
+        }, 10_000, 'pinned to wait');
+        expect(waiting.statusMessage).to.equal('waiting: the run takes only the instances it names (cloud instance 0), and none is free now: cloud-0 busy');
+        const done = await runReaches(server, 'pinned', ['done', 'failed'], 60_000);
+        expect(done).to.include({ status: 'done', instance: 'cloud-0' });
+        expect((await server.api('GET', '/api/projects/main/instances?all=true')).body.map((i: { name: string }) => i.name), 'no instance provisioned for it').to.deep.equal(['cloud-0']);
+        await server.api('POST', '/api/projects/main/runs/apply', task('nowhere', ['true'], { instances: ['cloud-5'] }));
+        const failed = await runReaches(server, 'nowhere', ['failed', 'done']);
+        expect(failed).to.include({ status: 'failed', terminationReason: 'no_fleet_matches' });
+        expect(failed.statusMessage).to.equal('no instance matches instances (cloud-5): the run is placed only on the existing instances it names, and none is provisioned for it');
+      });
+
       it('fails a run that no fleet can host, saying what it needs and what the fleets offer', async () => {
         await server.api('POST', '/api/projects/main/fleets/apply', gpucloudFleet());
         await server.api('POST', '/api/projects/main/runs/apply', task('small', ['true'], { resources: { gpu: { memory: '..16GB' } } }));

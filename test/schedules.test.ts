@@ -53,10 +53,6 @@ describe('scheduled tasks through the CLI (pglite)', function () {
     expect(short.stderr).to.contain('short-cron.yml:4:9: schedule.cron: expected a cron expression of 5 fields');
     expect(short.stderr).to.contain('has 3 fields');
 
-    write('service-cron.yml', 'type: service\nname: web\nport: 8000\ncommands: [python -m http.server]\nschedule:\n  cron: "0 8 * * mon-fri"\n');
-    const service = await cli(['apply', '-f', 'service-cron.yml', '-y']);
-    expect(service.stderr).to.contain('service-cron.yml:5:1: schedule: schedule is not supported on a service or dev environment: only tasks are started on a schedule here');
-
     const refused = await api(suite().server, 'POST', '/runs/apply', { spec: { type: 'task', name: 'bad', commands: ['echo hi'], schedule: { cron: 'H * * * *' } } });
     expect(refused.status).to.equal(422);
     expect(refused.body.error.details[0].path).to.equal('schedule.cron');
@@ -122,6 +118,66 @@ describe('scheduled tasks through the CLI (pglite)', function () {
     const all = await cli(['ps', '-a']);
     expect(all.stdout).not.to.match(/^tick\s/m);
     expect(all.stdout).to.match(/^tick-1\s+task\s+done/m);
+  });
+});
+
+describe('scheduled services and dev environments through the CLI (pglite)', function () {
+  this.timeout(120_000);
+  const suite = useLocalCliSuite('pglite');
+  const cli = (args: string[]) => runCli(args, { home: suite().home.home, cwd: suite().work });
+  const write = (file: string, text: string) => writeFileSync(join(suite().work, file), text);
+  const running = async (schedule: string, name: string) => eventually(async () => {
+    const run = (await runsOf(suite().server, schedule)).find((r) => r.name === name);
+    return run?.status === 'running' ? run : null;
+  }, 60_000, `${name} running`);
+
+  it('starts a service at its ticks, each run reached under the schedule\'s name, one at a time', async () => {
+    const { server } = suite();
+    const reach = async () => (await fetch(`${server.url}/proxy/services/main/web/`, { headers: { authorization: `Bearer ${TOKEN}` } })).status;
+    write('web.yml', `type: service\nname: web\nport: 8000\ncommands: ["python3 -m http.server $PORT"]\nschedule:\n  cron: "${EVERY_SECOND}"\n`);
+    const applied = await cli(['apply', '-f', 'web.yml', '-y']);
+    expect(applied.code, show(applied)).to.equal(0);
+    expect(applied.stderr).to.match(/service web: create\n\s+schedule\s+\* \* \* \* \* \* \(UTC\): next run at/);
+    expect(applied.stderr).to.match(/service web scheduled: next run at .* UTC \(\* \* \* \* \* \*, UTC\)/);
+    expect(applied.stdout).to.equal('web\n');
+
+    const first = await running('web', 'web-1');
+    expect(first.service!.path).to.equal('/proxy/services/main/web/');
+    await eventually(async () => (await reach()) === 200, 30_000, 'web-1 served at /proxy/services/main/web/');
+    const ps = await cli(['ps']);
+    expect(ps.stdout).to.match(/^web\s+service\s+pending \(next run in \d+s\)/m);
+    expect(ps.stdout).to.match(/^web-1\s+service\s+running/m);
+    await sleep(1500);
+    expect((await runsOf(server, 'web')).map((r) => r.name), 'no second run while the first is active').to.deep.equal(['web-1']);
+
+    expect((await cli(['stop', 'web-1'])).code).to.equal(0);
+    await running('web', 'web-2');
+    await eventually(async () => (await reach()) === 200, 30_000, 'web-2 served at the same path');
+
+    const ended = await cli(['stop', 'web']);
+    expect(ended.stdout).to.contain('web: terminated (stopped_by_user)');
+    expect((await api(server, 'GET', '/runs/web-2')).body.status, 'the run it submitted carries on').to.equal('running');
+    expect((await cli(['delete', 'web'])).code).to.equal(0);
+    expect((await api(server, 'GET', '/runs/web-2')).body.service.path, 'a deleted schedule frees its name').to.equal('/proxy/services/main/web-2/');
+    await eventually(async () => (await fetch(`${server.url}/proxy/services/main/web-2/`, { headers: { authorization: `Bearer ${TOKEN}` } })).status === 200, 20_000, 'web-2 under its own name');
+    expect((await cli(['stop', 'web-2'])).code).to.equal(0);
+  });
+
+  it('starts a dev environment at its ticks, its latest run\'s logs read under the schedule\'s name', async () => {
+    write('dev.yml', `type: dev-environment\nname: dev\ninit: ['echo "ready in $ORCHESTRATOR_RUN_NAME"']\nschedule:\n  cron: "${EVERY_SECOND}"\n`);
+    const applied = await cli(['apply', '-f', 'dev.yml', '-y']);
+    expect(applied.code, show(applied)).to.equal(0);
+    expect(applied.stderr).to.match(/dev-environment dev scheduled: next run at /);
+    await running('dev', 'dev-1');
+    const logs = await eventually(async () => {
+      const result = await cli(['logs', 'dev']);
+      return result.stdout.includes('ready in dev-1') ? result : null;
+    }, 20_000, 'the init output of dev-1');
+    expect(logs.code, show(logs)).to.equal(0);
+    const events = await eventsOf(suite().server, 'dev-1');
+    expect(events[0]!.message).to.match(/^dev-environment submitted by schedule dev for /);
+    expect((await cli(['stop', 'dev'])).code).to.equal(0);
+    expect((await cli(['stop', 'dev-1'])).code).to.equal(0);
   });
 });
 

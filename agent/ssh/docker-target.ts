@@ -1,7 +1,7 @@
 import type Docker from 'dockerode';
 import { PassThrough, Writable } from 'node:stream';
 import type { JobStatus } from '../../api/agent.js';
-import { LABELS } from '../docker-runtime.js';
+import { LABELS, VENV_DIR } from '../docker-runtime.js';
 import type { Upstream } from '../port-forward.js';
 import { execExitCode } from './container-exec.js';
 import { ContainerFileStore } from './container-files.js';
@@ -20,7 +20,10 @@ async function signalExec(exec: Docker.Exec, signal: NodeJS.Signals): Promise<bo
   }
 }
 
-/** Sessions of container jobs: Docker exec in the job's container, as the image's user, in its working directory, with its environment. */
+/**
+ * Sessions of container jobs: Docker exec in the job's container, as the image's user, in its working directory, with its
+ * environment, and in the virtual environment the job's commands ran in, where the agent made one (JobSubmission.venvPython).
+ */
 export class DockerTarget implements JobTarget {
   constructor(private readonly docker: Docker, private readonly instanceId: string) {}
 
@@ -29,7 +32,7 @@ export class DockerTarget implements JobTarget {
     const tty = request.terminal !== undefined;
     const env = { ...request.env, ...(request.terminal ? { TERM: request.terminal.term } : {}) };
     const exec = await container.exec({
-      Cmd: sessionCommandLine(request.command),
+      Cmd: sessionCommandLine(request.command, VENV_DIR),
       AttachStdin: true, AttachStdout: true, AttachStderr: true, Tty: tty,
       Env: Object.entries(env).map(([name, value]) => `${name}=${value}`),
     });

@@ -56,10 +56,12 @@ export function acceptedClientVariable(name: string): boolean {
 
 /**
  * The command line of a session: the image's bash when it has one, else sh; a login shell without
- * a command, as sshd starts one.
+ * a command, as sshd starts one. With `venv`, a virtual environment there is activated first, when the job
+ * has one, so that the session's python and pip are those its commands ran with.
  */
-export function sessionCommandLine(command: string | undefined): string[] {
-  const shell = 'if [ -x /bin/bash ]; then shell=/bin/bash; else shell=/bin/sh; fi;';
+export function sessionCommandLine(command: string | undefined, venv?: string): string[] {
+  const activate = venv === undefined ? '' : `if [ -f ${venv}/bin/activate ]; then . ${venv}/bin/activate; fi;`;
+  const shell = `${activate} if [ -x /bin/bash ]; then shell=/bin/bash; else shell=/bin/sh; fi;`;
   return command === undefined
     ? ['/bin/sh', '-c', `${shell} exec "$shell" -l`]
     : ['/bin/sh', '-c', `${shell} exec "$shell" -c "$1"`, 'sh', command];

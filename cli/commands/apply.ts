@@ -178,7 +178,7 @@ async function applyTogether(client: ApiClient, confirmed: LoadedSpec[]): Promis
   }
 }
 
-/** Says what became of each fleet and run; returns the runs to follow (a scheduled task's runs come later). */
+/** Says what became of each fleet and run; returns the runs to follow (a schedule's runs come later). */
 function reportApplied(result: ApplyResult): Run[] {
   const runs: Run[] = [];
   for (const item of result.items) {
@@ -208,21 +208,20 @@ function reportApplied(result: ApplyResult): Run[] {
   return runs;
 }
 
-/** What a scheduled task's apply did, and how to see and end it. */
+/** What a schedule's apply did, and how to see and end it. */
 function scheduledLines(run: Run, schedule: RunSchedule): string {
   const next = schedule.nextRunAt ? `next run at ${formatUtc(new Date(schedule.nextRunAt))}` : 'no next run';
   return [
-    `task ${run.name} ${run.generation > 1 ? `updated to generation ${run.generation}` : 'scheduled'}: ${next} (${schedule.cron.join(', ')}, UTC)`,
+    `${run.kind} ${run.name} ${run.generation > 1 ? `updated to generation ${run.generation}` : 'scheduled'}: ${next} (${schedule.cron.join(', ')}, UTC)`,
     `  see it and its runs: orchestrator ps${projectFlag()}`,
     `  end its schedule:    orchestrator stop ${run.name}${projectFlag()}`,
     '',
   ].join('\n');
 }
 
-/** The ports that following the run forwards: a service's are published by the proxy instead, and a scheduled task is not followed. */
+/** The ports that following the run forwards: a service's are published by the proxy instead, and a schedule is not followed. */
 function forwardedPorts(spec: ConfigSpec): (number | string)[] {
-  if (spec.type === 'task' && spec.schedule) return [];
-  return spec.type === 'task' || spec.type === 'dev-environment' ? spec.ports ?? [] : [];
+  return (spec.type === 'task' || spec.type === 'dev-environment') && !spec.schedule ? spec.ports ?? [] : [];
 }
 
 function unfinishedRunError(run: Run): string {

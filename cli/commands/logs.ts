@@ -60,12 +60,12 @@ export function registerLogs(cli: CAC): void {
     }));
 }
 
-/** The run `logs -f` follows: the run named, or for a scheduled task the run it submitted last, which ends. */
+/** The run `logs -f` follows: the run named, or for a schedule the run it submitted last. */
 async function latestRunOfSchedule(client: ApiClient, name: string): Promise<string> {
-  const { schedule } = await client.get<Run>(runPath(client, name));
+  const { schedule, kind } = await client.get<Run>(runPath(client, name));
   if (!schedule) return name;
-  if (schedule.lastRun === null) throw new CliError(`scheduled task ${name} has submitted no run yet${schedule.nextRunAt ? `; its first is due at ${formatUtc(new Date(schedule.nextRunAt))}` : ''}`);
-  process.stderr.write(`following ${schedule.lastRun}, the latest run of scheduled task ${name}\n`);
+  if (schedule.lastRun === null) throw new CliError(`scheduled ${kind} ${name} has submitted no run yet${schedule.nextRunAt ? `; its first is due at ${formatUtc(new Date(schedule.nextRunAt))}` : ''}`);
+  process.stderr.write(`following ${schedule.lastRun}, the latest run of scheduled ${kind} ${name}\n`);
   return schedule.lastRun;
 }
 

@@ -21,7 +21,7 @@ const PS_STATS_WINDOW_SECONDS = 60;
 
 /**
  * `submitted (#2)` while queued, so the user sees where the run stands; a service says how many replicas serve of how many
- * wanted; a dev environment nobody is connected to, when inactivity_duration stops it; a scheduled task, when it submits its next run.
+ * wanted; a dev environment nobody is connected to, when inactivity_duration stops it; a schedule, when it submits its next run.
  */
 export function runStatusText(run: Run, stats?: ServiceStats | null): string {
   if (run.service && !isFinished(run)) {

@@ -94,18 +94,14 @@ async function nodeOf(server: ServerContext, ctx: Context, run: RunRecord): Prom
 
 /**
  * The run whose lines are read: the run itself, for a service one of its replicas (`replica=N`), and for a
- * scheduled task the run it submitted last.
+ * schedule the run it submitted last (for a service, one of that run's replicas).
  */
 async function logsOf(server: ServerContext, ctx: Context): Promise<RunRecord> {
-  const { run } = await runFor(server, ctx, ctx.params.project!, ctx.params.name!);
+  const named = (await runFor(server, ctx, ctx.params.project!, ctx.params.name!)).run;
   const raw = ctx.query.replica;
   if (raw !== undefined && (typeof raw !== 'string' || !/^\d{1,6}$/.test(raw))) throw badRequest('replica: expected a replica number such as 0');
-  if (isSchedule(run)) {
-    if (raw !== undefined) throw badRequest(`replica: ${run.name} is a scheduled task, not a service with replicas`);
-    const latest = await latestScheduledRun(server.db, run.id);
-    if (!latest) throw notFound(`scheduled task ${run.name} has submitted no run yet; ${run.statusMessage}`);
-    return latest;
-  }
+  const run = isSchedule(named) ? await latestScheduledRun(server.db, named.id) : named;
+  if (!run) throw notFound(`scheduled ${named.kind} ${named.name} has submitted no run yet; ${named.statusMessage}`);
   if (run.kind !== 'service' || run.jobId) {
     if (raw !== undefined) throw badRequest(`replica: run ${run.name} is a ${run.kind}, not a service with replicas`);
     return attemptOf(server, ctx, run);

@@ -103,19 +103,24 @@ export async function runFor(server: ServerContext, ctx: Parameters<typeof proje
 
 function stillActive(live: RunRecord): string {
   return isSchedule(live)
-    ? `${live.name} is a scheduled task; end its schedule first (orchestrator stop ${live.name}) or choose another name`
+    ? `${live.name} is a scheduled ${live.kind}; end its schedule first (orchestrator stop ${live.name}) or choose another name`
     : `run ${live.name} is still active; stop it first (orchestrator stop ${live.name}) or choose another name`;
 }
 
-/** When a scheduled task's next run is due if applied now; undefined for any other run. */
+/** When a schedule's next run is due if applied now; undefined for a run without schedule. */
 function firstTick(spec: RunSpec): Date | undefined {
-  return spec.type === 'task' && spec.schedule ? nextTick(cronExpressions(spec.schedule), new Date()) : undefined;
+  return spec.schedule ? nextTick(cronExpressions(spec.schedule), new Date()) : undefined;
+}
+
+/** A live service that a re-apply of its name updates in place (a schedule of a service is updated as a schedule). */
+function isLiveService(live: RunRecord): boolean {
+  return live.kind === 'service' && !isSchedule(live) && !FINISHED_RUN_STATUSES.includes(live.status) && live.desired === 'run';
 }
 
 /**
  * Writes a submitted run and its event; a live run of the same name is a conflict, except a service, which
- * takes the new spec (a rolling update, or a new replica count in place), and a scheduled task, which takes
- * the new spec and schedule from its next run on. The caller sends the NOTIFY.
+ * takes the new spec (a rolling update, or a new replica count in place), and a schedule, which takes the new
+ * spec and schedule from its next run on. The caller sends the NOTIFY.
  */
 export async function submitRun(q: Queryable, project: ProjectRecord, userId: string, spec: RunSpec, files: JobFile[], repos: JobRepo[]): Promise<RunRecord> {
   const requirement = normalizeResources(spec.resources, 'run', spec.max_price);
@@ -131,7 +136,7 @@ export async function submitRun(q: Queryable, project: ProjectRecord, userId: st
   }
   if (spec.type === 'service' && spec.name) {
     const live = await getRunByName(q, project.id, spec.name);
-    if (live && live.kind === 'service' && !FINISHED_RUN_STATUSES.includes(live.status) && live.desired === 'run') {
+    if (live && isLiveService(live)) {
       const { update, generation } = await updateService(q, live, { spec: spec as Record<string, unknown>, files, repos, requirement, priority });
       if (update !== 'unchanged') {
         const message = {
@@ -157,7 +162,7 @@ export async function submitRun(q: Queryable, project: ProjectRecord, userId: st
     }
   }
   if (!run) throw conflict('could not find a free run name; give the run a name');
-  const submitted = nextTickAt ? `scheduled task submitted (${describeRequirement(requirement)}); first run at ${formatUtc(nextTickAt)}` : `${spec.type} submitted (${describeRequirement(requirement)})`;
+  const submitted = nextTickAt ? `scheduled ${spec.type} submitted (${describeRequirement(requirement)}); first run at ${formatUtc(nextTickAt)}` : `${spec.type} submitted (${describeRequirement(requirement)})`;
   await recordEvent(q, { projectId: project.id, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'Submitted', message: submitted });
   return run;
 }
@@ -167,8 +172,8 @@ function fleetsOnceApplied(active: FleetRecord[], applying: FleetDesired[], proj
   const byName = new Map(active.map((fleet) => [fleet.name, fleet]));
   for (const desired of applying) {
     const current = byName.get(desired.name)
-      ?? { id: `applying:${desired.name}`, projectId, generation: 0, status: 'active', statusMessage: '', deleted: false, cluster: null, appliedAt: new Date(), createdAt: new Date() };
-    byName.set(desired.name, { ...current, ...desired });
+      ?? { id: `applying:${desired.name}`, projectId, generation: 0, status: 'active', statusMessage: '', deleted: false, cluster: null, provisionTarget: null, appliedAt: new Date(), createdAt: new Date() };
+    byName.set(desired.name, { ...current, nodesTarget: desired.nodesMin, ...desired });
   }
   return [...byName.values()];
 }
@@ -196,12 +201,12 @@ async function landingRuntime(project: ProjectRecord, placement: Placement, cand
 
 /**
  * The plan's problem, and what it does to the run if the run is submitted anyway; `live` is an active run that holds its
- * name. A scheduled task, and a service that may run no replica, place nothing now, and an update of a live service
+ * name. A schedule, and a service that may run no replica, place nothing now, and an update of a live service
  * rolls out while its replicas serve (a generation that cannot be placed waits): their problem holds nothing yet.
  */
 function planProblem(spec: RunSpec, placement: ReturnType<typeof placeNodes>, live: RunRecord | null, updatesLiveService: boolean): Pick<RunPlan, 'problem' | 'blocking'> {
   if (live) return { problem: stillActive(live), blocking: 'name_in_use' };
-  if ((spec.type === 'task' && spec.schedule) || (spec.type === 'service' && (updatesLiveService || serviceSettings(spec).replicas.min === 0))) {
+  if (spec.schedule || (spec.type === 'service' && (updatesLiveService || serviceSettings(spec).replicas.min === 0))) {
     return { problem: placement.kind === 'fail' || placement.kind === 'wait' ? placement.message : null, blocking: null };
   }
   if (placement.kind === 'fail') {
@@ -268,7 +273,7 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
   }).sort((a, b) => a.pricePerHour - b.pricePerHour);
   const offers = matching.slice(0, PLANNED_OFFERS);
   const existing = spec.name ? await getRunByName(db, project.id, spec.name) : null;
-  const existingService = spec.type === 'service' && existing?.kind === 'service' && !FINISHED_RUN_STATUSES.includes(existing.status) && existing.desired === 'run';
+  const existingService = spec.type === 'service' && existing !== null && isLiveService(existing);
   const nextTickAt = firstTick(spec);
   const existingSchedule = nextTickAt !== undefined && existing !== null && isLiveSchedule(existing);
   const before = await queuedBefore(db, project.id, spec.priority ?? 0);
@@ -301,6 +306,6 @@ async function planRun(server: ServerContext, project: ProjectRecord, spec: RunS
     offersTotal: matching.length,
     offerErrors: [...new Set([...listings.values()].flatMap((listing) => listing.errors))],
     ...(problem.problem === null && holding ? { problem: holding, blocking: null } : problem),
-    ...(nextTickAt && spec.type === 'task' && spec.schedule ? { schedule: { cron: cronExpressions(spec.schedule), nextRunAt: nextTickAt.toISOString() } } : {}),
+    ...(nextTickAt && spec.schedule ? { schedule: { cron: cronExpressions(spec.schedule), nextRunAt: nextTickAt.toISOString() } } : {}),
   };
 }

@@ -96,6 +96,18 @@ export async function ensureBashImage(): Promise<string> {
 }
 
 /**
+ * The default image's uv, standing in for `uv venv --python X --seed DIR`: makes DIR with an activate script and
+ * a python that says which Python the environment was asked for and what uv was called with.
+ */
+export const UV_VENV_STAND_IN = [
+  'for word in "$@"; do [ "$previous" = --python ] && python=$word; previous=$word; done',
+  'mkdir -p "$previous/bin"',
+  'printf \'export VIRTUAL_ENV=%s\\nexport PATH=%s/bin:$PATH\\n\' "$previous" "$previous" > "$previous/bin/activate"',
+  'printf \'#!/bin/sh\\necho "Python %s (uv %s)"\\n\' "$python" "$*" > "$previous/bin/python"',
+  'chmod +x "$previous/bin/python"',
+].join('\n');
+
+/**
  * A stand-in, under its name, for an image of a registry the test machines cannot reach (dstack's Docker-in-Docker
  * image, the default image's devel variant): TEST_IMAGE's busybox with `programs` in /bin, scripts that say they ran.
  * removeStandInImage removes it.

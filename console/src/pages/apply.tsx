@@ -2,6 +2,7 @@ import type { ComponentChildren } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import type { Gateway, GatewaySpec } from '../../../api/gateways.js';
 import type { ApplyRequest, ApplyResult, FleetPlan, RunPlan } from '../../../api/objects.js';
+import { describeFleetNodes } from '../../../api/fleet-rules.js';
 import type { ConfigSpec, SpecError } from '../../../api/parse.js';
 import type { FleetSpec, RunSpec } from '../../../api/spec.js';
 import { ApiFailure, call, projectPath } from '../api.js';
@@ -200,7 +201,7 @@ function PlanView({ plans, nothing }: { plans: Planned[]; nothing: boolean }) {
             <h4>{item.spec.type} {item.kind === 'run' ? item.plan.name ?? '(a name will be generated)' : item.plan.name}: {action}</h4>
             <dl class="facts">
               <Fact label="resources">{plan.requirement}</Fact>
-              {item.kind === 'fleet' && <Fact label="nodes">{String(item.spec.nodes)}</Fact>}
+              {item.kind === 'fleet' && <Fact label="nodes">{item.spec.nodes === undefined ? 'its hosts' : describeFleetNodes(item.spec.nodes)}</Fact>}
               {item.kind === 'run' && <Fact label="fleets">{item.plan.fleets.length > 0 ? item.plan.fleets.join(', ') : 'none match'}</Fact>}
               {item.kind === 'run' && item.plan.instance && <Fact label="instance">{item.plan.instance.name ?? `an ${item.plan.instance.state} instance`} ({item.plan.instance.state}, fleet {item.plan.instance.fleet}{item.plan.instance.gpu?.count ? `, ${gpuText(item.plan.instance.gpu)}` : ''})</Fact>}
               {item.kind === 'run' && item.plan.queuedBefore > 0 && <Fact label="queue">{item.plan.queuedBefore} queued before it</Fact>}

@@ -1,7 +1,7 @@
 import type { Fleet, Instance, Run } from '../../../api/objects.js';
 import { parseDurationOrOff, formatDuration } from '../../../api/duration.js';
-import { parseCountRange } from '../../../api/quantity.js';
-import { DEFAULT_IDLE_DURATION } from '../../../api/spec.js';
+import { fleetNodes } from '../../../api/fleet-rules.js';
+import { DEFAULT_IDLE_DURATION, type FleetSpec } from '../../../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../../../api/status.js';
 import { call, projectPath } from '../api.js';
 import { ConfirmButton } from '../confirm-button.js';
@@ -24,11 +24,11 @@ function runsOn(instance: Instance, runs: Run[]): string[] {
 
 /** The fleet's idle_duration in seconds (null: off), and the fewest instances it keeps whatever their idleness. */
 function idleRule(fleet: Fleet): { idleSeconds: number | null; nodesMin: number } {
-  const spec = fleet.spec as { idle_duration?: string | number; nodes?: string | number };
+  const spec = fleet.spec as Pick<FleetSpec, 'idle_duration' | 'nodes'>;
   try {
     return {
       idleSeconds: parseDurationOrOff(spec.idle_duration ?? DEFAULT_IDLE_DURATION),
-      nodesMin: parseCountRange(spec.nodes ?? 0, { least: 0, bounded: false, what: 'nodes' }).min ?? 0,
+      nodesMin: fleetNodes(spec.nodes ?? 0).min,
     };
   } catch {
     return { idleSeconds: null, nodesMin: 0 };
