@@ -1,5 +1,5 @@
 import {
-  Agent, request, type ClientRequest, type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse,
+  Agent, request, type ClientRequest, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse,
 } from 'node:http';
 
 /**
@@ -34,7 +34,8 @@ export interface Outgoing {
   port: number;
   /** Path and query as the upstream receives them. */
   path: string;
-  headers: OutgoingHttpHeaders;
+  /** Name, value pairs (`requestHeaders`). */
+  headers: string[];
   agent: Agent;
   /** From the moment the request is sent whole to the answer's headers; past it the request is destroyed with `timeoutError()`. */
   firstByteTimeoutMs: number;
@@ -48,10 +49,14 @@ export interface Outgoing {
  * proxy library (docs/ARCHITECTURE.md says by how much). The caller handles the answer and the errors.
  */
 export function sendOn(req: IncomingMessage, outgoing: Outgoing): ClientRequest {
-  const { host, port, path, headers, agent, body } = outgoing;
+  const { host, port, path, agent, body } = outgoing;
+  // Raw headers go out as they are: a request that came without Host (HTTP/1.0) gets the upstream's, as Node would add it.
+  const headers = req.headers.host === undefined ? [...outgoing.headers, 'host', `${host.includes(':') ? `[${host}]` : host}:${port}`] : outgoing.headers;
   const proxyReq = request({ host, port, path, method: req.method, headers, agent });
   awaitFirstByte(proxyReq, outgoing.firstByteTimeoutMs, outgoing.timeoutError);
+  // A request without a body goes out whole at once, with nothing to pipe.
   if (body) proxyReq.end(body);
+  else if (hasNoBody(req)) proxyReq.end();
   else req.pipe(proxyReq);
   return proxyReq;
 }
@@ -65,14 +70,17 @@ export function awaitFirstByte(proxyReq: ClientRequest, timeoutMs: number, timeo
 }
 
 /**
- * A request's headers as they go on, less the connection's own and `removed`. Transfer-Encoding stays: it
- * frames the body that follows, and Node frames the outgoing body by it.
+ * A request's headers as they go on, less the connection's own and `removed`, as the name, value pairs that
+ * `http.request` writes as they are (an object would be copied and checked header by header first). Transfer-Encoding
+ * stays: it frames the body that follows, and Node frames the outgoing body by it.
  */
-export function requestHeaders(headers: IncomingHttpHeaders, removed: readonly string[] = []): OutgoingHttpHeaders {
-  const kept: OutgoingHttpHeaders = {};
+export function requestHeaders(headers: IncomingHttpHeaders, removed: readonly string[] = []): string[] {
+  const kept: string[] = [];
   for (const name in headers) {
     if ((HOP_BY_HOP.has(name) && name !== 'transfer-encoding') || removed.includes(name)) continue;
-    kept[name] = headers[name];
+    const value = headers[name];
+    if (typeof value === 'string') kept.push(name, value);
+    else if (value) for (const each of value) kept.push(name, each);
   }
   return kept;
 }
@@ -97,11 +105,17 @@ export function flushHeadIfQuiet(proxyRes: IncomingMessage, res: ServerResponse)
 }
 
 /**
- * Streams the answer's body to the client; either side's end cuts the other. (`stream.pipeline` would cost an
- * AbortController and a DOMException per answer, a sixth of a forward's CPU.)
+ * Streams the answer's body to the client, pausing while the client is slower; either side's end cuts the other.
+ * `onChunk` sees each chunk as it passes. (Relayed by hand: `stream.pipeline` would cost an AbortController and
+ * a DOMException per answer, a sixth of a forward's CPU, and `pipe` half a dozen listeners on each side.)
  */
-export function passBody(proxyRes: IncomingMessage, res: ServerResponse): void {
-  proxyRes.pipe(res);
+export function passBody(proxyRes: IncomingMessage, res: ServerResponse, onChunk?: () => void): void {
+  proxyRes.on('data', (chunk: Buffer) => {
+    onChunk?.();
+    if (!res.write(chunk)) proxyRes.pause();
+  });
+  res.on('drain', () => proxyRes.resume());
+  proxyRes.once('end', () => { if (!res.destroyed) res.end(); });
   proxyRes.once('error', () => res.destroy());
   res.once('close', () => { if (!proxyRes.complete) proxyRes.destroy(); });
 }

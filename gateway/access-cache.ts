@@ -4,6 +4,7 @@ import type { Db } from '../store/db.js';
 import { hashToken, projectRole, userByToken, type UserRecord } from '../store/projects.js';
 import { userBySession } from '../store/sessions.js';
 import type { CallerAccess } from './access.js';
+import { then, type MaybePromise } from './maybe-async.js';
 
 /** NOTIFY on it after any change to users, their tokens or memberships: every gateway forgets what it knew. */
 export const AUTH_CHANNEL = 'orchestrator_auth';
@@ -13,6 +14,8 @@ export const ACCESS_CACHE_TTL_MS = 5000;
 
 interface Entry<T> {
   value: Promise<T>;
+  /** The answer once it came: later requests take it without waiting on the promise. */
+  settled?: { value: T };
   expiresAt: number;
 }
 
@@ -58,9 +61,8 @@ export class AccessCache implements CallerAccess {
     this.roles = new Map();
   }
 
-  async roleOf(token: string, projectId: string): Promise<Role | null | undefined> {
-    const user = await this.user(token);
-    return user ? this.role(projectId, user) : undefined;
+  roleOf(token: string, projectId: string): MaybePromise<Role | null | undefined> {
+    return then(this.user(token), (user) => (user ? this.role(projectId, user) : undefined));
   }
 
   /** Sessions are looked up each time: a sign-out takes effect at once, with no NOTIFY to wait for. */
@@ -69,22 +71,25 @@ export class AccessCache implements CallerAccess {
     return user ? this.role(projectId, user) : undefined;
   }
 
-  user(token: string): Promise<UserRecord | null> {
+  user(token: string): MaybePromise<UserRecord | null> {
     return this.remembered(this.users, hashToken(token), () => userByToken(this.db, token), (user) => user !== null);
   }
 
-  role(projectId: string, user: UserRecord): Promise<Role | null> {
+  role(projectId: string, user: UserRecord): MaybePromise<Role | null> {
     return this.remembered(this.roles, `${projectId} ${user.id} ${user.globalRole}`, () => projectRole(this.db, projectId, user), () => true);
   }
 
-  private remembered<T>(map: Map<string, Entry<T>>, key: string, read: () => Promise<T>, keep: (value: T) => boolean): Promise<T> {
+  private remembered<T>(map: Map<string, Entry<T>>, key: string, read: () => Promise<T>, keep: (value: T) => boolean): MaybePromise<T> {
     const now = Date.now();
     const known = map.get(key);
-    if (known && known.expiresAt > now) return known.value;
+    if (known && known.expiresAt > now) return known.settled ? known.settled.value : known.value;
     const entry: Entry<T> = { value: read(), expiresAt: now + this.ttlMs };
     map.set(key, entry);
     const forget = () => { if (map.get(key) === entry) map.delete(key); };
-    entry.value.then((value) => { if (!keep(value)) forget(); }, forget);
+    entry.value.then((value) => {
+      entry.settled = { value };
+      if (!keep(value)) forget();
+    }, forget);
     return entry.value;
   }
 }

@@ -12,14 +12,24 @@ export class Balancer {
 
   /** Picks a replica and counts the exchange on it until `release`; undefined when none is left after `excluded`. */
   acquire(serviceId: string, replicas: readonly ReplicaRoute[], excluded: ReadonlySet<string> = new Set()): ReplicaRoute | undefined {
-    const candidates = replicas.filter((replica) => !excluded.has(replica.id));
-    if (candidates.length === 0) return undefined;
-    const fewest = Math.min(...candidates.map((replica) => this.count(replica.id)));
-    const tied = candidates.filter((replica) => this.count(replica.id) === fewest);
+    // One pass and no arrays: it runs for every request.
     const last = this.lastChosen.get(serviceId) ?? -1;
-    const chosen = tied.find((replica) => replica.replica > last) ?? tied[0]!;
+    let chosen: ReplicaRoute | undefined;
+    let fewest = Infinity;
+    let chosenAfterLast = false;
+    for (const replica of replicas) {
+      if (excluded.has(replica.id)) continue;
+      const count = this.count(replica.id);
+      const afterLast = replica.replica > last;
+      if (count < fewest || (count === fewest && afterLast && !chosenAfterLast)) {
+        chosen = replica;
+        fewest = count;
+        chosenAfterLast = afterLast;
+      }
+    }
+    if (!chosen) return undefined;
     this.lastChosen.set(serviceId, chosen.replica);
-    this.outstanding.set(chosen.id, this.count(chosen.id) + 1);
+    this.outstanding.set(chosen.id, fewest + 1);
     return chosen;
   }
 

@@ -6,6 +6,7 @@ import type { Db } from '../store/db.js';
 import { recordServiceSeconds } from '../store/service-stats.js';
 import { AccessCache } from './access-cache.js';
 import { GatewayError, refuseUpgrade, sendError, type ErrorShape } from './errors.js';
+import { then } from './maybe-async.js';
 import { modelRequest, MODELS_PREFIX, sendModelList, serverModelCall } from './model-endpoint.js';
 import { ProxyCore } from './proxy-core.js';
 import { RoutingTable } from './routing-table.js';
@@ -62,16 +63,24 @@ export class Gateway {
     return url.startsWith(SERVICES_PREFIX) || url.startsWith(MODELS_PREFIX);
   }
 
-  async web(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /** A request whose caller and replica are known already is on its way to the replica when this returns. */
+  web(req: IncomingMessage, res: ServerResponse): void {
     const shape: ErrorShape = req.url?.startsWith(MODELS_PREFIX) ? 'openai' : 'api';
+    const refuse = (error: unknown) => sendError(res, this.known(req, error), shape, SANDBOX_HEADERS);
     try {
-      if (shape === 'api') return await this.core.web(req, res, await serviceExchange(this.access, this.table, req));
-      const request = await modelRequest(this.access, this.table, serverModelCall(req), req);
-      if (request.kind === 'list') return sendModelList(res, request.body, SANDBOX_HEADERS);
-      return await this.core.web(req, res, request.exchange);
+      const sent = shape === 'api'
+        ? then(serviceExchange(this.access, this.table, req), (exchange) => this.core.web(req, res, exchange))
+        : this.model(req, res);
+      if (sent instanceof Promise) sent.catch(refuse);
     } catch (error) {
-      sendError(res, this.known(req, error), shape, SANDBOX_HEADERS);
+      refuse(error);
     }
+  }
+
+  private async model(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const request = await modelRequest(this.access, this.table, serverModelCall(req), req);
+    if (request.kind === 'list') return sendModelList(res, request.body, SANDBOX_HEADERS);
+    return this.core.web(req, res, request.exchange);
   }
 
   /** For the HTTP server's `upgrade` event: WebSockets to services; anything else is refused here. */

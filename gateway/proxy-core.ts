@@ -6,9 +6,10 @@ import type { Logger } from 'winston';
 import { AGENT_FIRST_BYTE_TIMEOUT_HEADER } from '../api/agent.js';
 import type { ReplicaRoute, ServiceRoute } from '../api/services.js';
 import { AgentClient } from '../agent/client.js';
-import { awaitFirstByte, flushHeadIfQuiet, forwardingPool, hasNoBody, requestHeaders, responseHeaders, sendOn, staleConnection } from '../agent/http-forward.js';
+import { awaitFirstByte, flushHeadIfQuiet, forwardingPool, hasNoBody, passBody, requestHeaders, responseHeaders, sendOn, staleConnection } from '../agent/http-forward.js';
 import { Balancer } from './balancer.js';
 import { coalesced } from './coalesce.js';
+import { then, type MaybePromise } from './maybe-async.js';
 import { GatewayError, refuseUpgrade, sendError, type ErrorShape } from './errors.js';
 import { RateLimiter } from './rate-limit.js';
 import { ReplicaTunnels, TunnelRefused, type ForwardAccess } from './replica-tunnels.js';
@@ -100,6 +101,8 @@ export class ProxyCore {
   private readonly proxy: RequestHandler;
   private readonly tunnels = new Set<Duplex>();
   private readonly limiter = new RateLimiter();
+  /** `answerHeaders` as the raw name, value pairs `writeHead` takes. */
+  private readonly answerHeaderPairs: string[];
   private closing = false;
   /** Tells the service controller at once that a service without replicas has a request waiting. */
   private readonly wakeScaler = coalesced(async () => {
@@ -130,10 +133,11 @@ export class ProxyCore {
       ejectPlugins: true,
       plugins: [events],
     });
+    this.answerHeaderPairs = Object.entries(answerHeaders).flat();
     table.afterEachRead((routes) => this.replicaTunnels.keepOnly(routes.flatMap((route) => route.replicas)));
   }
 
-  async web(req: IncomingMessage, res: ServerResponse, exchange: Exchange): Promise<void> {
+  web(req: IncomingMessage, res: ServerResponse, exchange: Exchange): MaybePromise<void> {
     const flight = this.begin(exchange);
     flight.res = res;
     res.once('close', () => {
@@ -148,13 +152,14 @@ export class ProxyCore {
     if (refusal) return this.fail(flight, res, refusal);
     const size = exchange.body?.length ?? Number(req.headers['content-length'] ?? 0);
     if (size > exchange.route.maxBodyBytes) return this.fail(flight, res, tooLarge(exchange.route));
-    const route = await this.readyRoute(exchange.route, () => res.destroyed);
-    if (res.destroyed) return;
-    if (!route) return this.fail(flight, res, noReplica(exchange.route));
-    exchange.route = route;
-    prepareHeaders(req, exchange);
-    if (!exchange.body) this.limitBody(req, flight);
-    this.launch(req, res, flight);
+    return then(this.readyRoute(exchange.route, () => res.destroyed), (route) => {
+      if (res.destroyed) return;
+      if (!route) return this.fail(flight, res, noReplica(exchange.route));
+      exchange.route = route;
+      prepareHeaders(req, exchange);
+      if (!exchange.body && !hasNoBody(req)) this.limitBody(req, flight);
+      this.launch(req, res, flight);
+    });
   }
 
   async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, exchange: Exchange): Promise<void> {
@@ -220,17 +225,19 @@ export class ProxyCore {
    * The route once it has a ready replica not in `tried`: at once, or after holding the request up to the service's
    * hold time while the routing table is read again.
    */
-  private async readyRoute(route: ServiceRoute, gone: () => boolean, tried: ReadonlySet<string> = new Set()): Promise<ServiceRoute | undefined> {
-    const usable = (candidate: ServiceRoute) => candidate.replicas.some((replica) => !tried.has(replica.id));
-    let current: ServiceRoute | undefined = this.table.serviceById(route.runId) ?? route;
-    if (usable(current)) return current;
+  private readyRoute(route: ServiceRoute, gone: () => boolean, tried: ReadonlySet<string> = NONE_TRIED): MaybePromise<ServiceRoute | undefined> {
+    const current = this.table.serviceById(route.runId) ?? route;
+    return usable(current, tried) ? current : this.awaitReadyRoute(route, gone, tried);
+  }
+
+  private async awaitReadyRoute(route: ServiceRoute, gone: () => boolean, tried: ReadonlySet<string>): Promise<ServiceRoute | undefined> {
     void this.wakeScaler();
     const deadline = Date.now() + route.holdMs;
     while (Date.now() < deadline && !gone() && !this.closing) {
       await this.table.nextRead(deadline - Date.now());
-      current = this.table.serviceById(route.runId);
+      const current = this.table.serviceById(route.runId);
       if (!current) return undefined;
-      if (usable(current)) return current;
+      if (usable(current, tried)) return current;
     }
     return undefined;
   }
@@ -326,33 +333,25 @@ export class ProxyCore {
     flight.settled = true;
     flight.counted.answered(proxyRes.statusCode ?? 502);
     // Raw pairs, so that a header the service sent twice (Set-Cookie, its own CSP beside ours) goes out twice.
-    res.writeHead(proxyRes.statusCode ?? 502, proxyRes.statusMessage, [...responseHeaders(proxyRes.rawHeaders), ...Object.entries(this.answerHeaders).flat()]);
+    res.writeHead(proxyRes.statusCode ?? 502, proxyRes.statusMessage, [...responseHeaders(proxyRes.rawHeaders), ...this.answerHeaderPairs]);
     flushHeadIfQuiet(proxyRes, res);
     this.stream(proxyRes, res, flight);
   }
 
-  /**
-   * Passes the answer on as it comes; an answer silent for longer than the service's idle timeout is cut.
-   * (Piped by hand: `stream.pipeline` costs an AbortController and a DOMException per answer.)
-   */
+  /** Passes the answer on as it comes; an answer silent for longer than the service's idle timeout is cut. */
   private stream(proxyRes: IncomingMessage, res: ServerResponse, flight: Flight): void {
     const idle = setTimeout(() => {
       flight.counted.failed();
       proxyRes.destroy();
       res.destroy();
     }, flight.exchange.route.idleTimeoutMs);
-    proxyRes.on('data', () => idle.refresh());
-    proxyRes.pipe(res);
+    passBody(proxyRes, res, () => idle.refresh());
     // A client that left was noted when its response closed, before the service's answer was cut: not the service's failure.
     proxyRes.once('error', () => {
       if (!flight.clientLeft) flight.counted.failed();
-      res.destroy();
     });
     proxyRes.once('end', () => clearTimeout(idle));
-    res.once('close', () => {
-      clearTimeout(idle);
-      if (!proxyRes.complete) proxyRes.destroy();
-    });
+    res.once('close', () => clearTimeout(idle));
   }
 
   /**
@@ -396,6 +395,13 @@ export class ProxyCore {
     if (res.destroyed) return;
     sendError(res, error, flight.exchange.errorShape, this.answerHeaders);
   }
+}
+
+const NONE_TRIED: ReadonlySet<string> = new Set();
+
+/** Whether the route has a ready replica not in `tried`. */
+function usable(route: ServiceRoute, tried: ReadonlySet<string>): boolean {
+  return route.replicas.some((replica) => !tried.has(replica.id));
 }
 
 function tooLarge(route: ServiceRoute): GatewayError {

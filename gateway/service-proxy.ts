@@ -2,6 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import { isDnsLabel } from '../api/names.js';
 import { admit, type CallerAccess } from './access.js';
 import { GatewayError } from './errors.js';
+import { then, type MaybePromise } from './maybe-async.js';
 import type { Exchange } from './proxy-core.js';
 import type { RoutingTable } from './routing-table.js';
 
@@ -14,17 +15,17 @@ export const SERVICES_PREFIX = '/proxy/services/';
 const SERVICE_URL = /^\/proxy\/services\/([^/?]*)\/([^/?]*)([^?]*)(\?.*)?$/;
 
 /** Where a request to `/proxy/services/...` goes: its service, after the service's own authentication. */
-export async function serviceExchange(access: CallerAccess, table: RoutingTable, req: IncomingMessage): Promise<Exchange> {
+export function serviceExchange(access: CallerAccess, table: RoutingTable, req: IncomingMessage): MaybePromise<Exchange> {
   const url = req.url ?? '';
   const match = SERVICE_URL.exec(url);
   const [, project = '', run = '', rest = '', query = ''] = match ?? [];
   if (!match || !isDnsLabel(project) || !isDnsLabel(run)) throw new GatewayError(404, 'not_found', `no service at ${url}`);
   const route = table.service(project, run);
   if (!route) throw new GatewayError(404, 'not_found', `service ${run} not found in project ${project}`);
-  await admit(access, route, req);
   const prefix = `/proxy/services/${project}/${run}`;
   const servicePath = rest || '/';
-  return route.stripPrefix
+  const exchange: Exchange = route.stripPrefix
     ? { route, path: `${servicePath}${query}`, servicePath, prefix, errorShape: 'api' }
     : { route, path: `${prefix}${rest}${query}`, servicePath, errorShape: 'api' };
+  return then(admit(access, route, req), () => exchange);
 }

@@ -1,4 +1,4 @@
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { hash, randomBytes, randomUUID } from 'node:crypto';
 import type { Member, Project, Role, User } from '../api/objects.js';
 import type { BackendConfig } from '../backends/config.js';
 import type { Db, Queryable } from './db.js';
@@ -21,7 +21,7 @@ export interface UserRecord {
 }
 
 export function hashToken(token: string): string {
-  return createHash('sha256').update(token).digest('hex');
+  return hash('sha256', token, 'hex');
 }
 
 /** Hex, so that a token never starts with "-" and is never read as an option where it is passed as --token's value. */

@@ -61,7 +61,7 @@ export class ConfigSync implements RouteSource, CallerAccess {
     return async () => { stop(); };
   }
 
-  async roleOf(token: string, projectId: string): Promise<Role | null | undefined> {
+  roleOf(token: string, projectId: string): Role | null | undefined {
     const role = this.roles.get(hashToken(token));
     if (role === undefined) return undefined;
     return projectId === this.current?.gateway.projectId ? role : null;
