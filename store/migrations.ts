@@ -11,6 +11,68 @@ const lease = `
   lease_expires_at timestamptz,
   next_reconcile_at timestamptz NOT NULL DEFAULT now()`;
 
+/**
+ * The ledger's count (migration 14, its fleet share made one grouping in 27): both create it as it is now, so a new
+ * database and an upgraded one end with the same function.
+ */
+const LEDGER_COUNT = `
+CREATE OR REPLACE FUNCTION ledger_count(p_instances text[], p_runs text[]) RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+  counted integer;
+BEGIN
+  PERFORM 1 FROM instance_accruals WHERE instance_id = ANY(p_instances) AND NOT closed ORDER BY instance_id FOR UPDATE;
+  WITH due AS (
+    SELECT a.instance_id, a.price_per_hour, a.accrued_until AS from_t,
+      greatest(a.accrued_until, CASE WHEN i.status = 'terminated' THEN coalesce(i.terminated_at, now()) ELSE now() END) AS until_t,
+      i.status = 'terminated' AS closing, i.project_id, h.run_id AS whole_holder,
+      coalesce((i.offer->'gpu'->>'count')::float8, 0) AS gpus,
+      CASE WHEN f.spec->>'blocks' = 'auto' THEN greatest(1, coalesce((i.offer->'gpu'->>'count')::int, 0))
+           ELSE coalesce((f.spec->>'blocks')::int, 1) END AS total_blocks
+    FROM unnest(p_instances, p_runs) h(instance_id, run_id)
+    JOIN instance_accruals a ON a.instance_id = h.instance_id
+    JOIN instances i ON i.id = h.instance_id
+    LEFT JOIN fleets f ON f.id = i.fleet_id
+    WHERE NOT a.closed
+    FOR UPDATE OF a
+  ), moved AS (
+    UPDATE instance_accruals a SET accrued_until = d.until_t, closed = d.closing,
+      seconds = a.seconds + EXTRACT(EPOCH FROM d.until_t - d.from_t),
+      dollars = a.dollars + EXTRACT(EPOCH FROM d.until_t - d.from_t) * d.price_per_hour / 3600
+    FROM due d WHERE a.instance_id = d.instance_id
+    RETURNING 1
+  ), holders AS (
+    SELECT d.instance_id, coalesce(r.service_id, r.id) AS holder,
+      CASE WHEN d.gpus = 0 OR coalesce((r.requirement->'gpu'->'count'->>'min')::float8, 0) = 0 THEN 1
+           ELSE least(1, (r.requirement->'gpu'->'count'->>'min')::float8 / d.gpus) END AS share
+    FROM due d JOIN runs r ON r.id = d.whole_holder
+    UNION ALL
+    SELECT d.instance_id, coalesce(r.service_id, r.id), least(1, cardinality(r.blocks)::float8 / d.total_blocks)
+    FROM due d JOIN runs r ON r.instance_id = d.instance_id AND r.blocks IS NOT NULL
+      AND r.status NOT IN ('terminated', 'failed', 'done') AND r.id IS DISTINCT FROM d.whole_holder
+  ), shares AS (
+    SELECT instance_id, holder, share FROM holders
+    UNION ALL
+    SELECT d.instance_id, '', 1 - coalesce(taken.share, 0)
+    FROM due d LEFT JOIN (SELECT instance_id, sum(share) AS share FROM holders GROUP BY instance_id) taken ON taken.instance_id = d.instance_id
+  ), pieces AS (
+    SELECT d.instance_id, d.project_id, d.price_per_hour, h AS piece_hour,
+      EXTRACT(EPOCH FROM least(h + interval '1 hour', d.until_t) - greatest(h, d.from_t))::float8 AS secs
+    FROM due d, generate_series(date_trunc('hour', d.from_t), d.until_t, interval '1 hour') h
+    WHERE d.until_t > d.from_t AND least(h + interval '1 hour', d.until_t) > greatest(h, d.from_t)
+  ), written AS (
+    INSERT INTO cost_hours (hour, instance_id, run_id, project_id, seconds, dollars)
+    SELECT p.piece_hour, p.instance_id, s.holder, p.project_id, sum(p.secs * s.share), sum(p.secs * s.share * p.price_per_hour / 3600)
+    FROM pieces p JOIN shares s ON s.instance_id = p.instance_id AND s.share > 1e-9
+    GROUP BY p.piece_hour, p.instance_id, s.holder, p.project_id
+    ON CONFLICT ON CONSTRAINT cost_hours_pkey DO UPDATE
+      SET seconds = cost_hours.seconds + excluded.seconds, dollars = cost_hours.dollars + excluded.dollars
+    RETURNING 1
+  )
+  SELECT (SELECT count(*) FROM moved) + 0 * (SELECT count(*) FROM written) INTO counted;
+  RETURN counted;
+END $$;
+`;
+
 export const MIGRATIONS: Migration[] = [
   {
     version: 1,
@@ -349,61 +411,7 @@ CREATE INDEX cost_hours_run ON cost_hours (run_id) WHERE run_id <> '';
 -- the rest to its fleet (run_id ''), split at hour boundaries; closes the accounts of terminated instances. The accounts
 -- are locked first, so that the count sees the holders as they are once no other count is under way, and no second
 -- counts twice.
-CREATE FUNCTION ledger_count(p_instances text[], p_runs text[]) RETURNS integer LANGUAGE plpgsql AS $$
-DECLARE
-  counted integer;
-BEGIN
-  PERFORM 1 FROM instance_accruals WHERE instance_id = ANY(p_instances) AND NOT closed ORDER BY instance_id FOR UPDATE;
-  WITH due AS (
-    SELECT a.instance_id, a.price_per_hour, a.accrued_until AS from_t,
-      greatest(a.accrued_until, CASE WHEN i.status = 'terminated' THEN coalesce(i.terminated_at, now()) ELSE now() END) AS until_t,
-      i.status = 'terminated' AS closing, i.project_id, h.run_id AS whole_holder,
-      coalesce((i.offer->'gpu'->>'count')::float8, 0) AS gpus,
-      CASE WHEN f.spec->>'blocks' = 'auto' THEN greatest(1, coalesce((i.offer->'gpu'->>'count')::int, 0))
-           ELSE coalesce((f.spec->>'blocks')::int, 1) END AS total_blocks
-    FROM unnest(p_instances, p_runs) h(instance_id, run_id)
-    JOIN instance_accruals a ON a.instance_id = h.instance_id
-    JOIN instances i ON i.id = h.instance_id
-    LEFT JOIN fleets f ON f.id = i.fleet_id
-    WHERE NOT a.closed
-    FOR UPDATE OF a
-  ), moved AS (
-    UPDATE instance_accruals a SET accrued_until = d.until_t, closed = d.closing,
-      seconds = a.seconds + EXTRACT(EPOCH FROM d.until_t - d.from_t),
-      dollars = a.dollars + EXTRACT(EPOCH FROM d.until_t - d.from_t) * d.price_per_hour / 3600
-    FROM due d WHERE a.instance_id = d.instance_id
-    RETURNING 1
-  ), holders AS (
-    SELECT d.instance_id, coalesce(r.service_id, r.id) AS holder,
-      CASE WHEN d.gpus = 0 OR coalesce((r.requirement->'gpu'->'count'->>'min')::float8, 0) = 0 THEN 1
-           ELSE least(1, (r.requirement->'gpu'->'count'->>'min')::float8 / d.gpus) END AS share
-    FROM due d JOIN runs r ON r.id = d.whole_holder
-    UNION ALL
-    SELECT d.instance_id, coalesce(r.service_id, r.id), least(1, cardinality(r.blocks)::float8 / d.total_blocks)
-    FROM due d JOIN runs r ON r.instance_id = d.instance_id AND r.blocks IS NOT NULL
-      AND r.status NOT IN ('terminated', 'failed', 'done') AND r.id IS DISTINCT FROM d.whole_holder
-  ), shares AS (
-    SELECT instance_id, holder, share FROM holders
-    UNION ALL
-    SELECT d.instance_id, '', 1 - coalesce((SELECT sum(share) FROM holders WHERE holders.instance_id = d.instance_id), 0) FROM due d
-  ), pieces AS (
-    SELECT d.instance_id, d.project_id, d.price_per_hour, h AS piece_hour,
-      EXTRACT(EPOCH FROM least(h + interval '1 hour', d.until_t) - greatest(h, d.from_t))::float8 AS secs
-    FROM due d, generate_series(date_trunc('hour', d.from_t), d.until_t, interval '1 hour') h
-    WHERE d.until_t > d.from_t AND least(h + interval '1 hour', d.until_t) > greatest(h, d.from_t)
-  ), written AS (
-    INSERT INTO cost_hours (hour, instance_id, run_id, project_id, seconds, dollars)
-    SELECT p.piece_hour, p.instance_id, s.holder, p.project_id, sum(p.secs * s.share), sum(p.secs * s.share * p.price_per_hour / 3600)
-    FROM pieces p JOIN shares s ON s.instance_id = p.instance_id AND s.share > 1e-9
-    GROUP BY p.piece_hour, p.instance_id, s.holder, p.project_id
-    ON CONFLICT ON CONSTRAINT cost_hours_pkey DO UPDATE
-      SET seconds = cost_hours.seconds + excluded.seconds, dollars = cost_hours.dollars + excluded.dollars
-    RETURNING 1
-  )
-  SELECT (SELECT count(*) FROM moved) + 0 * (SELECT count(*) FROM written) INTO counted;
-  RETURN counted;
-END $$;
--- A run taking or giving back an instance: the time until now is the holder's before the holder changes.
+${LEDGER_COUNT}-- A run taking or giving back an instance: the time until now is the holder's before the holder changes.
 CREATE FUNCTION ledger_holder_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM ledger_count(ARRAY[OLD.id], ARRAY[OLD.run_id]);
@@ -553,6 +561,18 @@ CREATE TABLE cost_days (
   PRIMARY KEY (instance_id, day, run_id)
 );
 CREATE INDEX cost_days_project ON cost_days (project_id, day);
+`,
+  },
+  {
+    version: 27,
+    name: 'ledger: a count sums the shares its holders took per instance once, not once per instance, and accounts keep room for their updates on their page',
+    sql: `
+-- The fleet's share of each instance was a subquery over every holder of the count, per instance (1 000 instances: a
+-- million rows, half of a count's time); now it is one grouping of the holders.
+${LEDGER_COUNT}-- An account is updated at every count, and the embedded database has no autovacuum: with room on its page the new
+-- version goes there (a HOT update, no index touched) and the old one is pruned in place, instead of the table and its
+-- three indexes growing by every account at every count.
+ALTER TABLE instance_accruals SET (fillfactor = 50);
 `,
   },
 ];
