@@ -565,7 +565,7 @@ CREATE INDEX cost_days_project ON cost_days (project_id, day);
   },
   {
     version: 27,
-    name: 'ledger: a count sums the shares its holders took per instance once, not once per instance, and accounts keep room for their updates on their page',
+    name: 'ledger: a count sums the shares its holders took per instance once, not once per instance, and accounts keep room for their updates on their page; an index of the blocks each project\'s runs hold',
     sql: `
 -- The fleet's share of each instance was a subquery over every holder of the count, per instance (1 000 instances: a
 -- million rows, half of a count's time); now it is one grouping of the holders.
@@ -573,6 +573,8 @@ ${LEDGER_COUNT}-- An account is updated at every count, and the embedded databas
 -- version goes there (a HOT update, no index touched) and the old one is pruned in place, instead of the table and its
 -- three indexes growing by every account at every count.
 ALTER TABLE instance_accruals SET (fillfactor = 50);
+-- The scheduler reads the blocks a project's live runs hold at every pass (store/runs.ts#blocksHeld).
+CREATE INDEX runs_blocks_held ON runs (project_id) WHERE blocks IS NOT NULL AND instance_id IS NOT NULL AND status NOT IN ('terminated', 'failed', 'done');
 `,
   },
 ];
