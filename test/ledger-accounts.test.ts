@@ -3,50 +3,45 @@ import type { Db } from '../store/db.js';
 import { accrue } from '../store/ledger.js';
 import { openDatabase } from '../store/open.js';
 import { upsertProject } from '../store/projects.js';
-import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
 
 const INSTANCES = 300;
 const OFFER = { backend: 'gpucloud', offerId: 'h100-x1', gpu: { name: 'H100', memoryMib: 81920, count: 1 }, cpus: 26, memoryMib: 230400, diskMib: 1024000, region: 'us-east-1', pricePerHour: 2.5, availability: 'available' };
 
 /**
  * Every count rewrites every open account, and the embedded database has no autovacuum: the accounts must be rewritten in
- * place, or the table and its indexes grow by every account at every count for as long as the server runs.
+ * place, or the table and its indexes grow by every account at every count for as long as the server runs. (On PostgreSQL,
+ * whether an old version can be pruned at once also depends on every other session's snapshot, and autovacuum cleans up
+ * after it: its size is not asserted there.)
  */
-for (const kind of DATABASE_KINDS) {
-  describe(`the ledger's accounts on ${kind}`, function () {
-    this.timeout(120_000);
-    let db: Db;
-    let drop: (() => Promise<void>) | undefined;
+describe('the ledger\'s accounts on pglite', function () {
+  this.timeout(120_000);
+  let db: Db;
 
-    before(async () => {
-      const scratch = kind === 'postgres' ? await createScratchDatabase() : undefined;
-      drop = scratch?.drop;
-      db = await openDatabase({ url: scratch?.url });
-      const project = await upsertProject(db, 'main', [{ type: 'local' } as never]);
-      await db.query(
-        `INSERT INTO fleets (id, project_id, name, spec, requirement, nodes_min, nodes_max, backends, status)
-         VALUES ('f-1', $1, 'h100', '{}', '{}', 0, NULL, '["gpucloud"]', 'active')`, [project.id]);
-      await db.query(
-        `INSERT INTO instances (id, project_id, fleet_id, name, backend, requirement, offer, agent_token, status, provisioning_started_at)
-         SELECT 'i-' || n, $1, 'f-1', 'h100-' || n, 'gpucloud', '{}', $2, 'token', 'busy', now() FROM generate_series(1, $3::int) n`,
-        [project.id, OFFER, INSTANCES]);
-      await db.query(
-        `INSERT INTO instance_accruals (instance_id, price_per_hour, started_at, accrued_until) SELECT id, 2.5, now(), now() FROM instances`);
-    });
-    after(async () => {
-      await db.close();
-      await drop?.();
-    });
-
-    const size = async () => (await db.query<{ bytes: number }>(`SELECT pg_total_relation_size('instance_accruals')::int AS bytes`))[0]!.bytes;
-
-    it('keep their size however many counts rewrite them', async () => {
-      expect(await accrue(db)).to.equal(INSTANCES);
-      const afterFirst = await size();
-      for (let i = 0; i < 40; i++) expect(await accrue(db)).to.equal(INSTANCES);
-      expect(await size()).to.be.at.most(afterFirst * 1.25);
-      const [account] = await db.query<{ seconds: number }>(`SELECT seconds FROM instance_accruals WHERE instance_id = 'i-1'`);
-      expect(account!.seconds).to.be.greaterThan(0);
-    });
+  before(async () => {
+    db = await openDatabase({});
+    const project = await upsertProject(db, 'main', [{ type: 'local' } as never]);
+    await db.query(
+      `INSERT INTO fleets (id, project_id, name, spec, requirement, nodes_min, nodes_max, backends, status)
+       VALUES ('f-1', $1, 'h100', '{}', '{}', 0, NULL, '["gpucloud"]', 'active')`, [project.id]);
+    await db.query(
+      `INSERT INTO instances (id, project_id, fleet_id, name, backend, requirement, offer, agent_token, status, provisioning_started_at)
+       SELECT 'i-' || n, $1, 'f-1', 'h100-' || n, 'gpucloud', '{}', $2, 'token', 'busy', now() FROM generate_series(1, $3::int) n`,
+      [project.id, OFFER, INSTANCES]);
+    await db.query(
+      `INSERT INTO instance_accruals (instance_id, price_per_hour, started_at, accrued_until) SELECT id, 2.5, now(), now() FROM instances`);
   });
-}
+  after(async () => {
+    await db.close();
+  });
+
+  const size = async () => (await db.query<{ bytes: number }>(`SELECT pg_total_relation_size('instance_accruals')::int AS bytes`))[0]!.bytes;
+
+  it('keep their size however many counts rewrite them', async () => {
+    expect(await accrue(db)).to.equal(INSTANCES);
+    const afterFirst = await size();
+    for (let i = 0; i < 40; i++) expect(await accrue(db)).to.equal(INSTANCES);
+    expect(await size()).to.be.at.most(afterFirst * 1.25);
+    const [account] = await db.query<{ seconds: number }>(`SELECT seconds FROM instance_accruals WHERE instance_id = 'i-1'`);
+    expect(account!.seconds).to.be.greaterThan(0);
+  });
+});
