@@ -565,14 +565,15 @@ CREATE INDEX cost_days_project ON cost_days (project_id, day);
   },
   {
     version: 27,
-    name: 'ledger: a count sums the shares its holders took per instance once, not once per instance, and accounts keep room for their updates on their page; an index of the blocks each project\'s runs hold',
+    name: 'ledger: a count sums the shares its holders took per instance once, not once per instance, and accounts and hourly pieces keep room for their updates on their page; an index of the blocks each project\'s runs hold',
     sql: `
 -- The fleet's share of each instance was a subquery over every holder of the count, per instance (1 000 instances: a
 -- million rows, half of a count's time); now it is one grouping of the holders.
-${LEDGER_COUNT}-- An account is updated at every count, and the embedded database has no autovacuum: with room on its page the new
--- version goes there (a HOT update, no index touched) and the old one is pruned in place, instead of the table and its
--- three indexes growing by every account at every count.
+${LEDGER_COUNT}-- An account, and its instance's piece of the hour, are updated at every count, and the embedded database has no
+-- autovacuum: with room on its page the new version goes there (a HOT update, no index touched) and the old one is
+-- pruned in place, instead of each table and its three indexes growing by every instance at every count.
 ALTER TABLE instance_accruals SET (fillfactor = 50);
+ALTER TABLE cost_hours SET (fillfactor = 50);
 -- The scheduler reads the blocks a project's live runs hold at every pass (store/runs.ts#blocksHeld).
 CREATE INDEX runs_blocks_held ON runs (project_id) WHERE blocks IS NOT NULL AND instance_id IS NOT NULL AND status NOT IN ('terminated', 'failed', 'done');
 `,

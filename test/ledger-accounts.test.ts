@@ -8,10 +8,10 @@ const INSTANCES = 300;
 const OFFER = { backend: 'gpucloud', offerId: 'h100-x1', gpu: { name: 'H100', memoryMib: 81920, count: 1 }, cpus: 26, memoryMib: 230400, diskMib: 1024000, region: 'us-east-1', pricePerHour: 2.5, availability: 'available' };
 
 /**
- * Every count rewrites every open account, and the embedded database has no autovacuum: the accounts must be rewritten in
- * place, or the table and its indexes grow by every account at every count for as long as the server runs. (On PostgreSQL,
- * whether an old version can be pruned at once also depends on every other session's snapshot, and autovacuum cleans up
- * after it: its size is not asserted there.)
+ * Every count rewrites every open account and its instance's piece of the hour, and the embedded database has no
+ * autovacuum: the rows must be rewritten in place, or the tables and their indexes grow by every instance at every count
+ * for as long as the server runs. (On PostgreSQL, whether an old version can be pruned at once also depends on every
+ * other session's snapshot, and autovacuum cleans up after it: sizes are not asserted there.)
  */
 describe('the ledger\'s accounts on pglite', function () {
   this.timeout(120_000);
@@ -34,13 +34,16 @@ describe('the ledger\'s accounts on pglite', function () {
     await db.close();
   });
 
-  const size = async () => (await db.query<{ bytes: number }>(`SELECT pg_total_relation_size('instance_accruals')::int AS bytes`))[0]!.bytes;
+  /** Bytes of the table and its indexes per row it holds (a count that crosses an hour adds a piece per instance). */
+  const bytesPerRow = async (table: string) => (await db.query<{ bytes: number }>(
+    `SELECT pg_total_relation_size('${table}')::float8 / count(*) AS bytes FROM ${table}`))[0]!.bytes;
 
-  it('keep their size however many counts rewrite them', async () => {
+  it('and hourly pieces keep their size however many counts rewrite them', async () => {
     expect(await accrue(db)).to.equal(INSTANCES);
-    const afterFirst = await size();
+    const afterFirst = { accounts: await bytesPerRow('instance_accruals'), pieces: await bytesPerRow('cost_hours') };
     for (let i = 0; i < 40; i++) expect(await accrue(db)).to.equal(INSTANCES);
-    expect(await size()).to.be.at.most(afterFirst * 1.25);
+    expect(await bytesPerRow('instance_accruals')).to.be.at.most(afterFirst.accounts * 1.25);
+    expect(await bytesPerRow('cost_hours')).to.be.at.most(afterFirst.pieces * 1.25);
     const [account] = await db.query<{ seconds: number }>(`SELECT seconds FROM instance_accruals WHERE instance_id = 'i-1'`);
     expect(account!.seconds).to.be.greaterThan(0);
   });
