@@ -1,6 +1,6 @@
 import type { Queryable } from '../store/db.js';
 import { nodeCount } from '../store/nodes.js';
-import { queuedRunRows, queueOrder, type QueueEntry, type QueuedRunRow, type QueueReason } from '../store/run-queue.js';
+import { queuedRunRows, queueMark, queueOrder, type QueueEntry, type QueuedRunRow, type QueueReason } from '../store/run-queue.js';
 
 /** What placing a run needs of it beyond its place in the queue; each one's requirement carries its spot_policy. */
 export interface QueuedRunParts extends Omit<QueuedRunRow, 'id'> {
@@ -30,15 +30,20 @@ function queuedRun(entry: QueueEntry, parts: QueuedRunParts): QueuedRun {
 }
 
 /**
- * The queue as the scheduler reads it each pass: its order and each row's version come from the database every time;
- * the rest of each run (spec and requirement parsed, reason, desired) is kept between passes for as long as its row's
- * version stays the same, and only runs new or written since are read whole.
+ * The queue as the scheduler reads it each pass: its order and each row's version come from the database whenever the
+ * queue's mark (store/run-queue.ts#queueMark) says it changed since the last read, and are kept otherwise; the rest of
+ * each run (spec and requirement parsed, reason, desired) is kept between passes for as long as its row's version stays
+ * the same, and only runs new or written since are read whole.
  */
 export class QueuedRuns {
   private kept = new Map<string, { version: string; parts: QueuedRunParts }>();
+  private order: { mark: string; entries: QueueEntry[] } | null = null;
 
   async read(db: Queryable): Promise<QueuedRun[]> {
-    const order = await queueOrder(db);
+    // The order is read with its own mark, in one snapshot: a mark read apart from it could name a queue it is not.
+    const mark = this.order ? await queueMark(db) : null;
+    if (mark === null || mark !== this.order?.mark) this.order = await queueOrder(db);
+    const order = this.order.entries;
     const stale = order.filter((entry) => this.kept.get(entry.id)?.version !== entry.version).map((entry) => entry.id);
     const fresh = new Map(stale.length === 0 ? [] : (await queuedRunRows(db, stale)).map((row) => [row.id, parts(row)]));
     const kept = new Map<string, { version: string; parts: QueuedRunParts }>();
@@ -55,6 +60,7 @@ export class QueuedRuns {
 
   /** These runs were given these reasons since they were read, nothing else, and are now at these versions. */
   written(reasons: QueueReason[], versions: Map<string, string>): void {
+    this.order = null;
     for (const { id, message } of reasons) {
       const kept = this.kept.get(id);
       const version = versions.get(id);

@@ -21,7 +21,8 @@ export async function openAccrual(db: Queryable, instanceId: string, pricePerHou
  * database's ledger_count (migration 14), which triggers (migrations 14 and 23) also call whenever a run takes or gives back an instance
  * or blocks of one, so each run is charged exactly the time it held the instance: its share (the GPUs it asked for over the
  * instance's, its blocks over the instance's, or the whole), the rest the fleet's. A service's replicas and a multi-node task's nodes are charged to the service or task. Accounts another server is counting right now are skipped. With `endedOnly`, only the
- * accounts of terminated instances: a cheap look that settles an instance's cost as soon as it ends. Returns how many were counted.
+ * accounts of terminated instances: a cheap look that settles an instance's cost as soon as it ends (with none due, ledger_count
+ * is not called). Returns how many were counted.
  */
 export async function accrue(db: Queryable, options: { endedOnly?: boolean; limit?: number } = {}): Promise<number> {
   const [row] = await db.query<{ counted: number }>(
@@ -31,7 +32,7 @@ export async function accrue(db: Queryable, options: { endedOnly?: boolean; limi
        ORDER BY a.accrued_until LIMIT $1
        FOR UPDATE OF a SKIP LOCKED
      )
-     SELECT coalesce(ledger_count(array_agg(instance_id), array_agg(run_id)), 0) AS counted FROM due`,
+     SELECT ledger_count(array_agg(instance_id), array_agg(run_id)) AS counted FROM due HAVING count(*) > 0`,
     [options.limit ?? 10_000, options.endedOnly === true]);
   return row?.counted ?? 0;
 }
