@@ -1,4 +1,4 @@
-import { AGENT_FORWARD_AUTH_HEADER, LOG_LINES_HEADERS, type AgentHealth, type AgentMetrics, type JobStatus, type JobSubmission, type LogsPage } from '../api/agent.js';
+import { AGENT_FORWARD_AUTH_HEADER, LOG_LINES_HEADERS, type AgentHealth, type AgentMetrics, type JobStatus, type JobsWatch, type JobsWatchRequest, type JobSubmission, type LogsPage } from '../api/agent.js';
 import type { StopRequest } from './requests.js';
 
 export const DEFAULT_AGENT_TIMEOUT_MS = 10_000;
@@ -55,6 +55,19 @@ export class AgentClient {
   logs(jobId: string, after: number, waitMs = 0): Promise<LogsPage> {
     const query = new URLSearchParams({ after: String(after), wait: String(waitMs) });
     return this.call('GET', `/api/jobs/${encodeURIComponent(jobId)}/logs?${query}`, undefined, this.timeoutMs + waitMs);
+  }
+
+  /**
+   * The status and the new entries of many jobs in one call, each after its own `after`; null from an agent older than
+   * this call (it answers 404 or 405 for the route), which is then asked job by job.
+   */
+  async watchJobs(jobs: JobsWatchRequest['jobs']): Promise<JobsWatch | null> {
+    try {
+      return await this.call<JobsWatch>('POST', '/api/jobs/watch', { jobs });
+    } catch (error) {
+      if (error instanceof AgentError && (error.status === 404 || error.status === 405)) return null;
+      throw error;
+    }
   }
 
   /** Signals the job and returns at once; poll `job()` for the final `stopped` state. */

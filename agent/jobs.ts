@@ -27,6 +27,7 @@ interface Job {
 export interface RawLogsPage extends RawEntries {
   next: number;
   finished: boolean;
+  more: boolean;
 }
 
 export type RemoveOutcome = 'removed' | 'unknown' | 'running';
@@ -81,9 +82,13 @@ export class JobManager {
     const job = this.jobs.get(jobId);
     if (!job) return undefined;
     await job.log.waitForEntries(after, waitMs);
-    const entries = job.log.readRaw(after, MAX_LOG_PAGE, MAX_LOG_PAGE_BYTES);
-    const next = entries.count > 0 ? entries.lastSeq : Math.max(after, Math.min(job.log.lastSeq, job.log.firstSeq - 1));
-    return { ...entries, next, finished: job.log.closed && next >= job.log.lastSeq };
+    return pageOf(job, after, MAX_LOG_PAGE_BYTES);
+  }
+
+  /** As `logs` without waiting, at most about `maxBytes` of entries (none at 0). */
+  page(jobId: string, after: number, maxBytes: number): RawLogsPage | undefined {
+    const job = this.jobs.get(jobId);
+    return job && pageOf(job, after, maxBytes);
   }
 
   /** SIGTERM, then SIGKILL after the grace period; `abort` kills at once. Stopping a finished job changes nothing. */
@@ -204,4 +209,10 @@ export class JobManager {
     job.log.close();
     this.logger.info('job finished', { jobId: job.status.jobId, state, exitCode, reason });
   }
+}
+
+function pageOf(job: Job, after: number, maxBytes: number): RawLogsPage {
+  const entries = job.log.readRaw(after, maxBytes > 0 ? MAX_LOG_PAGE : 0, maxBytes);
+  const next = entries.count > 0 ? entries.lastSeq : Math.max(after, Math.min(job.log.lastSeq, job.log.firstSeq - 1));
+  return { ...entries, next, finished: job.log.closed && next >= job.log.lastSeq, more: next < job.log.lastSeq };
 }

@@ -11,6 +11,8 @@ export interface StoredLogsPage {
   firstSeq: number;
   next: number;
   finished: boolean;
+  /** Whether entries after `next` exist already (the page was full). */
+  more: boolean;
 }
 
 /** `after` and `wait` of `GET /api/jobs/:id/logs`, the wait capped at MAX_LOG_WAIT_MS. */

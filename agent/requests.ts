@@ -1,6 +1,6 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
-import { JobSubmission } from '../api/agent.js';
+import { JobSubmission, JobsWatchRequest } from '../api/agent.js';
 import { HttpError } from './http-errors.js';
 
 /** Body of POST /api/jobs/:id/stop. */
@@ -15,6 +15,7 @@ export const JOB_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 
 const submissionCheck = TypeCompiler.Compile(JobSubmission);
 const stopCheck = TypeCompiler.Compile(StopRequest);
+const watchCheck = TypeCompiler.Compile(JobsWatchRequest);
 
 function invalid(what: string, details: unknown): HttpError {
   return new HttpError(422, 'invalid_request', `invalid ${what}`, details);
@@ -36,6 +37,10 @@ export function parseSubmission(body: unknown): JobSubmission {
 
 export function parseStopRequest(body: unknown): StopRequest {
   return checked('stop request', stopCheck, body);
+}
+
+export function parseJobsWatch(body: unknown): JobsWatchRequest {
+  return checked('jobs watch request', watchCheck, body);
 }
 
 /** A non-negative integer query parameter, `fallback` when absent. */

@@ -8,7 +8,8 @@ import type { MetricsSampler } from './metrics.js';
 import type { MetricsHistory } from './metrics-history.js';
 import type { JobPorts, PortForward } from './port-forward.js';
 import { answerLogsPage, logsQuery } from './logs-page.js';
-import { parseStopRequest, parseSubmission } from './requests.js';
+import { jobsWatchAnswer } from './jobs-watch.js';
+import { parseJobsWatch, parseStopRequest, parseSubmission } from './requests.js';
 import type { RuntimeKind } from './runtime.js';
 import type { SshAccess } from './ssh/ssh-access.js';
 
@@ -45,6 +46,14 @@ export function agentRoutes({ jobs, metrics, history, ports, portForward, ssh, i
     const { created, status } = known ? { created: false, status: known } : jobs.submit(await ports.submitted(submission));
     ctx.status = created ? 201 : 200;
     ctx.body = reported(status);
+  });
+
+  router.post('/jobs/watch', async (ctx) => {
+    const request = parseJobsWatch(await readJsonBody(ctx));
+    ctx.body = jobsWatchAnswer(request, (jobId) => {
+      const status = jobs.status(jobId);
+      return status && { status: reported(status), page: (after, maxBytes) => jobs.page(jobId, after, maxBytes)! };
+    });
   });
 
   router.get('/jobs/:id', (ctx) => {

@@ -160,6 +160,36 @@ export const MAX_FIRST_BYTE_TIMEOUT_MS = 3_600_000;
  */
 export const AGENT_TUNNEL_PROTOCOL = 'orchestrator-tunnel';
 
+/** Body of `POST /api/jobs/watch`: the jobs to report on, each with the last log entry the caller holds. */
+export const JobsWatchRequest = Type.Object({
+  jobs: Type.Array(Type.Object({
+    jobId: Type.String(),
+    after: Type.Integer({ minimum: 0 }),
+  }, { additionalProperties: false }), { maxItems: 10_000 }),
+}, { additionalProperties: false });
+export type JobsWatchRequest = Static<typeof JobsWatchRequest>;
+
+/**
+ * One job in the answer of `POST /api/jobs/watch`: its status (null when the agent has no such job) and its entries
+ * after the caller's `after`, as stored (JSON lines, `first` to `next`, as `format=jsonl` gives them); `more` says that
+ * entries after `next` exist already, which the caller asks for next.
+ */
+export const WatchedJob = Type.Object({
+  jobId: Type.String(),
+  status: Type.Union([JobStatus, Type.Null()]),
+  log: Type.Object({
+    jsonLines: Type.String(),
+    first: Type.Integer({ minimum: 0 }),
+    next: Type.Integer({ minimum: 0 }),
+    finished: Type.Boolean(),
+    more: Type.Boolean(),
+  }),
+});
+export type WatchedJob = Static<typeof WatchedJob>;
+
+export const JobsWatch = Type.Object({ jobs: Type.Array(WatchedJob) });
+export type JobsWatch = Static<typeof JobsWatch>;
+
 export const LOG_LINES_HEADERS = { first: 'x-log-first', next: 'x-log-next', finished: 'x-log-finished' } as const;
 
 export const AgentHealth = Type.Object({

@@ -158,6 +158,7 @@ async function main(): Promise<void> {
       lags = [];
       const before = processFigures(server.child.pid!);
       const benchBefore = process.cpuUsage();
+      const agentCallsBefore = agents.requests;
       const windowStart = Date.now();
       const ps: number[] = [];
       const logs: number[] = [];
@@ -180,7 +181,7 @@ async function main(): Promise<void> {
       const apiP99 = Math.max(quantile(ps, 0.99), quantile(logs, 0.99), quantile(apply, 0.99));
       const size = await databaseMb();
       console.log(`reconcile lag of running jobs (${lags.length} looks in ${seconds.toFixed(0)} s): p50 ${ms(lagP50)}, p99 ${ms(lagP99)}; goal p99 ≤ ${ms(GOALS.lagP99Ms)}: ${verdict(lagP99, GOALS.lagP99Ms)}`);
-      console.log(`  looks per second: ${(lags.length / seconds).toFixed(0)} (one a second per running job would be ${running().length})`);
+      console.log(`  looks per second: ${(lags.length / seconds).toFixed(0)} (one a second per running job would be ${running().length}); agent calls per second: ${((agents.requests - agentCallsBefore) / seconds).toFixed(0)}`);
       console.log(`API (${ps.length} each) p50 / p99: ps ${ms(quantile(ps, 0.5))} / ${ms(quantile(ps, 0.99))}, logs ${ms(quantile(logs, 0.5))} / ${ms(quantile(logs, 0.99))}, apply ${ms(quantile(apply, 0.5))} / ${ms(quantile(apply, 0.99))}; goal p99 ≤ ${ms(GOALS.apiP99Ms)}: ${verdict(apiP99, GOALS.apiP99Ms)}`);
       console.log(`server: CPU ${cpu.toFixed(0)}% of one core, RSS ${after.rssMb.toFixed(0)} MB; goal RSS ≤ ${GOALS.rssMb} MB: ${verdict(after.rssMb, GOALS.rssMb)}`);
       console.log(`  this process (emulator, simulated agents, load): CPU ${benchCpu.toFixed(0)}% of one core; machine load average ${loadavg()[0]!.toFixed(1)} on ${availableParallelism()} CPUs`);

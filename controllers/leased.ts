@@ -1,7 +1,7 @@
 import type { Logger } from 'winston';
 import type { Db, Row } from '../store/db.js';
 import { concerns, type RunInterest } from '../store/channels.js';
-import { claimDue, nextDueInMs, releaseLease, type LeasedTable } from '../store/leases.js';
+import { claimDue, nextDueInMs, releaseLease, releaseLeases, type LeasedTable } from '../store/leases.js';
 import type { Controller } from './manager.js';
 
 export interface LeasedOptions {
@@ -47,7 +47,7 @@ export abstract class LeasedController<T> implements Controller {
     protected readonly db: Db,
     protected readonly owner: string,
     protected readonly logger: Logger,
-    private readonly options: LeasedOptions,
+    protected readonly options: LeasedOptions,
   ) {
     this.channel = options.channel;
   }
@@ -69,10 +69,10 @@ export abstract class LeasedController<T> implements Controller {
     for (;;) {
       while (this.inFlight.size >= limit) await Promise.race(this.inFlight.values());
       const room = limit - this.inFlight.size;
-      const rows = await claimDue(this.db, this.options.table, this.owner, this.options.leaseMs ?? 60_000, room, this.options.where, this.options.claimAheadMs);
-      for (const row of rows) {
-        if (this.inFlight.has(row.id)) continue;
-        this.inFlight.set(row.id, this.reconcileRow(row).finally(() => this.inFlight.delete(row.id)));
+      const rows = await this.claim(room);
+      for (const group of this.group(rows.filter((row) => !this.inFlight.has(row.id)))) {
+        const done = this.reconcileRows(group);
+        for (const row of group) this.inFlight.set(row.id, done.finally(() => this.inFlight.delete(row.id)));
       }
       if (rows.length < room) break;
     }
@@ -87,18 +87,37 @@ export abstract class LeasedController<T> implements Controller {
     this.wakeTimer = null;
   }
 
-  private async reconcileRow(row: Row): Promise<void> {
-    let nextInMs: number;
-    try {
-      const outcome = await this.reconcile(this.toRecord(row));
-      if (outcome === LEASE_GIVEN_BACK) return;
-      nextInMs = outcome;
-    } catch (error) {
-      this.logger.warn(`${this.name} ${row.name ?? row.id}: ${(error as Error).message}`);
-      nextInMs = ERROR_RETRY_MS;
-    }
-    await releaseLease(this.db, this.options.table, row.id, this.owner, nextInMs);
-    this.wakeIn(nextInMs);
+  /** Claims up to `limit` due rows; a controller that looks at rows together claims them so (run-watch.ts). */
+  protected claim(limit: number): Promise<Row[]> {
+    return claimDue(this.db, this.options.table, this.owner, this.options.leaseMs ?? 60_000, limit, this.options.where, this.options.claimAheadMs);
+  }
+
+  /** The claimed rows in the groups that `reconcileGroup` takes; each row alone unless a controller looks at rows together. */
+  protected group(rows: Row[]): Row[][] {
+    return rows.map((row) => [row]);
+  }
+
+  /** Reconciles a group of rows, each to its own delay; by default each on its own. */
+  protected reconcileGroup(records: T[]): Array<Promise<number | typeof LEASE_GIVEN_BACK>> {
+    return records.map((record) => this.reconcile(record));
+  }
+
+  /**
+   * Reconciles a group, then gives its leases back in one statement, each with the delay its reconcile asked for
+   * (except those a reconcile gave back itself).
+   */
+  private async reconcileRows(rows: Row[]): Promise<void> {
+    const outcomes = await Promise.allSettled(this.reconcileGroup(rows.map((row) => this.toRecord(row))));
+    const releases = rows.flatMap((row, index) => {
+      const outcome = outcomes[index]!;
+      if (outcome.status === 'fulfilled') return outcome.value === LEASE_GIVEN_BACK ? [] : [{ id: row.id as string, nextInMs: outcome.value }];
+      this.logger.warn(`${this.name} ${row.name ?? row.id}: ${(outcome.reason as Error).message}`);
+      return [{ id: row.id as string, nextInMs: ERROR_RETRY_MS }];
+    });
+    if (releases.length === 0) return;
+    if (releases.length === 1) await releaseLease(this.db, this.options.table, releases[0]!.id, this.owner, releases[0]!.nextInMs);
+    else await releaseLeases(this.db, this.options.table, this.owner, releases);
+    this.wakeIn(Math.min(...releases.map((release) => release.nextInMs)));
   }
 
   /** Makes the loop pass again when a released row falls due; one timer for the earliest. */

@@ -53,13 +53,16 @@ export async function copyJobLogs(db: Queryable, agent: AgentClient, run: RunRec
       continue;
     }
     after = page.next;
-    if (outcome.firstLoss) {
-      await recordEvent(db, {
-        projectId: run.projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'LogsTruncated',
-        message: `${outcome.droppedLines} of the oldest log lines were dropped: a run keeps at most ${Math.round(limits.maxBytes / 1024 / 1024)} MB of logs (logs.max_size_per_run in the server's config.yml)`,
-      });
-    }
+    if (outcome.firstLoss) await recordLogsTruncated(db, run, outcome.droppedLines, limits.maxBytes);
     copied += page.count;
     if (!more) return { copied, caughtUp: false, lastSeq: after };
   }
+}
+
+/** The event of a run's first lost lines. */
+export async function recordLogsTruncated(db: Queryable, run: RunRecord, droppedLines: number, maxBytes: number): Promise<void> {
+  await recordEvent(db, {
+    projectId: run.projectId, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'LogsTruncated',
+    message: `${droppedLines} of the oldest log lines were dropped: a run keeps at most ${Math.round(maxBytes / 1024 / 1024)} MB of logs (logs.max_size_per_run in the server's config.yml)`,
+  });
 }

@@ -22,7 +22,7 @@ import { copyJobLogs } from './log-copy.js';
 import { endRun, statusReason } from './run-end.js';
 import { UtilizationWatch } from './utilization-policy.js';
 
-const RUNNING_POLL_MS = 1000;
+export const RUNNING_POLL_MS = 1000;
 const REQUEUE_BACKOFF_MS = 5000;
 /** How often a node whose instance is up looks whether its siblings' instances are up too: all of them start at once. */
 const SIBLING_POLL_MS = 200;
@@ -34,6 +34,15 @@ const QUIET_LOG_COPY_INTERVAL_MS = 2000;
 const LOG_COPY_BUDGET_MS = 250;
 /** Running jobs are looked at about once a second; those due within this long are claimed together. */
 const WATCH_CLAIM_AHEAD_MS = 100;
+/** Running runs watched at once: their instances' jobs are looked at together, one agent call an instance. */
+const WATCH_CONCURRENCY = 1024;
+
+/** What one look at all of an instance's jobs found for one of them. */
+export interface JobLook {
+  status: JobStatus;
+  /** False when the agent has lines of the job that the database does not hold yet: look again at once. */
+  caughtUp: boolean;
+}
 
 /**
  * Follows each placed run: submits its job to the instance's agent, copies its logs, and ends it.
@@ -46,11 +55,12 @@ export class RunController extends LeasedController<RunRecord> {
   private readonly lastLogCopy = new Map<string, { at: number; printing: boolean; lastSeq: number }>();
   private readonly utilization = new UtilizationWatch();
 
-  constructor(db: Db, owner: string, logger: Logger, phase: 'start' | 'watch', private readonly maxLogBytes: number,
+  constructor(db: Db, owner: string, logger: Logger, phase: 'start' | 'watch', protected readonly maxLogBytes: number,
     private readonly secrets: SecretBox) {
     super(db, owner, logger, {
       table: 'runs', channel: CHANNELS.runs, leaseMs: 15_000, claimAheadMs: phase === 'watch' ? WATCH_CLAIM_AHEAD_MS : 0,
       hears: { statuses: phase === 'start' ? ['provisioning'] : ['running', 'terminating'] },
+      concurrency: phase === 'watch' ? WATCH_CONCURRENCY : undefined,
       where: `${phase === 'start' ? `status = 'provisioning'` : `status IN ('running', 'terminating')`} AND NOT ${SERVICE_PARENT} AND NOT ${MULTI_NODE_PARENT}`,
     });
     this.name = `run-${phase}`;
@@ -63,6 +73,14 @@ export class RunController extends LeasedController<RunRecord> {
   protected async reconcile(run: RunRecord): Promise<number | typeof LEASE_GIVEN_BACK> {
     const instance = run.instanceId ? await getInstance(this.db, run.instanceId) : null;
     if (run.status === 'provisioning') return this.provisioning(run, instance);
+    return this.watch(run, instance, null);
+  }
+
+  /**
+   * A running or terminating run, one step: `look` is what one look at its instance's jobs found (its lines are stored
+   * already); without one, the agent is asked about this job alone.
+   */
+  protected async watch(run: RunRecord, instance: InstanceRecord | null, look: JobLook | null): Promise<number> {
     if (!instance || instance.status === 'terminated' || instance.status === 'terminating') {
       await this.copyAllLogs(run, instance);
       const interrupted = instance?.terminationReason === 'interrupted';
@@ -73,7 +91,7 @@ export class RunController extends LeasedController<RunRecord> {
     const agent = agentOf(instance);
     let job: JobStatus;
     try {
-      job = await agent.job(run.jobId!);
+      job = look?.status ?? await agent.job(run.jobId!);
     } catch (error) {
       if (error instanceof AgentUnreachableError) return RUNNING_POLL_MS;
       throw error;
@@ -99,7 +117,9 @@ export class RunController extends LeasedController<RunRecord> {
         `every GPU stayed below ${run.spec.utilization_policy.min_gpu_utilization}% for utilization_policy.time_window (${run.spec.utilization_policy.time_window})`,
         { reason: 'gpu_underutilized' });
     }
-    if (finished || this.logsDue(run.id)) {
+    if (look) {
+      if (!look.caughtUp) return 0;
+    } else if (finished || this.logsDue(run.id)) {
       const { copied, caughtUp, lastSeq } = await copyJobLogs(this.db, agent, run, {
         maxBytes: this.maxLogBytes, budgetMs: LOG_COPY_BUDGET_MS, after: this.lastLogCopy.get(run.id)?.lastSeq,
       });

@@ -14,6 +14,7 @@ import { ControllerManager } from '../controllers/manager.js';
 import { LedgerController } from '../controllers/ledger-controller.js';
 import { NodesController } from '../controllers/nodes-controller.js';
 import { RunController } from '../controllers/run-controller.js';
+import { RunWatchController } from '../controllers/run-watch.js';
 import { ScheduleController } from '../controllers/schedule-controller.js';
 import { Scheduler } from '../controllers/scheduler.js';
 import { ServiceController } from '../controllers/service-controller.js';
@@ -130,7 +131,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const manager = new ControllerManager(db, owner, [
     new Scheduler(db, pool),
     new RunController(db, owner, logger, 'start', logLimit, secrets),
-    new RunController(db, owner, logger, 'watch', logLimit, secrets),
+    new RunWatchController(db, owner, logger, logLimit, secrets),
     new InstanceController(db, owner, logger, pool, timings),
     new FleetController(db, owner, logger, pool),
     new ServiceController(db, owner, logger, secrets),

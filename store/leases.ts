@@ -39,6 +39,16 @@ export async function releaseLease(db: Queryable, table: LeasedTable, id: string
     [id, owner, nextInMs]);
 }
 
+/** As releaseLease for many rows in one statement, each with its own delay. */
+export async function releaseLeases(db: Queryable, table: LeasedTable, owner: string, releases: ReadonlyArray<{ id: string; nextInMs: number }>): Promise<void> {
+  await db.query(
+    `UPDATE ${table} t SET lease_owner = NULL, lease_expires_at = NULL,
+       next_reconcile_at = now() + r.ms * interval '1 millisecond'
+     FROM unnest($2::text[], $3::float8[]) AS r(id, ms)
+     WHERE t.id = r.id AND t.lease_owner = $1`,
+    [owner, releases.map((r) => r.id), releases.map((r) => r.nextInMs)]);
+}
+
 export async function releaseAllLeases(db: Queryable, owner: string): Promise<void> {
   for (const table of ['fleets', 'instances', 'runs', 'gateways'] as const) {
     await db.query(`UPDATE ${table} SET lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = $1`, [owner]);

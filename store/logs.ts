@@ -45,28 +45,42 @@ export async function appendLogs(db: Queryable, runId: string, lines: readonly L
 
 /** Stores one page of lines copied from the agent; past `maxBytes` for the run, the oldest chunks go. */
 export async function appendLogChunk(db: Queryable, runId: string, chunk: LogChunk, maxBytes: number): Promise<LogAppend> {
-  const none = { stored: false, droppedLines: 0, firstLoss: false };
-  const text = Buffer.from(chunk.jsonLines);
-  const data = await compress(text, { level: COMPRESSION_LEVEL });
-  const [total] = await db.query<{ bytes: string; dropped_lines: number; dropped_before: number | null }>(
-    `WITH chunk AS (
+  return (await appendLogChunks(db, [{ runId, ...chunk }], maxBytes)).get(runId)!;
+}
+
+/**
+ * Stores one page of lines for each of several runs (each run at most once) in one statement, each page only where its
+ * run's last stored line is still its `after`; past `maxBytes` for a run, its oldest chunks go.
+ */
+export async function appendLogChunks(db: Queryable, chunks: ReadonlyArray<LogChunk & { runId: string }>, maxBytes: number): Promise<Map<string, LogAppend>> {
+  const outcomes = new Map<string, LogAppend>(chunks.map((chunk) => [chunk.runId, { stored: false, droppedLines: 0, firstLoss: false }]));
+  if (chunks.length === 0) return outcomes;
+  const texts = chunks.map((chunk) => Buffer.from(chunk.jsonLines));
+  const data = await Promise.all(texts.map((text) => compress(text, { level: COMPRESSION_LEVEL })));
+  const totals = await db.query<{ run_id: string; bytes: string; dropped_lines: number; dropped_before: number | null }>(
+    `WITH input AS (
+       SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::text[], $6::int[]) AS i(run_id, first_seq, last_seq, bytes, data, after)),
+     chunk AS (
        INSERT INTO log_chunks (run_id, first_seq, last_seq, bytes, encoding, data)
-       SELECT $1, $2, $3, $4, 'deflate', decode($5, 'base64')
-       WHERE coalesce((SELECT last_seq FROM log_totals WHERE run_id = $1), 0) = $6
+       SELECT i.run_id, i.first_seq, i.last_seq, i.bytes, 'deflate', decode(i.data, 'base64') FROM input i
+       WHERE coalesce((SELECT last_seq FROM log_totals WHERE run_id = i.run_id), 0) = i.after
        ON CONFLICT (run_id, first_seq) DO NOTHING
-       RETURNING bytes, last_seq)
+       RETURNING run_id, first_seq, last_seq, bytes)
      INSERT INTO log_totals AS t (run_id, last_seq, bytes, dropped_lines)
-     SELECT $1, last_seq, bytes, $2 - 1 - $6 FROM chunk
+     SELECT c.run_id, c.last_seq, c.bytes, c.first_seq - 1 - i.after FROM chunk c JOIN input i ON i.run_id = c.run_id
      ON CONFLICT (run_id) DO UPDATE SET last_seq = excluded.last_seq, bytes = t.bytes + excluded.bytes,
        dropped_lines = t.dropped_lines + excluded.dropped_lines
-     RETURNING t.bytes, t.dropped_lines, (SELECT dropped_lines FROM log_totals WHERE run_id = $1) AS dropped_before`,
-    [runId, chunk.first, chunk.last, text.length, data.toString('base64'), chunk.after]);
-  if (!total) return none;
-  const before = total.dropped_before ?? 0;
-  const excess = Number(total.bytes) - maxBytes;
-  const trimmed = excess > 0 ? await trimOldest(db, runId, Math.ceil(excess)) : 0;
-  const droppedLines = total.dropped_lines - before + trimmed;
-  return { stored: true, droppedLines, firstLoss: before === 0 && droppedLines > 0 };
+     RETURNING t.run_id, t.bytes, t.dropped_lines, (SELECT dropped_lines FROM log_totals WHERE run_id = t.run_id) AS dropped_before`,
+    [chunks.map((c) => c.runId), chunks.map((c) => c.first), chunks.map((c) => c.last), texts.map((t) => t.length),
+      data.map((d) => d.toString('base64')), chunks.map((c) => c.after)]);
+  for (const total of totals) {
+    const before = total.dropped_before ?? 0;
+    const excess = Number(total.bytes) - maxBytes;
+    const trimmed = excess > 0 ? await trimOldest(db, total.run_id, Math.ceil(excess)) : 0;
+    const droppedLines = total.dropped_lines - before + trimmed;
+    outcomes.set(total.run_id, { stored: true, droppedLines, firstLoss: before === 0 && droppedLines > 0 });
+  }
+  return outcomes;
 }
 
 /** Drops the oldest chunks until `excess` bytes are gone, always keeping the newest; returns the lines dropped. */

@@ -190,6 +190,54 @@ describe('agent (process runtime)', function () {
     expect(beyond).to.deep.equal({ entries: [], next: 20, finished: true });
   });
 
+  it('answers many jobs\' states and new lines in one call, each after its own cursor, and names the jobs it does not know', async () => {
+    const done = submission({ commands: ['seq 1 5'] });
+    const printing = submission({ commands: ['echo first', 'sleep 30'] });
+    await client.submit(done);
+    await client.submit(printing);
+    await waitForState(client, done.jobId, ['exited']);
+    await waitForLine(client, printing.jobId, 'first');
+    const texts = (jsonLines: string) => jsonLines.split('\n').map((line) => JSON.parse(line).text);
+    const answer = await client.watchJobs([{ jobId: done.jobId, after: 2 }, { jobId: printing.jobId, after: 0 }, { jobId: 'no-such-job', after: 7 }]);
+    const [exited, running, unknown] = answer!.jobs;
+    expect(exited!.status).to.include({ jobId: done.jobId, state: 'exited', exitCode: 0 });
+    expect(exited!.log).to.include({ first: 3, next: 5, finished: true, more: false });
+    expect(texts(exited!.log.jsonLines)).to.deep.equal(['3', '4', '5']);
+    expect(running!.status).to.include({ jobId: printing.jobId, state: 'running', forwarding: 0 });
+    expect(running!.log).to.include({ first: 1, next: 1, finished: false, more: false });
+    expect(texts(running!.log.jsonLines)).to.deep.equal(['first']);
+    expect(unknown).to.deep.include({ jobId: 'no-such-job', status: null });
+    const again = await client.watchJobs([{ jobId: printing.jobId, after: 1 }]);
+    expect(again!.jobs[0]!.log).to.include({ jsonLines: '', next: 1, more: false });
+    await client.stop(printing.jobId, { abort: true });
+
+    const refused = await fetch(`${agent.url}/api/jobs/watch`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: '{"jobs":[{"jobId":"x"}]}' });
+    expect(refused.status).to.equal(422);
+    expect((await refused.json()).error.code).to.equal('invalid_request');
+  });
+
+  it('pages many jobs\' lines by size in one call: a job past the page says there is more, and nothing is lost', async () => {
+    const long = submission({ commands: ["head -c 5000000 /dev/zero | tr '\\0' a"] });
+    const short = submission({ commands: ['seq 1 3'] });
+    for (const job of [long, short]) await client.submit(job);
+    for (const job of [long, short]) await waitForState(client, job.jobId, ['exited']);
+    const cursors = new Map([[long.jobId, 0], [short.jobId, 0]]);
+    const lines = new Map<string, string[]>([[long.jobId, []], [short.jobId, []]]);
+    let calls = 0;
+    for (let more = true; more; calls++) {
+      const answer = await client.watchJobs([...cursors].map(([jobId, after]) => ({ jobId, after })));
+      expect(answer!.jobs.reduce((bytes, job) => bytes + job.log.jsonLines.length, 0)).to.be.at.most(4.1 * 1024 * 1024);
+      for (const { jobId, log } of answer!.jobs) {
+        if (log.jsonLines !== '') lines.get(jobId)!.push(...log.jsonLines.split('\n').map((line) => JSON.parse(line).text as string));
+        cursors.set(jobId, log.next);
+      }
+      more = answer!.jobs.some((job) => job.log.more);
+    }
+    expect(calls).to.be.above(1);
+    expect(lines.get(long.jobId)!.join('')).to.equal('a'.repeat(5_000_000));
+    expect(lines.get(short.jobId)).to.deep.equal(['1', '2', '3']);
+  });
+
   it('long-polls: holds the request until a line arrives, and returns empty after the wait', async () => {
     const job = submission({ commands: ['sleep 0.6', 'echo late', 'sleep 5'] });
     await client.submit(job);

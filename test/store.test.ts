@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import type { Db, Queryable, Row } from '../store/db.js';
-import { claimDue, nextDueInMs, releaseLease } from '../store/leases.js';
-import { appendLogs, logLinesAfter, logTotals, readLogPage, readLogs } from '../store/logs.js';
+import { claimDue, nextDueInMs, releaseLease, releaseLeases } from '../store/leases.js';
+import { appendLogChunks, appendLogs, logLinesAfter, logTotals, readLogPage, readLogs } from '../store/logs.js';
+import { claimWatchedRuns, watchedRuns } from '../store/run-watch.js';
 import { migrate, MIGRATIONS } from '../store/migrations.js';
 import { openPglite } from '../store/pglite.js';
 import { openPostgres } from '../store/postgres.js';
@@ -100,6 +101,53 @@ for (const kind of DATABASE_KINDS) {
       expect(stored.map((l) => l.text)).to.deep.equal(lines.map((l) => l.text));
       expect((await readLogs(db, 'r1', 3)).map((l) => l.seq)).to.deep.equal([4, 5]);
       expect(await logTotals(db, 'r1')).to.include({ lastSeq: 5, droppedLines: 0 });
+    });
+
+    it('stores the pages of several runs in one statement, each once and only after its run\'s last stored line', async () => {
+      const project = await upsertProject(db, 'batched-logs', [{ type: 'local' }]);
+      const user = await upsertUser(db, 'carol', 'carol-token', 'user');
+      for (const id of ['b1', 'b2']) {
+        await db.query(`INSERT INTO runs (id, project_id, user_id, name, kind, spec, requirement, status) VALUES ($1, $2, $3, $1, 'task', '{}', '{}', 'running')`, [id, project.id, user.id]);
+      }
+      const chunk = (runId: string, after: number, first: number, last: number) => ({
+        runId, after, first, last,
+        jsonLines: Array.from({ length: last - first + 1 }, (_, i) => JSON.stringify({ seq: first + i, ts: new Date().toISOString(), stream: 'stdout', text: `${runId} ${first + i}` })).join('\n'),
+      });
+      const firstPages = [chunk('b1', 0, 1, 3), chunk('b2', 0, 1, 2)];
+      const [a, b] = await Promise.all([appendLogChunks(db, firstPages, 1e9), appendLogChunks(second, firstPages, 1e9)]);
+      expect(['b1', 'b2'].map((id) => Number(a.get(id)!.stored) + Number(b.get(id)!.stored)), 'two copiers of the same pages').to.deep.equal([1, 1]);
+      const next = await appendLogChunks(db, [chunk('b1', 3, 4, 5), chunk('b2', 0, 1, 4)], 1e9);
+      expect(next.get('b1')!.stored).to.equal(true);
+      expect(next.get('b2')!.stored, 'a page read after a line the run is past').to.equal(false);
+      const gap = await appendLogChunks(db, [chunk('b2', 2, 5, 6)], 1e9);
+      expect(gap.get('b2')).to.deep.equal({ stored: true, droppedLines: 2, firstLoss: true });
+      expect((await readLogs(db, 'b1', 0)).map((l) => l.text)).to.deep.equal(['b1 1', 'b1 2', 'b1 3', 'b1 4', 'b1 5']);
+      expect((await readLogs(db, 'b2', 0)).map((l) => l.seq)).to.deep.equal([1, 2, 5, 6]);
+      expect((await watchedRuns(db, ['b1', 'b2'])).get('b2')).to.deep.equal({ instance: null, lastLogSeq: 6 });
+    });
+
+    it('claims the runs of an instance that fall due within a second together with its due run, once', async () => {
+      const project = await upsertProject(db, 'watch-claim', [{ type: 'local' }]);
+      const user = await upsertUser(db, 'dave', 'dave-token', 'user');
+      const { fleet } = await applyFleet(db, project.id, { name: 'w', spec: {}, requirement: REQUIREMENT, nodesMin: 0, nodesMax: 2, idleSeconds: 60, backends: ['local'] });
+      for (const id of ['wi1', 'wi2']) {
+        await db.query(`INSERT INTO instances (id, project_id, fleet_id, name, backend, requirement, agent_url, agent_token, status) VALUES ($1, $2, $3, $1, 'local', '{}', 'http://agent', 't', 'busy')`, [id, project.id, fleet.id]);
+      }
+      const runs = [['due', 'wi1', 0], ['soon', 'wi1', 500], ['later', 'wi1', 5000], ['elsewhere', 'wi2', 500]] as const;
+      for (const [id, instance, inMs] of runs) {
+        await db.query(`INSERT INTO runs (id, project_id, user_id, name, kind, spec, requirement, status, instance_id, next_reconcile_at)
+          VALUES ($1, $2, $3, $1, 'task', '{}', '{}', 'running', $4, now() + $5 * interval '1 millisecond')`, [id, project.id, user.id, instance, inMs]);
+      }
+      const where = `project_id = '${project.id}'`;
+      const [a, b] = await Promise.all([claimWatchedRuns(db, 'server-a', 60_000, 100, where, 0, 1000), claimWatchedRuns(second, 'server-b', 60_000, 100, where, 0, 1000)]);
+      expect([...a, ...b].map((row) => row.id).sort()).to.deep.equal(['due', 'soon']);
+      const holder = a.length > 0 ? 'server-a' : 'server-b';
+      const watched = await watchedRuns(db, ['due', 'soon']);
+      expect(watched.get('due')!.instance).to.include({ id: 'wi1', agentUrl: 'http://agent' });
+      await releaseLeases(db, 'runs', 'server-c', [{ id: 'due', nextInMs: 0 }]);
+      expect(await claimWatchedRuns(db, 'server-c', 60_000, 100, where, 0, 1000), 'a release by another owner changes nothing').to.have.length(0);
+      await releaseLeases(db, 'runs', holder, [{ id: 'due', nextInMs: 0 }, { id: 'soon', nextInMs: 3000 }]);
+      expect((await claimWatchedRuns(db, 'server-c', 60_000, 100, where, 0, 1000)).map((row) => row.id)).to.deep.equal(['due']);
     });
 
     it('keeps a run under its log limit by dropping the oldest lines, and counts lines lost before they arrived', async () => {

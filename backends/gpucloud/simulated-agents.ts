@@ -11,7 +11,8 @@ import { readJsonBody } from '../../agent/json-body.js';
 import { agentCredential, refuseUpgrade } from '../../agent/port-forward.js';
 import { answerLogsPage, logsQuery } from '../../agent/logs-page.js';
 import { HISTORY_INTERVAL_MS, HISTORY_KEPT_MS } from '../../agent/metrics-history.js';
-import { parseStopRequest, parseSubmission } from '../../agent/requests.js';
+import { jobsWatchAnswer } from '../../agent/jobs-watch.js';
+import { parseJobsWatch, parseStopRequest, parseSubmission } from '../../agent/requests.js';
 import { generateEd25519KeyPair } from '../../agent/ssh/key-pair.js';
 import { agentVersion } from '../../agent/version.js';
 import type { AgentProcess } from './agent-process.js';
@@ -52,6 +53,10 @@ export const DEFAULT_SIMULATED_LOG_LINES = 1000;
 export class SimulatedAgents {
   /** Called each time the server asks a job's status, with how long it was since it last asked (null the first time). */
   onJobAsked: (job: SimulatedJob, sinceLastMs: number | null) => void = () => {};
+  /** Answer as agents older than `POST /api/jobs/watch` do (405), to try a server against an older fleet. */
+  olderAgents = false;
+  /** Requests the agents' API has answered (port forwards not counted). */
+  requests = 0;
   private readonly agents = new Map<string, Simulated>();
   private readonly hostKey = publicHostKey();
 
@@ -119,6 +124,7 @@ export class SimulatedAgents {
       // No machine answers there: the connection fails, as it does for an agent that is not running.
       if (!agent) return void ctx.req.socket.destroy();
       ctx.state.agent = agent;
+      this.requests += 1;
       await next();
     });
     app.use(async (ctx, next) => bearerAuth(ctx.state.agent.authorized, agentCredential)(ctx, next));
@@ -159,12 +165,23 @@ export class SimulatedAgents {
       ctx.status = 201;
       ctx.body = answer(started.status);
     });
-    router.get('/jobs/:id', (ctx) => {
-      const found = job(ctx.state.agent, ctx.params.id!);
+    const asked = (found: SimulatedJob): SimulatedJob => {
       const now = Date.now();
       this.onJobAsked(found, found.lastAskedAt === null ? null : now - found.lastAskedAt);
       found.lastAskedAt = now;
-      ctx.body = answer(found.status);
+      return found;
+    };
+    router.get('/jobs/:id', (ctx) => {
+      ctx.body = answer(asked(job(ctx.state.agent, ctx.params.id!)).status);
+    });
+    router.post('/jobs/watch', async (ctx) => {
+      if (this.olderAgents) throw new HttpError(405, 'method_not_allowed', 'Method Not Allowed');
+      const request = parseJobsWatch(await readJsonBody(ctx));
+      const { jobs } = ctx.state.agent;
+      ctx.body = jobsWatchAnswer(request, (jobId) => {
+        const found = jobs.get(jobId);
+        return found && { status: answer(asked(found).status), page: (after, maxBytes) => found.page(after, maxBytes) };
+      });
     });
     router.get('/jobs/:id/logs', async (ctx) => {
       const { after, wait } = logsQuery(ctx);

@@ -1,5 +1,5 @@
 import type { JobState, JobStatus, JobSubmission, LogEntry } from '../../api/agent.js';
-import { DEFAULT_GRACE_SECONDS } from '../../agent/jobs.js';
+import { DEFAULT_GRACE_SECONDS, MAX_LOG_PAGE_BYTES } from '../../agent/jobs.js';
 import { LogWaiters } from '../../agent/log-waiters.js';
 import type { StoredLogsPage } from '../../agent/logs-page.js';
 import type { StopRequest } from '../../agent/requests.js';
@@ -73,10 +73,21 @@ export class SimulatedJob {
 
   async logs(after: number, waitMs: number): Promise<StoredLogsPage> {
     if (this.lastSeq <= after && !this.ended && waitMs > 0) await this.waiters.wait(waitMs);
+    return this.page(after, MAX_LOG_PAGE_BYTES);
+  }
+
+  /** Entries after `after` without waiting: the first one, then others while they fit `maxBytes`; none at 0. */
+  page(after: number, maxBytes: number): StoredLogsPage {
     const first = Math.max(after + 1, this.firstSeq);
-    const lines = first > this.lastSeq ? [] : this.entries.slice(first - this.firstSeq);
-    const next = lines.length > 0 ? this.lastSeq : Math.max(after, Math.min(this.lastSeq, this.firstSeq - 1));
-    return { jsonLines: lines.join('\n'), firstSeq: first, next, finished: this.ended && next >= this.lastSeq };
+    const lines: string[] = [];
+    for (let seq = first, bytes = 0; seq <= this.lastSeq && maxBytes > 0; seq++) {
+      const line = this.entries[seq - this.firstSeq]!;
+      bytes += line.length + 1;
+      if (lines.length > 0 && bytes > maxBytes) break;
+      lines.push(line);
+    }
+    const next = lines.length > 0 ? first + lines.length - 1 : Math.max(after, Math.min(this.lastSeq, this.firstSeq - 1));
+    return { jsonLines: lines.join('\n'), firstSeq: first, next, finished: this.ended && next >= this.lastSeq, more: next < this.lastSeq };
   }
 
   private async run(): Promise<void> {

@@ -1,0 +1,102 @@
+import type { Logger } from 'winston';
+import { AgentError, AgentUnreachableError } from '../agent/client.js';
+import type { Db, Row } from '../store/db.js';
+import type { InstanceRecord } from '../store/instances.js';
+import { appendLogChunks } from '../store/logs.js';
+import type { RunRecord } from '../store/runs.js';
+import { claimWatchedRuns, watchedRuns } from '../store/run-watch.js';
+import type { SecretBox } from '../store/secrets.js';
+import { recordLogsTruncated } from './log-copy.js';
+import { agentOf, RunController, RUNNING_POLL_MS, type JobLook } from './run-controller.js';
+
+/** What one look at an instance found: its record, and each job's look (none where its agent is asked job by job). */
+interface InstanceLook {
+  instance: InstanceRecord | null;
+  looks: Map<string, JobLook> | null;
+  /** The agent did not answer: every run waits for the next look. */
+  unreachable: boolean;
+}
+
+/**
+ * The run-watch loop: looks at running jobs about once a second, an instance at a time. The runs of one instance are
+ * claimed together, read with their instance in one query, asked about in one agent call (`POST /api/jobs/watch`:
+ * every job's state and new lines since the database's last line), their lines stored in one statement and their
+ * leases given back in one; then each run takes its step as RunController.watch decides. An agent older than that
+ * call is asked job by job, as before.
+ */
+export class RunWatchController extends RunController {
+  constructor(db: Db, owner: string, logger: Logger, maxLogBytes: number, secrets: SecretBox) {
+    super(db, owner, logger, 'watch', maxLogBytes, secrets);
+  }
+
+  protected override claim(limit: number): Promise<Row[]> {
+    const { leaseMs, where, claimAheadMs } = this.options;
+    return claimWatchedRuns(this.db, this.owner, leaseMs!, limit, where, claimAheadMs!, RUNNING_POLL_MS);
+  }
+
+  protected override group(rows: Row[]): Row[][] {
+    const byInstance = new Map<string, Row[]>();
+    for (const row of rows) {
+      const key = row.instance_id ?? `run:${row.id}`;
+      const group = byInstance.get(key);
+      if (group) group.push(row);
+      else byInstance.set(key, [row]);
+    }
+    return [...byInstance.values()];
+  }
+
+  protected override reconcileGroup(runs: RunRecord[]): Array<Promise<number>> {
+    const look = this.lookAt(runs);
+    return runs.map(async (run) => {
+      const { instance, looks, unreachable } = await look;
+      if (unreachable) return RUNNING_POLL_MS;
+      const found = looks?.get(run.id);
+      if (looks && askedTogether(run) && !found) throw new AgentError(`agent answered 404 (POST ${instance?.agentUrl}/api/jobs/watch): no job ${run.jobId}`, 404, 'job_not_found');
+      return this.watch(run, instance, found ?? null);
+    });
+  }
+
+  /** One look at the jobs of runs on one instance; their new lines are stored before any run takes its step. */
+  private async lookAt(runs: RunRecord[]): Promise<InstanceLook> {
+    const watched = await watchedRuns(this.db, runs.map((run) => run.id));
+    const instance = watched.get(runs[0]!.id)?.instance ?? null;
+    const asked = runs.filter(askedTogether);
+    if (!instance?.agentUrl || instance.status === 'terminated' || instance.status === 'terminating' || asked.length === 0) {
+      return { instance, looks: null, unreachable: false };
+    }
+    const after = (run: RunRecord) => watched.get(run.id)?.lastLogSeq ?? 0;
+    let answer;
+    try {
+      answer = await agentOf(instance).watchJobs(asked.map((run) => ({ jobId: run.jobId!, after: after(run) })));
+    } catch (error) {
+      if (error instanceof AgentUnreachableError) return { instance, looks: null, unreachable: true };
+      throw error;
+    }
+    if (!answer) return { instance, looks: null, unreachable: false };
+    const byJob = new Map(answer.jobs.map((job) => [job.jobId, job]));
+    const seen = asked.flatMap((run) => {
+      const { status, log } = byJob.get(run.jobId!) ?? { status: null };
+      return status && log ? [{ run, status, log }] : [];
+    });
+    const printed = seen.filter(({ log }) => log.jsonLines !== '');
+    const stored = await appendLogChunks(this.db, printed.map(({ run, log }) => ({
+      runId: run.id, after: after(run), first: log.first, last: log.next, jsonLines: log.jsonLines,
+    })), this.maxLogBytes);
+    for (const { run } of printed) {
+      const outcome = stored.get(run.id)!;
+      if (outcome.firstLoss) await recordLogsTruncated(this.db, run, outcome.droppedLines, this.maxLogBytes);
+    }
+    return {
+      instance,
+      unreachable: false,
+      looks: new Map(seen.map(({ run, status, log }) => [run.id, {
+        status, caughtUp: !log.more && (log.jsonLines === '' || stored.get(run.id)!.stored),
+      }])),
+    };
+  }
+}
+
+/** Whether the run's job is asked about with its instance's others: a run to stop is asked alone, so that its stop never waits behind the storing of their lines. */
+function askedTogether(run: RunRecord): boolean {
+  return run.jobId !== null && !(run.status === 'running' && run.desired !== 'run');
+}

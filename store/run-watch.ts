@@ -1,0 +1,45 @@
+import type { Queryable, Row } from './db.js';
+import { toInstance, type InstanceRecord } from './instances.js';
+
+/**
+ * The queries of the run-watch loop, which looks at an instance's running jobs together (one agent call for all of
+ * them): its claim takes the runs sharing an instance with a due run along, and its read gives each claimed run its
+ * instance and its last stored log line at once.
+ */
+
+/**
+ * Claims, as claimDue does, up to `limit` due runs, and with them the runs of the same instances that fall due within
+ * `siblingsAheadMs`: a look a little early changes nothing, and after one look together an instance's runs fall due
+ * together, so each later look at them is one agent call and one batch of statements. Due runs come first.
+ */
+export async function claimWatchedRuns(db: Queryable, owner: string, leaseMs: number, limit: number, where: string, aheadMs: number, siblingsAheadMs: number): Promise<Row[]> {
+  const free = `(lease_owner IS NULL OR lease_expires_at < now()) AND (${where})`;
+  return db.query(
+    `UPDATE runs SET lease_owner = $1, lease_expires_at = now() + $2 * interval '1 millisecond'
+     WHERE id IN (
+       SELECT id FROM runs
+       WHERE ${free} AND (next_reconcile_at <= now() + $4 * interval '1 millisecond'
+         OR (next_reconcile_at <= now() + $5 * interval '1 millisecond' AND instance_id IN (
+           SELECT instance_id FROM runs WHERE ${free} AND next_reconcile_at <= now() + $4 * interval '1 millisecond')))
+       ORDER BY next_reconcile_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+     RETURNING *`,
+    [owner, leaseMs, limit, aheadMs, siblingsAheadMs]);
+}
+
+export interface WatchedRun {
+  instance: InstanceRecord | null;
+  /** The last log line the database holds for the run (0 for none). */
+  lastLogSeq: number;
+}
+
+/** Each run's instance and last stored log line, by run id, in one query. */
+export async function watchedRuns(db: Queryable, runIds: readonly string[]): Promise<Map<string, WatchedRun>> {
+  const rows = await db.query(
+    `SELECT i.*, r.id AS watched_run_id, coalesce(t.last_seq, 0) AS watched_last_seq
+     FROM runs r LEFT JOIN instances i ON i.id = r.instance_id LEFT JOIN log_totals t ON t.run_id = r.id
+     WHERE r.id = ANY($1::text[])`, [runIds]);
+  return new Map(rows.map((row) => [row.watched_run_id as string, {
+    instance: row.id === null ? null : toInstance(row),
+    lastLogSeq: row.watched_last_seq as number,
+  }]));
+}

@@ -1,0 +1,71 @@
+import { expect } from 'chai';
+import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
+import { DATABASE_KINDS } from './helpers/databases.js';
+import { eventually, gpucloudConfig, startTestServer, type TestServer } from './helpers/server.js';
+
+/** One instance split into 9 blocks (of no whole GPU each, as runs without GPUs ask), so that eight runs share it and its agent. */
+const FLEET = { spec: { type: 'fleet', name: 'shared', backends: ['gpucloud'], nodes: '1..1', idle_duration: 'off', blocks: 9, resources: { gpu: 'L4:8' } } };
+const LINES = 8;
+const ticker = (name: string) => ({
+  spec: { type: 'task', name, resources: { gpu: 0 }, commands: [`for i in $(seq 1 ${LINES}); do echo "$ORCHESTRATOR_RUN_NAME $i"; sleep 1; done`] },
+});
+
+for (const kind of DATABASE_KINDS) {
+  describe(`run watch: the jobs of an instance looked at together (${kind})`, function () {
+    this.timeout(120_000);
+    let emulator: RunningEmulator;
+    let server: TestServer;
+    const run = async (name: string) => (await server.api('GET', `/api/projects/main/runs/${name}`)).body;
+    const lines = async (name: string): Promise<string[]> =>
+      (await server.api('GET', `/api/projects/main/runs/${name}/logs`)).body.lines.map((line: { text: string }) => line.text);
+    const ended = (names: string[]) => eventually(async () => {
+      const runs = await Promise.all(names.map(run));
+      return runs.every((current) => ['done', 'failed', 'terminated'].includes(current.status)) ? runs : null;
+    }, 60_000, 'every run to end');
+
+    before(async () => {
+      emulator = await startEmulator({ port: 0, bootDelayMs: 100, agents: 'simulated', capacity: { L4: 1 } });
+      server = await startTestServer(kind, gpucloudConfig(emulator.url, emulator.apiKey));
+      expect((await server.api('POST', '/api/projects/main/fleets/apply', FLEET)).status).to.equal(201);
+      await eventually(async () => (await server.api('GET', '/api/projects/main/instances')).body.some((i: { status: string }) => i.status === 'idle'), 30_000, 'the instance');
+    });
+    after(async () => {
+      await server?.stop();
+      await emulator?.close();
+    });
+
+    it('asks the agent about all of an instance\'s running jobs in one call, and stores every line of each once, in order', async () => {
+      const names = Array.from({ length: 8 }, (_, i) => `tick-${i}`);
+      expect((await server.api('POST', '/api/projects/main/apply', { items: names.map(ticker) })).status).to.be.below(300);
+      const agents = emulator.simulatedAgents!;
+      await eventually(async () => agents.jobs().filter((job) => job.status.state === 'running').length === names.length, 30_000, 'every job running');
+      const requestsBefore = agents.requests;
+      const started = Date.now();
+      await new Promise((resolve) => setTimeout(resolve, 3000));
+      const perSecond = (agents.requests - requestsBefore) / ((Date.now() - started) / 1000);
+      expect(perSecond, 'agent calls a second while 8 jobs print a line a second each').to.be.below(names.length);
+
+      const runs = await ended(names);
+      for (const current of runs) expect(current).to.include({ status: 'done', exitCode: 0 });
+      for (const name of names) {
+        expect(await lines(name)).to.deep.equal(Array.from({ length: LINES }, (_, i) => `${name} ${i + 1}`));
+      }
+    });
+
+    it('follows the jobs of an agent older than that call one by one, as before', async () => {
+      const agents = emulator.simulatedAgents!;
+      agents.olderAgents = true;
+      try {
+        const names = ['old-0', 'old-1'];
+        expect((await server.api('POST', '/api/projects/main/apply', { items: names.map(ticker) })).status).to.be.below(300);
+        await eventually(async () => (await lines('old-0')).length >= 2, 30_000, 'lines while the job runs');
+        for (const current of await ended(names)) expect(current).to.include({ status: 'done', exitCode: 0 });
+        for (const name of names) {
+          expect(await lines(name)).to.deep.equal(Array.from({ length: LINES }, (_, i) => `${name} ${i + 1}`));
+        }
+      } finally {
+        agents.olderAgents = false;
+      }
+    });
+  });
+}
