@@ -8,6 +8,7 @@ import { GpucloudBackend } from '../backends/gpucloud/client.js';
 import { CONTROLLER_OWNER_FILE } from '../server/predecessor-leases.js';
 import { openDatabase } from '../store/open.js';
 import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
+import { freePort } from './helpers/ports.js';
 import { eventually, FAST_TIMINGS, gpucloudConfig, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 
 const task = (name: string, commands: string[], extra: Record<string, unknown> = {}) => ({ spec: { type: 'task', name, commands, ...extra } });
@@ -270,7 +271,7 @@ for (const kind of DATABASE_KINDS) {
       });
 
       let port = 0;
-      beforeEach(() => { port = 39_000 + Math.floor(Math.random() * 1000); });
+      beforeEach(async () => { port = await freePort(); });
       // The next test starts its own server on the same folder and database.
       afterEach(async () => {
         if (!child || child.exitCode !== null || child.signalCode !== null) return;

@@ -9,6 +9,7 @@ import type { UsageList } from '../backends/gpucloud/api.js';
 import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
 import { CLI_MAIN } from './helpers/cli.js';
 import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
+import { freePort } from './helpers/ports.js';
 import { eventually, gpucloudConfig, startTestServer, type TestServer } from './helpers/server.js';
 
 const H100_PER_SECOND = 2.5 / 3600;
@@ -72,7 +73,7 @@ for (const kind of DATABASE_KINDS) {
       let databaseUrl: string | undefined;
       let dropDatabase: (() => Promise<void>) | undefined;
       let child: ChildProcess | undefined;
-      const port = 39_000 + Math.floor(Math.random() * 1000);
+      let port = 0;
       const api: Api = async (method, path, body) => {
         const response = await fetch(`http://127.0.0.1:${port}${path}`, {
           method, headers: { authorization: 'Bearer ledger-admin', 'content-type': 'application/json' }, body: body ? JSON.stringify(body) : undefined,
@@ -81,6 +82,7 @@ for (const kind of DATABASE_KINDS) {
       };
 
       before(async () => {
+        port = await freePort();
         dir = mkdtempSync(join(tmpdir(), 'orch-ledger-'));
         writeFileSync(join(dir, 'config.yml'), gpucloudConfig(emulator.url, emulator.apiKey));
         if (kind === 'postgres') ({ url: databaseUrl, drop: dropDatabase } = await createScratchDatabase());

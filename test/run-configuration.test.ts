@@ -54,7 +54,7 @@ for (const kind of DATABASE_KINDS) {
         '5:1: ide: unknown field for a task; ide belongs to a dev-environment (desktop IDE that apply gives a link for; left out, the environment is reached with ssh alone)',
         '9:1: commands: unknown field for a dev-environment; commands belongs to a task and a service (shell commands, run in order in one shell)',
         '10:1: replicas: unknown field for a dev-environment; replicas belongs to a service (replicas: n (exactly), min..max with scaling, or a list of replica groups, each with its own count, commands and resources)',
-        '16:1: nodes: unknown field for a service; nodes belongs to a fleet (instances the fleet keeps: n (exactly) or min..max), and to a task (instances of one fleet the task runs on together, one job on each, all placed at once; the task is done when every node exits 0)',
+        '16:1: nodes: unknown field for a service; nodes belongs to a fleet (instances the fleet keeps: n (exactly), min..max, or {min, target, max}), and to a task (instances of one fleet the task runs on together, one job on each, all placed at once; the task is done when every node exits 0)',
         '17:1: inactivity_duration: unknown field for a service; inactivity_duration belongs to a dev-environment (stop after this long with no SSH connection open (an IDE and attach hold one): a duration such as 30m or 1h30m, a number of seconds, or off)',
       ]);
     });

@@ -260,7 +260,7 @@ describe('server configuration', function () {
 
   it('prints its config, admin token and URL, keeps the token across restarts and picks up config changes', async () => {
     const dir = tempDir();
-    const port = 38_000 + Math.floor(Math.random() * 1000);
+    const port = await freePort();
     const first = await serverProcess(dir, port);
     const token = /Admin token: +(\S+)/.exec(first.stdout)?.[1];
     expect(first.stdout).to.contain(`Applied config: ${join(dir, 'config.yml')}`);
