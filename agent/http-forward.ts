@@ -27,7 +27,7 @@ export function hasNoBody(req: IncomingMessage): boolean {
 }
 
 /** Headers that describe one connection rather than the exchange: a proxy never passes them on. */
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade']);
+export const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade']);
 
 export interface Outgoing {
   host: string;

@@ -1,12 +1,13 @@
 import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import type { Duplex } from 'node:stream';
+import { PassThrough, type Duplex } from 'node:stream';
 import { createProxyMiddleware, type Plugin, type RequestHandler } from 'http-proxy-middleware';
+import type { Dispatcher } from 'undici';
 import type { Logger } from 'winston';
 import { AGENT_FIRST_BYTE_TIMEOUT_HEADER } from '../api/agent.js';
 import type { ReplicaRoute, ServiceRoute } from '../api/services.js';
 import { AgentClient } from '../agent/client.js';
-import { awaitFirstByte, flushHeadIfQuiet, forwardingPool, hasNoBody, passBody, requestHeaders, responseHeaders, sendOn, staleConnection } from '../agent/http-forward.js';
+import { awaitFirstByte, forwardingPool, hasNoBody, HOP_BY_HOP, requestHeaders } from '../agent/http-forward.js';
 import { Balancer } from './balancer.js';
 import { coalesced } from './coalesce.js';
 import { then, type MaybePromise } from './maybe-async.js';
@@ -73,7 +74,10 @@ interface Flight {
   resent?: boolean;
   replica?: ReplicaRoute;
   access?: ReplicaAccess;
+  /** The WebSocket upgrade's request to the agent. */
   proxyReq?: ClientRequest;
+  /** The request's latest attempt at a replica. */
+  attempt?: Attempt;
   /** Bytes of the request's body read so far (streamed requests only). */
   bodyBytes: number;
   /** The gateway has answered or given up, or the client left: late events of the exchange change nothing. */
@@ -144,7 +148,7 @@ export class ProxyCore {
       if (!res.writableFinished) {
         flight.clientLeft = true;
         flight.settled = true;
-        flight.proxyReq?.destroy();
+        flight.attempt?.abort(new Error('the client left'));
       }
       this.end(flight);
     });
@@ -278,16 +282,16 @@ export class ProxyCore {
     if (!this.aim(flight)) return void this.awaitAnotherReplica(req, res, flight);
     const { forward } = flight.access!;
     const { exchange } = flight;
-    const timeoutMs = exchange.route.firstByteTimeoutMs;
+    const attempt = new Attempt(this, req, res, flight);
+    flight.attempt = attempt;
     // The request goes to the replica itself, over a tunnel: the agent's token is the tunnel's, never the request's.
-    const proxyReq = sendOn(req, {
-      host: forward.host, port: forward.port, path: req.url ?? '/', headers: requestHeaders(req.headers),
-      agent: this.replicaTunnels.poolOf(flight.replica!, () => forward),
-      firstByteTimeoutMs: timeoutMs, timeoutError: () => new FirstByteTimeout(timeoutMs), body: exchange.body,
-    });
-    flight.proxyReq = proxyReq;
-    proxyReq.on('error', (error) => this.onError(error, req, res, flight, proxyReq));
-    proxyReq.once('response', (proxyRes) => this.onProxyRes(proxyRes, res, flight));
+    const headers = requestHeaders(req.headers, UNDICI_FRAMES);
+    if (req.headers.host === undefined) headers.push('host', `${forward.host.includes(':') ? `[${forward.host}]` : forward.host}:${forward.port}`);
+    this.replicaTunnels.poolOf(flight.replica!, () => forward).dispatch({
+      path: req.url ?? '/', method: req.method ?? 'GET', headers,
+      body: exchange.body ?? (hasNoBody(req) ? null : attempt.streamedBody()),
+      headersTimeout: exchange.route.firstByteTimeoutMs, bodyTimeout: exchange.route.idleTimeoutMs,
+    }, attempt);
   }
 
   /**
@@ -309,8 +313,8 @@ export class ProxyCore {
       flight.bodyBytes += chunk.length;
       if (flight.bodyBytes > flight.exchange.route.maxBodyBytes && !flight.settled) {
         req.unpipe();
-        flight.proxyReq?.destroy();
         if (flight.res) this.fail(flight, flight.res, tooLarge(flight.exchange.route));
+        flight.attempt?.abort(new Error('the body is over the limit'));
       }
     });
   }
@@ -325,33 +329,14 @@ export class ProxyCore {
     awaitFirstByte(proxyReq, timeoutMs, () => new FirstByteTimeout(timeoutMs));
   }
 
-  private onProxyRes(proxyRes: IncomingMessage, res: ServerResponse, flight: Flight): void {
-    if (flight.settled || res.destroyed) {
-      proxyRes.destroy();
-      return;
-    }
+  /** The replica's answer began: false when nobody waits for it any more. */
+  answerBegins(res: ServerResponse, flight: Flight, status: number, statusText: string, rawHeaders: Buffer[]): boolean {
+    if (flight.settled || res.destroyed) return false;
     flight.settled = true;
-    flight.counted.answered(proxyRes.statusCode ?? 502);
+    flight.counted.answered(status);
     // Raw pairs, so that a header the service sent twice (Set-Cookie, its own CSP beside ours) goes out twice.
-    res.writeHead(proxyRes.statusCode ?? 502, proxyRes.statusMessage, [...responseHeaders(proxyRes.rawHeaders), ...this.answerHeaderPairs]);
-    flushHeadIfQuiet(proxyRes, res);
-    this.stream(proxyRes, res, flight);
-  }
-
-  /** Passes the answer on as it comes; an answer silent for longer than the service's idle timeout is cut. */
-  private stream(proxyRes: IncomingMessage, res: ServerResponse, flight: Flight): void {
-    const idle = setTimeout(() => {
-      flight.counted.failed();
-      proxyRes.destroy();
-      res.destroy();
-    }, flight.exchange.route.idleTimeoutMs);
-    passBody(proxyRes, res, () => idle.refresh());
-    // A client that left was noted when its response closed, before the service's answer was cut: not the service's failure.
-    proxyRes.once('error', () => {
-      if (!flight.clientLeft) flight.counted.failed();
-    });
-    proxyRes.once('end', () => clearTimeout(idle));
-    res.once('close', () => clearTimeout(idle));
+    res.writeHead(status, statusText, [...answerHeaders(rawHeaders), ...this.answerHeaderPairs]);
+    return true;
   }
 
   /**
@@ -362,11 +347,12 @@ export class ProxyCore {
     return !this.closing && (flight.exchange.body !== undefined || flight.bodyBytes === 0);
   }
 
-  private onError(error: Error & { code?: string }, req: IncomingMessage, res: ServerResponse, flight: Flight, proxyReq: ClientRequest): void {
-    if (flight.settled || flight.proxyReq !== proxyReq) return;
-    req.unpipe(proxyReq);
-    if (error instanceof FirstByteTimeout) return this.fail(flight, res, upstreamFailure(error));
-    if (staleConnection(proxyReq, error, flight.exchange.body !== undefined || hasNoBody(req)) && !flight.resent && flight.replica) {
+  /** The attempt failed before its answer began. */
+  attemptFailed(error: Error & { code?: string }, req: IncomingMessage, res: ServerResponse, flight: Flight, attempt: Attempt): void {
+    if (flight.settled || flight.attempt !== attempt) return;
+    attempt.detach();
+    if (error.code === 'UND_ERR_HEADERS_TIMEOUT') return this.fail(flight, res, upstreamFailure(new FirstByteTimeout(flight.exchange.route.firstByteTimeoutMs)));
+    if (staleTunnel(error, flight.exchange.body !== undefined || hasNoBody(req)) && !flight.resent && flight.replica) {
       flight.resent = true;
       flight.tried.delete(flight.replica.id);
       return this.launch(req, res, flight);
@@ -376,6 +362,13 @@ export class ProxyCore {
       if (error instanceof TunnelRefused) return this.fail(flight, res, new GatewayError(502, 'replica_gone', 'the replica went away while the request was on its way; try again'));
     }
     this.fail(flight, res, upstreamFailure(error));
+  }
+
+  /** The answer broke off after it began (the replica failed, or stayed silent past the idle timeout), or the client left. */
+  answerFailed(res: ServerResponse, flight: Flight): void {
+    // A client that left was noted when its response closed, before the service's answer was cut: not the service's failure.
+    if (!flight.clientLeft) flight.counted.failed();
+    res.destroy();
   }
 
   private onUpgradeError(error: Error, req: IncomingMessage, socket: Duplex): void {
@@ -429,4 +422,89 @@ function prepareHeaders(req: IncomingMessage, exchange: Exchange): void {
   if (exchange.prefix) req.headers['x-forwarded-prefix'] = exchange.prefix;
   else delete req.headers['x-forwarded-prefix'];
   req.url = exchange.path;
+}
+
+/** Headers undici frames or refuses itself: it frames a streamed body on its own, and Node's server already answered any `Expect`. */
+const UNDICI_FRAMES = ['transfer-encoding', 'expect'];
+
+/**
+ * Whether a failed attempt may be sent again as it was to the same replica: its tunnel broke before the answer
+ * began (the far end closed a pooled tunnel just as it was reused), and the request has no body that is already gone.
+ */
+function staleTunnel(error: Error & { code?: string }, bodyless: boolean): boolean {
+  return (error.code === 'UND_ERR_SOCKET' || error.code === 'ECONNRESET') && bodyless;
+}
+
+/** An answer's raw headers, as undici gives them, less those that describe the connection it came on; Node frames the answer again. */
+function answerHeaders(rawHeaders: Buffer[]): string[] {
+  const kept: string[] = [];
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!.toString('latin1');
+    if (!HOP_BY_HOP.has(name.toLowerCase())) kept.push(name, rawHeaders[i + 1]!.toString('latin1'));
+  }
+  return kept;
+}
+
+/**
+ * One attempt of a request at a replica, as undici's dispatch handler: relays the answer to the client as it comes,
+ * pausing while the client is slower, and hands failures to the core.
+ */
+class Attempt implements Dispatcher.DispatchHandler {
+  private aborter?: (error: Error) => void;
+  private aborted?: Error;
+  private resume?: () => void;
+  private body?: PassThrough;
+  private bodyBegan = false;
+
+  constructor(private readonly core: ProxyCore, private readonly req: IncomingMessage, private readonly res: ServerResponse, private readonly flight: Flight) {}
+
+  /** The request's body for this attempt: a stream of its own, so that undici ending it on a failure leaves the client's request whole. */
+  streamedBody(): PassThrough {
+    this.body = this.req.pipe(new PassThrough());
+    return this.body;
+  }
+
+  /** Stops the attempt's body from taking any more of the request. */
+  detach(): void {
+    if (this.body) this.req.unpipe(this.body);
+  }
+
+  abort(error: Error): void {
+    this.detach();
+    if (this.aborter) this.aborter(error);
+    else this.aborted = error;
+  }
+
+  onConnect(abort: (error?: Error) => void): void {
+    this.aborter = abort;
+    if (this.aborted) abort(this.aborted);
+  }
+
+  onHeaders(status: number, rawHeaders: Buffer[], resume: () => void, statusText: string): boolean {
+    if (!this.core.answerBegins(this.res, this.flight, status, statusText, rawHeaders)) {
+      this.abort(new Error('nobody waits for the answer'));
+      return false;
+    }
+    this.resume = resume;
+    this.res.on('drain', resume);
+    // A small answer goes out in one write; one whose body starts quiet (an event stream) is still seen as answered.
+    setImmediate(() => {
+      if (!this.bodyBegan && !this.res.writableEnded && !this.res.destroyed) this.res.flushHeaders();
+    });
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    this.bodyBegan = true;
+    return this.res.write(chunk);
+  }
+
+  onComplete(): void {
+    if (!this.res.destroyed) this.res.end();
+  }
+
+  onError(error: Error): void {
+    if (this.resume) this.core.answerFailed(this.res, this.flight);
+    else this.core.attemptFailed(error, this.req, this.res, this.flight, this);
+  }
 }

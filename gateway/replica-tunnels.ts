@@ -1,6 +1,6 @@
-import { Agent, request, type AgentOptions, type IncomingMessage } from 'node:http';
+import { request, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
-import type { Duplex } from 'node:stream';
+import { Pool } from 'undici';
 import { AGENT_TUNNEL_PROTOCOL } from '../api/agent.js';
 import type { ReplicaRoute } from '../api/services.js';
 import { POOLED_SOCKET_IDLE_MS } from '../agent/http-forward.js';
@@ -69,31 +69,18 @@ export function openTunnel(access: ForwardAccess): Promise<Socket> {
 }
 
 /**
- * A keep-alive pool of one replica's tunnels: each pooled connection is a tunnel through the replica's agent, opened
- * (and authenticated) once, that then carries request after request straight to the replica. A retired pool keeps no
- * connection idle, so that a replica out of rotation is left with only the exchanges still under way.
+ * A keep-alive pool of one replica's tunnels (undici's, whose `dispatch` takes no stream or message object per
+ * request): each pooled connection is a tunnel through the replica's agent, opened (and authenticated) once, that
+ * then carries request after request straight to the replica. The origin only names the pool: `connect` opens the tunnels.
  */
-class TunnelPool extends Agent {
-  private retired = false;
-
-  constructor(private readonly access: ForwardAccess, options: AgentOptions) {
-    super(options);
-  }
-
-  /** Node's Agent waits for the callback when this returns nothing. */
-  override createConnection(_options: unknown, callback?: (error: Error | null, socket: Duplex) => void): undefined {
-    openTunnel(this.access).then((socket) => callback!(null, socket), (error: Error) => callback!(error, undefined as never));
-    return undefined;
-  }
-
-  override keepSocketAlive(socket: Duplex): void | false {
-    return this.retired ? false : super.keepSocketAlive(socket);
-  }
-
-  retire(): void {
-    this.retired = true;
-    for (const sockets of Object.values(this.freeSockets)) for (const socket of sockets ?? []) socket.destroy();
-  }
+function tunnelPool(access: ForwardAccess): Pool {
+  return new Pool(`http://tunnel.invalid`, {
+    keepAliveTimeout: POOLED_SOCKET_IDLE_MS,
+    keepAliveMaxTimeout: POOLED_SOCKET_IDLE_MS,
+    connect: (_options, callback) => {
+      openTunnel(access).then((socket) => callback(null, socket), (error: Error) => callback(error, null));
+    },
+  });
 }
 
 /** A replica's place: a replica moved to another agent, port or token gets a pool of its own. */
@@ -103,12 +90,12 @@ function placeOf(replica: ReplicaRoute): string {
 
 /** The tunnel pools of the replicas in rotation. */
 export class ReplicaTunnels {
-  private readonly pools = new Map<string, TunnelPool>();
+  private readonly pools = new Map<string, Pool>();
 
-  poolOf(replica: ReplicaRoute, access: () => ForwardAccess): Agent {
+  poolOf(replica: ReplicaRoute, access: () => ForwardAccess): Pool {
     const place = placeOf(replica);
     let pool = this.pools.get(place);
-    if (!pool) this.pools.set(place, pool = new TunnelPool(access(), { keepAlive: true, timeout: POOLED_SOCKET_IDLE_MS }));
+    if (!pool) this.pools.set(place, pool = tunnelPool(access()));
     return pool;
   }
 
@@ -117,13 +104,14 @@ export class ReplicaTunnels {
     const kept = new Set(replicas.map(placeOf));
     for (const [place, pool] of this.pools) {
       if (kept.has(place)) continue;
-      pool.retire();
+      // Closing lets the exchanges under way finish and ends the idle tunnels now.
+      void pool.close();
       this.pools.delete(place);
     }
   }
 
   close(): void {
-    for (const pool of this.pools.values()) pool.destroy();
+    for (const pool of this.pools.values()) void pool.destroy();
     this.pools.clear();
   }
 }

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer as createHttpServer, request, type Agent, type Server } from 'node:http';
+import { createServer as createHttpServer, type Server } from 'node:http';
+import type { Pool } from 'undici';
 import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -74,13 +75,12 @@ require('node:http')
 `;
 
 /** A GET through `pool`: its status and body. */
-function getThrough(pool: Agent, path: string): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    request({ host: '127.0.0.1', path, agent: pool }, (res) => {
-      let body = '';
-      res.setEncoding('utf8').on('data', (chunk: string) => { body += chunk; }).on('end', () => resolve({ status: res.statusCode!, body }));
-    }).on('error', reject).end();
-  });
+async function getThrough(pool: Pool, path: string): Promise<{ status: number; body: string }> {
+  const answer = await pool.request({ path, method: 'GET' });
+  const body = await answer.body.text();
+  // undici frees the connection for the pool's next request a microtask after the answer ends, as between two clients' requests.
+  await new Promise(setImmediate);
+  return { status: answer.statusCode, body };
 }
 
 async function tunnelRefusal(access: ForwardAccess): Promise<TunnelRefused> {
