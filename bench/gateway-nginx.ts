@@ -51,6 +51,8 @@ http {
 
 export interface RunningNginx {
   url: string;
+  /** The one worker's process, which does the proxying (the master only starts it). */
+  workerPid: number;
   stop(): Promise<void>;
 }
 
@@ -78,8 +80,10 @@ export async function startNginx(dir: string, port: number, upstreamPort: number
     if (attempt === 100) throw new Error(`nginx did not answer on ${url} within 10 s`);
     await new Promise((r) => setTimeout(r, 100));
   }
+  const [workerPid] = readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').trim().split(' ').map(Number);
   return {
     url,
+    workerPid: workerPid!,
     stop: async () => {
       child.kill('SIGQUIT');
       await exited;

@@ -1,6 +1,7 @@
 /** Runs Debian's `wrk` against one URL and reads its figures. */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { statCpuSeconds } from './process-cpu.js';
 
 export interface WrkLoad {
   threads: number;
@@ -15,6 +16,8 @@ export interface WrkFigures {
   p99Ms: number;
   /** Answers other than 2xx/3xx, and socket errors (connect, read, write, timeout), which wrk counts apart. */
   failures: number;
+  /** The CPU seconds wrk itself used, user and system: it shares the machine's cores with what it measures. */
+  cpuSeconds: number;
 }
 
 const run = promisify(execFile);
@@ -28,7 +31,7 @@ function durationMs(text: string): number {
 }
 
 /** wrk's own output, as its --latency form prints it. */
-export function parseWrk(output: string): WrkFigures {
+export function parseWrk(output: string): Omit<WrkFigures, 'cpuSeconds'> {
   const figure = (pattern: RegExp) => {
     const match = pattern.exec(output);
     if (!match) throw new Error(`wrk's output lacks ${pattern}:\n${output}`);
@@ -45,9 +48,15 @@ export function parseWrk(output: string): WrkFigures {
   };
 }
 
+/**
+ * wrk runs under a shell that, once wrk has exited, prints its own /proc stat line: its children's user and
+ * system time (fields 16 and 17) are then wrk's.
+ */
+const WRK_WITH_ITS_CPU = 'wrk "$@" && cat /proc/$$/stat';
+
 export async function wrk(url: string, load: WrkLoad, headers: Record<string, string> = {}): Promise<WrkFigures> {
   const args = [`-t${load.threads}`, `-c${load.connections}`, `-d${load.seconds}s`, '--latency'];
   for (const [name, value] of Object.entries(headers)) args.push('-H', `${name}: ${value}`);
-  const { stdout } = await run('wrk', [...args, url], { maxBuffer: 1024 * 1024 });
-  return parseWrk(stdout);
+  const { stdout } = await run('sh', ['-c', WRK_WITH_ITS_CPU, 'sh', ...args, url], { maxBuffer: 1024 * 1024 });
+  return { ...parseWrk(stdout), cpuSeconds: statCpuSeconds(stdout.trimEnd().split('\n').at(-1)!, 'children') };
 }

@@ -151,7 +151,7 @@ interface Deployment {
   upstreamPort: number;
   /** The server's RSS once the services are ready, before any load. */
   freshMb: number;
-  /** The processes whose CPU per request section 1 reads: the server and the replica's agent. */
+  /** The processes whose CPU per request section 1 reads: the server, the replica's agent and the replica. */
   hops: Hop[];
 }
 
@@ -229,8 +229,13 @@ async function deploy(server: ServerProcess): Promise<Deployment> {
     `SELECT r.job_id, r.spec->>'port' AS port, i.agent_url, i.agent_token FROM runs r JOIN instances i ON i.id = r.instance_id
      WHERE r.name = 'echo' AND r.service_id IS NOT NULL AND r.ready_at IS NOT NULL`);
   const agentPid = listenerPid(Number(new URL(replica!.agent_url).port));
+  const replicaPid = listenerPid(upstreamPort);
   return {
-    hops: [{ name: 'server', pid: server.pid }, ...(agentPid === undefined ? [] : [{ name: 'agent', pid: agentPid }])],
+    hops: [
+      { name: 'server', pid: server.pid },
+      ...(agentPid === undefined ? [] : [{ name: 'agent', pid: agentPid }]),
+      ...(replicaPid === undefined ? [] : [{ name: 'replica', pid: replicaPid }]),
+    ],
     oursPublic: { name: 'our proxy, auth: false service', url: `${server.url}/proxy/services/main/public/`, headers: {} },
     server, token, upstreamPort, ours, freshMb: server.memoryMb(),
     direct: { name: 'direct: the replica\'s own port', url: `http://127.0.0.1:${upstreamPort}/`, headers: {} },
@@ -247,11 +252,11 @@ interface Summary {
   p50: number;
   p99: number;
   failures: number;
-  /** Per hop, CPU µs per request (median over rounds). */
+  /** Per hop, then wrk's own, CPU µs per request (median over rounds). */
   cpuUs: number[];
 }
 
-/** A wrk run and, per hop, the CPU µs its processes used per request meanwhile. */
+/** A wrk run and, per hop and then for wrk itself, the CPU µs its processes used per request meanwhile. */
 interface Measured extends WrkFigures {
   cpuUs: number[];
 }
@@ -259,7 +264,15 @@ interface Measured extends WrkFigures {
 async function wrkWithCpu(target: Target, load: WrkLoad, hops: Hop[]): Promise<Measured> {
   const before = hops.map((hop) => cpuSeconds(hop.pid));
   const figures = await wrk(target.url, load, target.headers);
-  return { ...figures, cpuUs: hops.map((hop, i) => ((cpuSeconds(hop.pid) - before[i]!) * 1e6) / Math.max(1, figures.requests)) };
+  const perRequest = (seconds: number) => (seconds * 1e6) / Math.max(1, figures.requests);
+  return { ...figures, cpuUs: [...hops.map((hop, i) => perRequest(cpuSeconds(hop.pid) - before[i]!)), perRequest(figures.cpuSeconds)] };
+}
+
+/** CPU seconds a second the process uses while no request comes: the server's controllers and their database. */
+async function idleCpu(pid: number, seconds = 5): Promise<number> {
+  const before = cpuSeconds(pid);
+  await sleep(seconds * 1000);
+  return (cpuSeconds(pid) - before) / seconds;
 }
 
 /**
@@ -281,7 +294,7 @@ async function measure(targets: Target[], hops: Hop[] = []): Promise<{ loaded: M
     p50: median(runs.map((r) => r.p50Ms)),
     p99: median(runs.map((r) => r.p99Ms)),
     failures: runs.reduce((sum, r) => sum + r.failures, 0),
-    cpuUs: hops.map((_, i) => median(runs.map((r) => r.cpuUs[i]!))),
+    cpuUs: [...hops, 'wrk'].map((_, i) => median(runs.map((r) => r.cpuUs[i]!))),
   });
   const summaries = (runs: Map<Target, Measured[]>) => new Map(targets.map((target) => [target, summary(runs.get(target)!)]));
   return { loaded: summaries(loaded), unloaded: summaries(unloaded), hops };
@@ -294,7 +307,7 @@ function printFigures(targets: Target[], figures: Awaited<ReturnType<typeof meas
     `${pad(name, 34)} ${pad(fixed(summary.rps, 0), 9)} ${pad(`${fixed(summary.p50)} ms`, 10)} ${pad(`${fixed(summary.p99)} ms`, 10)} ${pad(String(summary.failures), 9)}${cpu(summary)}`;
   for (const [title, runs] of [[`${LOADED.connections} connections, ${LOADED.threads} threads`, figures.loaded], [`1 connection (unloaded), ${UNLOADED.seconds} s`, figures.unloaded]] as const) {
     console.log(`\n${title}`);
-    console.log(`${pad('target', 34)} ${pad('req/s', 9)} ${pad('p50', 10)} ${pad('p99', 10)} ${pad('failures', 9)}${figures.hops.map((hop) => pad(`CPU/req ${hop.name}`, 16)).join('')}`);
+    console.log(`${pad('target', 34)} ${pad('req/s', 9)} ${pad('p50', 10)} ${pad('p99', 10)} ${pad('failures', 9)}${[...figures.hops.map((hop) => hop.name), 'wrk'].map((name) => pad(`CPU/req ${name}`, 16)).join('')}`);
     for (const target of targets) console.log(row(target.name, runs.get(target)!));
     for (const line of compare(runs)) console.log(line);
   }
@@ -305,13 +318,17 @@ async function throughput(deployment: Deployment, nginxDir: string): Promise<voi
   const nginx = await startNginx(nginxDir, await freePort(), deployment.upstreamPort);
   const viaNginx: Target = { name: 'nginx → replica', url: nginx.url, headers: {} };
   const targets: Target[] = [deployment.direct, viaNginx, deployment.viaAgent, deployment.oursPublic, deployment.ours];
+  const hops = [...deployment.hops, { name: 'nginx', pid: nginx.workerPid }];
   console.log(`\n## 1. requests per second and latency: wrk -t${LOADED.threads} -c${LOADED.connections} -d${LOADED.seconds}s, keep-alive; medians of ${ROUNDS} rounds`);
+  const serverIdle = await idleCpu(deployment.server.pid);
+  console.log(`the server's own CPU while no request comes (its controllers and their database): ${fixed(serverIdle * 1000, 0)} ms a second`);
   let figures: Awaited<ReturnType<typeof measure>>;
   try {
-    figures = await measure(targets, deployment.hops);
+    figures = await measure(targets, hops);
   } finally {
     await nginx.stop();
   }
+  const cpuOf = (summary: Summary, name: string) => summary.cpuUs[hops.findIndex((hop) => hop.name === name)] ?? 0;
   printFigures(targets, figures, (runs) => {
     const ours = runs.get(deployment.ours)!;
     const nginxFigures = runs.get(viaNginx)!;
@@ -320,8 +337,14 @@ async function throughput(deployment: Deployment, nginxDir: string): Promise<voi
     const open = runs.get(deployment.oursPublic)!;
     const ratio = ours.rps / nginxFigures.rps;
     const added = ours.p50 - direct.p50;
+    // The server's idle share is what its controllers would have used anyway during a request's time.
+    const oursPath = { server: cpuOf(ours, 'server') - (serverIdle * 1e6) / ours.rps, agent: cpuOf(ours, 'agent'), replica: cpuOf(ours, 'replica') };
+    const nginxPath = { nginx: cpuOf(nginxFigures, 'nginx'), replica: cpuOf(nginxFigures, 'replica') };
+    const oursTotal = oursPath.server + oursPath.agent + oursPath.replica;
+    const nginxTotal = nginxPath.nginx + nginxPath.replica;
     return [
       `ours / nginx, req/s: ${fixed(ratio)} (goal ≥ ${GOALS.nginxRatio}: ${verdict(ratio >= GOALS.nginxRatio)}); auth: false service / nginx: ${fixed(open.rps / nginxFigures.rps)}; agent forward alone / nginx: ${fixed(agent.rps / nginxFigures.rps)}`,
+      `CPU per request along the path, µs: ours ${fixed(oursTotal, 0)} (server ${fixed(oursPath.server, 0)} less its idle rate, agent ${fixed(oursPath.agent, 0)}, replica ${fixed(oursPath.replica, 0)}); nginx's ${fixed(nginxTotal, 0)} (nginx ${fixed(nginxPath.nginx, 0)}, replica ${fixed(nginxPath.replica, 0)}); nginx's ÷ ours ${fixed(nginxTotal / oursTotal)}; wrk's own: ${fixed(ours.cpuUs.at(-1)!, 0)} and ${fixed(nginxFigures.cpuUs.at(-1)!, 0)}`,
       `p50 added over direct: ours ${fixed(added)} ms (goal ≤ ${GOALS.addedP50Ms} ms: ${verdict(added <= GOALS.addedP50Ms)}), auth: false ${fixed(open.p50 - direct.p50)} ms; the agent's HTTP forward alone (which our proxy's requests no longer take) ${fixed(agent.p50 - direct.p50)} ms; nginx ${fixed(nginxFigures.p50 - direct.p50)} ms`,
     ];
   });

@@ -5,10 +5,15 @@ const CLOCK_TICKS_PER_SECOND = 100;
 
 /** User plus system CPU seconds the process has used so far. */
 export function cpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return statCpuSeconds(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+}
+
+/** From a /proc/<pid>/stat line: user plus system CPU seconds of the process, or of its children it has waited for. */
+export function statCpuSeconds(stat: string, of: 'itself' | 'children' = 'itself'): number {
   // The command name, in parentheses, may hold spaces: the fields are counted after its closing parenthesis.
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND;
+  const user = of === 'itself' ? 11 : 13;
+  return (Number(fields[user]) + Number(fields[user + 1])) / CLOCK_TICKS_PER_SECOND;
 }
 
 /** The process with a socket listening on the TCP port, or undefined when none of this user's is found. */
