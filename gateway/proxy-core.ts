@@ -335,7 +335,7 @@ export class ProxyCore {
     flight.settled = true;
     flight.counted.answered(status);
     // Raw pairs, so that a header the service sent twice (Set-Cookie, its own CSP beside ours) goes out twice.
-    res.writeHead(status, statusText, [...answerHeaders(rawHeaders), ...this.answerHeaderPairs]);
+    res.writeHead(status, statusText, answerHeaders(rawHeaders, this.answerHeaderPairs));
     return true;
   }
 
@@ -435,13 +435,17 @@ function staleTunnel(error: Error & { code?: string }, bodyless: boolean): boole
   return (error.code === 'UND_ERR_SOCKET' || error.code === 'ECONNRESET') && bodyless;
 }
 
-/** An answer's raw headers, as undici gives them, less those that describe the connection it came on; Node frames the answer again. */
-function answerHeaders(rawHeaders: Buffer[]): string[] {
+/**
+ * An answer's raw headers, as undici gives them, less those that describe the connection it came on (Node frames the
+ * answer again), followed by the gateway's own pairs.
+ */
+function answerHeaders(rawHeaders: Buffer[], own: readonly string[]): string[] {
   const kept: string[] = [];
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!.toString('latin1');
     if (!HOP_BY_HOP.has(name.toLowerCase())) kept.push(name, rawHeaders[i + 1]!.toString('latin1'));
   }
+  for (const item of own) kept.push(item);
   return kept;
 }
 
@@ -487,12 +491,15 @@ class Attempt implements Dispatcher.DispatchHandler {
     }
     this.resume = resume;
     this.res.on('drain', resume);
-    // A small answer goes out in one write; one whose body starts quiet (an event stream) is still seen as answered.
-    setImmediate(() => {
-      if (!this.bodyBegan && !this.res.writableEnded && !this.res.destroyed) this.res.flushHeaders();
-    });
+    // After the rest of what the tunnel's read brought (a small answer's body, an event stream's first event) has been
+    // relayed: a small answer goes out in one write, and one whose body starts quiet is still seen as answered.
+    queueMicrotask(this.flushQuietHead);
     return true;
   }
+
+  private readonly flushQuietHead = (): void => {
+    if (!this.bodyBegan && !this.res.writableEnded && !this.res.destroyed) this.res.flushHeaders();
+  };
 
   onData(chunk: Buffer): boolean {
     this.bodyBegan = true;

@@ -27,6 +27,10 @@ createServer(async (req, res) => {
     res.writeHead(200, { 'content-type': 'text/html', 'content-security-policy': "img-src 'self'" });
     return res.end('<p>a page with its own policy</p>');
   }
+  if (at('quiet')) {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    return res.flushHeaders();
+  }
   if (at('stall')) {
     res.writeHead(200, { 'content-type': 'text/plain' });
     res.write('first bytes');
@@ -240,6 +244,13 @@ for (const kind of DATABASE_KINDS) {
         expect(after.replica, 'the replica that is still busy is passed over again').to.equal(next.replica);
         const turns = new Set([(await seen('app/who')).replica, (await seen('app/who')).replica]);
         expect(turns.size, 'idle replicas take turns').to.equal(2);
+      });
+
+      it('passes an answer\'s head on before its first byte, so that a stream that starts quiet is seen as started', async () => {
+        const response = await proxied('app/quiet', { headers: admin(), signal: AbortSignal.timeout(5000) });
+        expect(response.status).to.equal(200);
+        expect(response.headers.get('content-type')).to.equal('text/event-stream');
+        await response.body?.cancel();
       });
 
       it('answers 504 when the service does not start its answer within first_byte_timeout', async () => {
