@@ -8,6 +8,7 @@
  *   npm run bench -- --listing-only   # the run list alone
  *   npm run bench -- --scheduler-only # the scheduling pass over 10 000 queued runs alone
  *   npm run bench -- --apply-only     # apply → running and the burst alone
+ *   npm run bench -- --apply-only --trace   # and the server's statements per task, the most frequent first
  *
  * Each figure is printed beside a reference measured in the same process (the floor the control
  * plane adds to), and beside dstack's published 1–2 s from apply to running on an idle instance, as a label only:
@@ -21,7 +22,7 @@ import { normalizeResources } from '../api/resources.js';
 import { startEmulator } from '../backends/gpucloud/emulator.js';
 import { BackendPool } from '../controllers/backend-pool.js';
 import { Scheduler } from '../controllers/scheduler.js';
-import type { Db } from '../store/db.js';
+import type { Db, Queryable } from '../store/db.js';
 import { applyFleet } from '../store/fleets.js';
 import { openDatabase } from '../store/open.js';
 import { upsertProject, upsertUser } from '../store/projects.js';
@@ -44,6 +45,7 @@ const PACED_INTERVAL_MS = 40;
 const DSTACK_APPLY_TO_RUNNING_S = '1–2';
 
 const usePostgres = process.argv.includes('--postgres');
+const TRACE = process.argv.includes('--trace');
 
 function quantile(values: number[], q: number): number {
   const sorted = [...values].sort((a, b) => a - b);
@@ -80,6 +82,8 @@ async function applyToRunning(): Promise<void> {
     console.log(`fleet of ${INSTANCES} instances idle after ${((Date.now() - bootStart) / 1000).toFixed(1)} s`);
 
     const agentFloor = await directAgentFloor(server.db);
+    const statements = traceStatements(server.db);
+    const cpu = cpuPerTask();
 
     const names: string[] = [];
     const started = Date.now();
@@ -89,14 +93,9 @@ async function applyToRunning(): Promise<void> {
       void api('POST', '/runs/apply', { spec: { type: 'task', name, commands: ['true'] } });
       await sleep(PACED_INTERVAL_MS);
     }
-    let runs: any[] = [];
-    for (;;) {
-      runs = await api('GET', '/runs?all=true');
-      const finished = runs.filter((r) => names.includes(r.name) && ['done', 'failed', 'terminated'].includes(r.status));
-      if (finished.length === TASKS) break;
-      await sleep(250);
-    }
+    await allEnded(server.db, names);
     const wall = Date.now() - started;
+    let runs: any[] = await api('GET', '/runs?all=true');
     const latencies = runs.filter((r) => names.includes(r.name)).map((r) => new Date(r.startedAt).getTime() - new Date(r.submittedAt).getTime());
     const failed = runs.filter((r) => names.includes(r.name) && r.status !== 'done').length;
     const p50 = quantile(latencies, 0.5);
@@ -105,16 +104,17 @@ async function applyToRunning(): Promise<void> {
     console.log(`  reference, same process: submit straight to an idle agent → running: p50 ${ms(agentFloor)}; control plane adds ${ms(p50 - agentFloor)} (ratio ${(p50 / agentFloor).toFixed(1)}x)`);
     console.log(`  dstack: ${DSTACK_APPLY_TO_RUNNING_S} s as its project publishes it, measured elsewhere, not here (no ratio to ours); target p50 < 250 ms: ${p50 < 250 ? 'met' : 'NOT met'}`);
     console.log(`all ${TASKS} finished ${((wall) / 1000).toFixed(1)} s after the first apply (the paced submission alone takes ${(TASKS * PACED_INTERVAL_MS / 1000).toFixed(1)} s)`);
+    await printSteps(server.db, names);
+    cpu.print(TASKS);
+    statements.print(TASKS);
 
     const burstNames = Array.from({ length: TASKS }, (_, i) => `b${i}`);
     const burstStart = Date.now();
     await Promise.all(burstNames.map((name) => api('POST', '/runs/apply', { spec: { type: 'task', name, commands: ['true'] } })));
-    for (;;) {
-      runs = await api('GET', '/runs?all=true');
-      if (runs.filter((r) => burstNames.includes(r.name) && ['done', 'failed', 'terminated'].includes(r.status)).length === TASKS) break;
-      await sleep(250);
-    }
+    await allEnded(server.db, burstNames);
     console.log(`burst: ${TASKS} applied at once finish in ${((Date.now() - burstStart) / 1000).toFixed(1)} s on ${INSTANCES} instances`);
+    cpu.print(TASKS);
+    statements.print(TASKS);
     await api('DELETE', '/fleets/bench');
     for (;;) {
       const instances = await api('GET', '/instances');
@@ -127,6 +127,71 @@ async function applyToRunning(): Promise<void> {
     await scratch.drop();
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * Waits until every named run has ended, asking the database (one narrow count) rather than listing every run through
+ * the API: on PGlite's one connection that list, four times a second over up to 1000 runs, queued before the
+ * controllers' statements and slowed what is measured.
+ */
+async function allEnded(db: Db, names: string[]): Promise<void> {
+  for (;;) {
+    const [{ ended }] = await db.query<{ ended: number }>(
+      `SELECT count(*)::int AS ended FROM runs WHERE name = ANY($1::text[]) AND NOT deleted AND status IN ('done', 'failed', 'terminated')`, [names]);
+    if (ended === names.length) return;
+    await sleep(250);
+  }
+}
+
+/** The CPU this process spent since the last print (the server, on PGlite its database, the emulator; not the agents), a task. */
+function cpuPerTask(): { print(tasks: number): void } {
+  let since = process.cpuUsage();
+  return {
+    print(tasks) {
+      const used = process.cpuUsage(since);
+      since = process.cpuUsage();
+      console.log(`  CPU of the server's process: ${ms((used.user + used.system) / 1000 / tasks)} a task`);
+    },
+  };
+}
+
+/**
+ * apply → running in its steps, p50 of each: accepted (`submitted_at`) → placed (the scheduler's `Provisioning` event,
+ * stamped when its transaction began) → running (`started_at`, once the agent answered the submit).
+ */
+async function printSteps(db: Db, names: string[]): Promise<void> {
+  const rows = await db.query<{ placed: number; started: number }>(
+    `SELECT EXTRACT(EPOCH FROM e.created_at - r.submitted_at) * 1000 AS placed, EXTRACT(EPOCH FROM r.started_at - e.created_at) * 1000 AS started
+     FROM runs r JOIN events e ON e.object_id = r.id AND e.reason = 'Provisioning' WHERE r.name = ANY($1::text[]) AND r.started_at IS NOT NULL`, [names]);
+  console.log(`  its steps, p50: accepted → placed ${ms(quantile(rows.map((r) => Number(r.placed)), 0.5))}, placed → running ${ms(quantile(rows.map((r) => Number(r.started)), 0.5))} (the agent's submit included)`);
+}
+
+/** With --trace, counts the statements the server makes (the bench's own polling of the API included), by their text. */
+function traceStatements(db: Db): { print(tasks: number): void } {
+  const counts = new Map<string, number>();
+  if (!TRACE) return { print: () => {} };
+  const count = (key: string) => counts.set(key, (counts.get(key) ?? 0) + 1);
+  const counted = (q: Queryable): Queryable['query'] => {
+    const query = q.query.bind(q);
+    return (sql, params) => {
+      count(sql.replace(/\s+/g, ' ').slice(0, 110));
+      return query(sql, params);
+    };
+  };
+  const mutable = db as { -readonly [K in keyof Db]: Db[K] };
+  mutable.query = counted(db);
+  const transaction = db.transaction.bind(db);
+  mutable.transaction = (fn) => { count('BEGIN … COMMIT'); return transaction((tx) => fn({ query: counted(tx) })); };
+  const notify = db.notify.bind(db);
+  mutable.notify = (channel, payload) => { count(`NOTIFY ${channel}`); return notify(channel, payload); };
+  return {
+    print(tasks) {
+      const total = [...counts.values()].reduce((a, b) => a + b, 0);
+      console.log(`  statements: ${total} (${(total / tasks).toFixed(1)} a task, transactions and NOTIFYs counted as one each), the most frequent:`);
+      for (const [key, n] of [...counts].sort((a, b) => b[1] - a[1]).slice(0, 14)) console.log(`    ${String(n).padStart(6)}  ${key}`);
+      counts.clear();
+    },
+  };
 }
 
 /** The floor under apply → running: one job submitted straight to an idle instance's agent. */

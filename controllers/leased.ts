@@ -26,6 +26,7 @@ export const LEASE_GIVEN_BACK = 'given back';
 
 const ERROR_RETRY_MS = 5000;
 const DEFAULT_CONCURRENCY = 64;
+const DEFAULT_LEASE_MS = 60_000;
 
 /**
  * A controller over one table: claims due rows under a lease, reconciles each one outside any
@@ -45,7 +46,7 @@ export abstract class LeasedController<T> implements Controller {
 
   constructor(
     protected readonly db: Db,
-    protected readonly owner: string,
+    readonly owner: string,
     protected readonly logger: Logger,
     protected readonly options: LeasedOptions,
   ) {
@@ -70,14 +71,27 @@ export abstract class LeasedController<T> implements Controller {
       while (this.inFlight.size >= limit) await Promise.race(this.inFlight.values());
       const room = limit - this.inFlight.size;
       const rows = await this.claim(room);
-      for (const group of this.group(rows.filter((row) => !this.inFlight.has(row.id)))) {
-        const done = this.reconcileRows(group);
-        for (const row of group) this.inFlight.set(row.id, done.finally(() => this.inFlight.delete(row.id)));
-      }
+      this.adopt(rows);
       if (rows.length < room) break;
     }
     if (nudged()) return undefined;
     return (await nextDueInMs(this.db, this.options.table, this.options.where)) ?? undefined;
+  }
+
+  /** How long a claim holds a row; whoever leases a row for this controller (`adopt`) holds it as long. */
+  get leaseMs(): number {
+    return this.options.leaseMs ?? DEFAULT_LEASE_MS;
+  }
+
+  /**
+   * Starts reconciling rows this server holds the lease of, as a claim's rows: those of its own claim, and those another
+   * loop leased to it in the write that made them due (the scheduler's placement), which then need no claim.
+   */
+  adopt(rows: Row[]): void {
+    for (const group of this.group(rows.filter((row) => !this.inFlight.has(row.id)))) {
+      const done = this.reconcileRows(group);
+      for (const row of group) this.inFlight.set(row.id, done.finally(() => this.inFlight.delete(row.id)));
+    }
   }
 
   /** Waits for the reconciles still running, so their leases are given back before the server stops. */
@@ -89,7 +103,7 @@ export abstract class LeasedController<T> implements Controller {
 
   /** Claims up to `limit` due rows; a controller that looks at rows together claims them so (run-watch.ts). */
   protected claim(limit: number): Promise<Row[]> {
-    return claimDue(this.db, this.options.table, this.owner, this.options.leaseMs ?? 60_000, limit, this.options.where, this.options.claimAheadMs);
+    return claimDue(this.db, this.options.table, this.owner, this.leaseMs, limit, this.options.where, this.options.claimAheadMs);
   }
 
   /** The claimed rows in the groups that `reconcileGroup` takes; each row alone unless a controller looks at rows together. */

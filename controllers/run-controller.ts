@@ -200,14 +200,14 @@ export class RunController extends LeasedController<RunRecord> {
   }
 
   private async finish(run: RunRecord, instance: InstanceRecord | null, status: RunStatus, reason: RunTerminationReason, message: string, exitCode: number | null): Promise<void> {
-    if (!(await endRun(this.db, this.owner, run, { status, reason, message, exitCode }))) return;
+    // The instance is free for the next run as the run ends, and the scheduler hears of it before the agent forgets the job.
+    if (!(await endRun(this.db, this.owner, run, { status, reason, message, exitCode, releaseInstance: true }))) return;
     this.lastLogCopy.delete(run.id);
     this.utilization.forget(run.id);
+    await this.db.notify(CHANNELS.runs, runChange([{ ...run, status }]));
     if (instance && run.jobId && instance.status !== 'terminated') {
       await agentOf(instance).remove(run.jobId).catch(() => {});
     }
-    if (run.instanceId) await releaseInstanceFromRun(this.db, run.instanceId, run.id);
-    await this.db.notify(CHANNELS.runs, runChange([{ ...run, status }]));
   }
 
   /** The GPUs of the blocks the run holds on its shared instance. */

@@ -1,6 +1,7 @@
 import type { RunStatus, RunTerminationReason } from '../api/status.js';
 import type { Db } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
+import { releaseInstanceFromRun } from '../store/instances.js';
 import { insertRetryAttempt, updateRun, type RunRecord } from '../store/runs.js';
 import { retryDecision } from './retry-policy.js';
 
@@ -11,6 +12,8 @@ export interface RunEnd {
   exitCode: number | null;
   /** When the run started, for one that ends without having been seen running (a multi-node task whose nodes all ended quickly). */
   startedAt?: Date;
+  /** Gives the run's instance back (idle again, for the next run) in the same transaction. */
+  releaseInstance?: boolean;
 }
 
 /**
@@ -26,6 +29,7 @@ export async function endRun(db: Db, owner: string, run: RunRecord, end: RunEnd)
       ...(end.startedAt && { started_at: end.startedAt }),
     });
     if (!ended) return false;
+    if (end.releaseInstance && run.instanceId) await releaseInstanceFromRun(tx, run.instanceId, run.id);
     await recordEvent(tx, runEvent(run, statusReason(status), `${reason}: ${message} (attempt ${run.attempt})`));
     const next = retry && await insertRetryAttempt(tx, run, `attempt ${run.attempt + 1} after ${retry.event}; waiting to be scheduled`);
     if (next) {

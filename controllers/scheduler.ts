@@ -5,12 +5,12 @@ import type { InstanceStatus } from '../api/status.js';
 import { blockCount, blockShare, isSplit } from '../api/blocks.js';
 import { describeRequirement, intersectRequirements, offerSatisfies, priceRefusal, unofferedModels, type ResourceRequirement } from '../api/resources.js';
 import { CHANNELS, concerns, runChange, type ChangedRun } from '../store/channels.js';
-import type { Db, Queryable } from '../store/db.js';
+import type { Db, Queryable, Row } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
 import { listActiveFleets, type FleetRecord } from '../store/fleets.js';
 import { insertInstance, toInstance, type InstanceRecord } from '../store/instances.js';
 import { insertNode } from '../store/nodes.js';
-import { projectsQueued, writeQueueReasons, type QueueReason } from '../store/run-queue.js';
+import { markPlaced, projectsQueued, writeQueueReasons, type QueueReason, type RunPlace } from '../store/run-queue.js';
 import { blocksHeld, type BlocksHeld } from '../store/runs.js';
 import type { BackendPool, OfferListing } from './backend-pool.js';
 import { BudgetGate, type NewInstance } from './budget-gate.js';
@@ -44,6 +44,16 @@ export function newInstances(placement: Placement): NewInstance[] {
 }
 
 /**
+ * This server's start loop (run-controller.ts): a run placed on an instance that is up is leased to it in the placing
+ * write and handed over after the commit, so it starts without waiting for a NOTIFY's trip and a claim.
+ */
+export interface PlacedRunStarter {
+  readonly owner: string;
+  readonly leaseMs: number;
+  adopt(rows: Row[]): void;
+}
+
+/**
  * The queue: one pass takes the submitted runs in order (priority, then first come first served)
  * and gives each an idle instance, an instance still starting, or a new one within its fleet's
  * `nodes.max`; the rest wait with a reason. One scheduler at a time across servers (advisory lock).
@@ -54,9 +64,11 @@ export class Scheduler implements Controller {
   private createdInstances = false;
   /** The runs whose status this pass changed, for its NOTIFY. */
   private changedRuns: ChangedRun[] = [];
+  /** The runs this pass placed and leased to `starter`, which starts them once the pass has committed. */
+  private startHere: Row[] = [];
   private readonly queue = new QueuedRuns();
 
-  constructor(private readonly db: Db, private readonly pool: BackendPool) {}
+  constructor(private readonly db: Db, private readonly pool: BackendPool, private readonly starter?: PlacedRunStarter) {}
 
   /** Runs new in the queue, and runs that ended (their instance or blocks are free again). */
   hears(payload: string): boolean {
@@ -64,16 +76,16 @@ export class Scheduler implements Controller {
   }
 
   async pass(): Promise<void> {
-    const projects = await projectsQueued(this.db);
-    if (projects.length === 0) return;
+    const queuedProjects = await projectsQueued(this.db);
+    if (queuedProjects.size === 0) return;
     const offers = new Map<string, OfferListing>();
-    for (const projectId of projects) {
-      for (const fleet of await listActiveFleets(this.db, projectId)) {
-        offers.set(fleet.id, await this.pool.offers(projectId, fleet.backends));
-      }
+    for (const [projectId, fleets] of queuedProjects) {
+      for (const fleet of fleets) offers.set(fleet.id, await this.pool.offers(projectId, fleet.backends));
     }
+    const projects = [...queuedProjects.keys()];
     this.createdInstances = false;
     this.changedRuns = [];
+    this.startHere = [];
     const changed = await this.db.transaction(async (tx) => {
       const [{ locked }] = await tx.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock($1) AS locked', [SCHEDULER_LOCK]);
       if (!locked) return false;
@@ -86,6 +98,7 @@ export class Scheduler implements Controller {
       }
       return any;
     });
+    if (changed && this.startHere.length > 0) this.starter!.adopt(this.startHere);
     if (this.createdInstances) await this.db.notify(CHANNELS.instances);
     if (changed) await this.db.notify(CHANNELS.runs, runChange(this.changedRuns));
   }
@@ -141,7 +154,8 @@ export class Scheduler implements Controller {
       case 'instance': {
         const taken = await this.take(tx, projectId, run, placement, run.id, instances);
         if (!taken) return false;
-        await this.startProvisioning(tx, projectId, run, placement.fleet, taken.instance, taken.message);
+        const ready = placement.kind === 'instance' && placement.ready;
+        await this.placed(tx, projectId, run, placement.fleet, { message: taken.message, fleetId: placement.fleet.id, instanceId: taken.instance.id, blocks: null }, ready);
         return true;
       }
       case 'nodes':
@@ -182,11 +196,7 @@ export class Scheduler implements Controller {
     held.set(instance.id, [...(held.get(instance.id) ?? []), ...blocks]);
     const total = blockCount(fleet.spec, instance.offer!.gpu.count, instance.sshHost?.name ?? null);
     const message = `starting on ${instance.name}, block${blocks.length === 1 ? '' : 's'} ${blocks.join(', ')} of ${total}`;
-    await tx.query(
-      `UPDATE runs SET status = 'provisioning', status_message = $2, fleet_id = $3, instance_id = $4, blocks = $5::int[], next_reconcile_at = now(), updated_at = now()
-       WHERE id = $1`, [run.id, message, fleet.id, instance.id, blocks]);
-    await recordEvent(tx, runEvent({ ...run, projectId }, 'Provisioning', `fleet ${fleet.name}: ${message}`));
-    this.changedRuns.push({ ...run, status: 'provisioning' });
+    await this.placed(tx, projectId, run, fleet, { message, fleetId: fleet.id, instanceId: instance.id, blocks }, true);
     return true;
   }
 
@@ -228,12 +238,18 @@ export class Scheduler implements Controller {
     return true;
   }
 
-  private async startProvisioning(tx: Queryable, projectId: string, run: QueuedRun, fleet: FleetRecord, instance: InstanceRecord, message: string): Promise<void> {
-    await tx.query(
-      `UPDATE runs SET status = 'provisioning', status_message = $2, fleet_id = $3, instance_id = $4, next_reconcile_at = now(), updated_at = now()
-       WHERE id = $1`, [run.id, message, fleet.id, instance.id]);
-    await recordEvent(tx, runEvent({ ...run, projectId }, 'Provisioning', `fleet ${fleet.name}: ${message}`));
-    this.changedRuns.push({ ...run, status: 'provisioning' });
+  /**
+   * Marks the run placed. On an instance that is up (`ready`), the run is leased to this server's start loop in the same
+   * write, to be handed over after the commit; a server killed before it starts the job leaves a lease that runs out,
+   * and any server's start loop then claims the run as before.
+   */
+  private async placed(tx: Queryable, projectId: string, run: QueuedRun, fleet: FleetRecord, place: RunPlace, ready: boolean): Promise<void> {
+    const lease = ready && this.starter ? { owner: this.starter.owner, ms: this.starter.leaseMs } : null;
+    const row = await markPlaced(tx, run.id, place, lease);
+    await recordEvent(tx, runEvent({ ...run, projectId }, 'Provisioning', `fleet ${fleet.name}: ${place.message}`));
+    const startedByPlacer = lease !== null && row.lease_owner === lease.owner;
+    if (startedByPlacer) this.startHere.push(row);
+    this.changedRuns.push({ ...run, status: 'provisioning', startedByPlacer });
   }
 
   private async finishUnplaced(tx: Queryable, projectId: string, run: QueuedRun, status: 'failed' | 'terminated', reason: string, message: string): Promise<void> {

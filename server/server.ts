@@ -128,9 +128,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const timings = { ...DEFAULT_INSTANCE_TIMINGS, ...options.instanceTimings };
   const listening = http.address() as AddressInfo;
   const reachable = ['0.0.0.0', '::'].includes(listening.address) ? '127.0.0.1' : listening.family === 'IPv6' ? `[${listening.address}]` : listening.address;
+  const starter = new RunController(db, owner, logger, 'start', logLimit, secrets);
   const manager = new ControllerManager(db, owner, [
-    new Scheduler(db, pool),
-    new RunController(db, owner, logger, 'start', logLimit, secrets),
+    new Scheduler(db, pool, starter),
+    starter,
     new RunWatchController(db, owner, logger, logLimit, secrets),
     new InstanceController(db, owner, logger, pool, timings),
     new FleetController(db, owner, logger, pool),

@@ -17,6 +17,8 @@ export const CHANNELS = {
 
 /** A word of a `runs` payload: a changed run is a service, a multi-node task, or one of their jobs. */
 const FAMILY = 'family';
+/** A word of a `runs` payload in place of `provisioning`: the run was placed and the server that placed it starts it, so no loop need wake. */
+const STARTING = 'starting';
 
 /** What of a changed run its `runs` NOTIFY tells: its new status, and whether it is a service's or a multi-node task's. */
 export interface ChangedRun {
@@ -24,6 +26,8 @@ export interface ChangedRun {
   kind: string;
   replica: number | null;
   spec: Record<string, unknown>;
+  /** Placed and leased to the placing server's start loop, which starts it without a claim (controllers/scheduler.ts). */
+  startedByPlacer?: boolean;
 }
 
 /** The changes a loop on `runs` acts on: runs now in one of these statuses, and (`family`) any change of a service's or multi-node task's runs. */
@@ -40,7 +44,7 @@ export interface RunInterest {
 export function runChange(runs: ChangedRun[]): string {
   const words = new Set<string>();
   for (const run of runs) {
-    words.add(run.status);
+    words.add(run.startedByPlacer ? STARTING : run.status);
     if (run.kind === 'service' || run.replica !== null || nodeCount(run.spec) > 1) words.add(FAMILY);
   }
   return [...words].join(' ');

@@ -1,5 +1,6 @@
 import type { ResourceRequirement } from '../api/resources.js';
-import type { Queryable } from './db.js';
+import type { Queryable, Row } from './db.js';
+import { toFleet, type FleetRecord } from './fleets.js';
 import { NODE_JOB } from './nodes.js';
 import type { RunDesire } from './runs.js';
 import { SERVICE_PARENT } from './services.js';
@@ -30,10 +31,18 @@ export interface QueuedRunRow {
   first_submitted_at: Date;
 }
 
-/** The projects with runs waiting for a place. */
-export async function projectsQueued(db: Queryable): Promise<string[]> {
-  const rows = await db.query<{ project_id: string }>(`SELECT DISTINCT project_id FROM runs WHERE ${DUE_IN_QUEUE}`);
-  return rows.map((r) => r.project_id);
+/** The projects with runs waiting for a place, each with its active fleets (oldest first), in one statement. */
+export async function projectsQueued(db: Queryable): Promise<Map<string, FleetRecord[]>> {
+  const rows = await db.query(
+    `SELECT q.project_id AS queued_project_id, f.* FROM (SELECT DISTINCT project_id FROM runs WHERE ${DUE_IN_QUEUE}) q
+     LEFT JOIN fleets f ON f.project_id = q.project_id AND f.status = 'active' ORDER BY f.created_at`);
+  const projects = new Map<string, FleetRecord[]>();
+  for (const row of rows) {
+    const fleets = projects.get(row.queued_project_id) ?? [];
+    if (row.id !== null) fleets.push(toFleet(row));
+    projects.set(row.queued_project_id, fleets);
+  }
+  return projects;
 }
 
 /** A queue's mark over the rows it aggregates: how many, and a 64-bit hash summed over each one's id and version. */
@@ -78,4 +87,35 @@ export async function writeQueueReasons(db: Queryable, reasons: QueueReason[]): 
      RETURNING runs.id, runs.xmin::text AS version`,
     [reasons.map((r) => r.id), reasons.map((r) => r.version), reasons.map((r) => r.message)]);
   return new Map(rows.map((r) => [r.id, r.version]));
+}
+
+/** Where a queued run was placed: its fleet, its instance, and the blocks of it when the fleet shares instances in blocks. */
+export interface RunPlace {
+  message: string;
+  fleetId: string;
+  instanceId: string;
+  blocks: number[] | null;
+}
+
+/** A lease the placing write takes on the run for a loop of the placing server (its owner), to hold for `ms`. */
+export interface PlacementLease {
+  owner: string;
+  ms: number;
+}
+
+/**
+ * Marks a queued run placed (`provisioning`, due now). With `lease`, the same write leases the run to that owner unless
+ * someone else holds it, so that the placing server starts it without a claim; whether it did is in the returned row's
+ * `lease_owner`.
+ */
+export async function markPlaced(db: Queryable, id: string, place: RunPlace, lease: PlacementLease | null): Promise<Row> {
+  const free = `$6::text IS NOT NULL AND (lease_owner IS NULL OR lease_expires_at < now())`;
+  const [row] = await db.query(
+    `UPDATE runs SET status = 'provisioning', status_message = $2, fleet_id = $3, instance_id = $4, blocks = $5::int[], next_reconcile_at = now(),
+       lease_owner = CASE WHEN ${free} THEN $6 ELSE lease_owner END,
+       lease_expires_at = CASE WHEN ${free} THEN now() + $7 * interval '1 millisecond' ELSE lease_expires_at END,
+       updated_at = now()
+     WHERE id = $1 RETURNING *`,
+    [id, place.message, place.fleetId, place.instanceId, place.blocks, lease?.owner ?? null, lease?.ms ?? 0]);
+  return row!;
 }
