@@ -2,6 +2,7 @@ import type { Logger } from 'winston';
 import type { Db, Row } from '../store/db.js';
 import { concerns, type RunInterest } from '../store/channels.js';
 import { claimDue, nextDueInMs, releaseLease, releaseLeases, type LeasedTable } from '../store/leases.js';
+import { BatchedCalls } from './batched-calls.js';
 import type { Controller } from './manager.js';
 
 export interface LeasedOptions {
@@ -43,6 +44,12 @@ export abstract class LeasedController<T> implements Controller {
   private wakeLoop: () => void = () => {};
   private wakeTimer: NodeJS.Timeout | null = null;
   private wakeAt = Number.POSITIVE_INFINITY;
+  /** Leases given back by reconciles that end meanwhile go back in one statement. */
+  private readonly releases = new BatchedCalls<{ id: string; nextInMs: number }, void>(async (releases) => {
+    if (releases.length === 1) await releaseLease(this.db, this.options.table, releases[0]!.id, this.owner, releases[0]!.nextInMs);
+    else await releaseLeases(this.db, this.options.table, this.owner, releases);
+    return [];
+  }, (release) => release.id);
 
   constructor(
     protected readonly db: Db,
@@ -117,8 +124,8 @@ export abstract class LeasedController<T> implements Controller {
   }
 
   /**
-   * Reconciles a group, then gives its leases back in one statement, each with the delay its reconcile asked for
-   * (except those a reconcile gave back itself).
+   * Reconciles a group, then gives its leases back, each with the delay its reconcile asked for (except those a
+   * reconcile gave back itself), in one statement with those of the other groups that end meanwhile.
    */
   private async reconcileRows(rows: Row[]): Promise<void> {
     const outcomes = await Promise.allSettled(this.reconcileGroup(rows.map((row) => this.toRecord(row))));
@@ -129,8 +136,7 @@ export abstract class LeasedController<T> implements Controller {
       return [{ id: row.id as string, nextInMs: ERROR_RETRY_MS }];
     });
     if (releases.length === 0) return;
-    if (releases.length === 1) await releaseLease(this.db, this.options.table, releases[0]!.id, this.owner, releases[0]!.nextInMs);
-    else await releaseLeases(this.db, this.options.table, this.owner, releases);
+    await Promise.all(releases.map((release) => this.releases.call(release)));
     this.wakeIn(Math.min(...releases.map((release) => release.nextInMs)));
   }
 

@@ -2,10 +2,11 @@ import type { Logger } from 'winston';
 import { AgentError, AgentUnreachableError } from '../agent/client.js';
 import type { Db, Row } from '../store/db.js';
 import type { InstanceRecord } from '../store/instances.js';
-import { appendLogChunks } from '../store/logs.js';
+import { appendLogChunks, type LogAppend, type LogChunk } from '../store/logs.js';
 import type { RunRecord } from '../store/runs.js';
-import { claimWatchedRuns, watchedRuns } from '../store/run-watch.js';
+import { claimWatchedRuns, watchedRuns, type WatchedRun } from '../store/run-watch.js';
 import type { SecretBox } from '../store/secrets.js';
+import { BatchedCalls } from './batched-calls.js';
 import { recordLogsTruncated } from './log-copy.js';
 import { agentOf, RunController, RUNNING_POLL_MS, type JobLook } from './run-controller.js';
 
@@ -19,12 +20,22 @@ interface InstanceLook {
 
 /**
  * The run-watch loop: looks at running jobs about once a second, an instance at a time. The runs of one instance are
- * claimed together, read with their instance in one query, asked about in one agent call (`POST /api/jobs/watch`:
- * every job's state and new lines since the database's last line), their lines stored in one statement and their
- * leases given back in one; then each run takes its step as RunController.watch decides. An agent older than that
- * call is asked job by job, as before.
+ * claimed together, read with their instance, asked about in one agent call (`POST /api/jobs/watch`: every job's state
+ * and new lines since the database's last line), their lines stored and their leases given back; then each run takes
+ * its step as RunController.watch decides. The reads and the stores of all the instances looked at meanwhile are
+ * gathered (batched-calls.ts): one statement each for many instances. An agent older than that call is asked job by
+ * job, as before.
  */
 export class RunWatchController extends RunController {
+  private readonly reads = new BatchedCalls<string, WatchedRun | undefined>(async (runIds) => {
+    const watched = await watchedRuns(this.db, runIds);
+    return runIds.map((runId) => watched.get(runId));
+  }, (runId) => runId);
+  private readonly appends = new BatchedCalls<LogChunk & { runId: string }, LogAppend>(async (chunks) => {
+    const stored = await appendLogChunks(this.db, chunks, this.maxLogBytes);
+    return chunks.map((chunk) => stored.get(chunk.runId)!);
+  }, (chunk) => chunk.runId);
+
   constructor(db: Db, owner: string, logger: Logger, maxLogBytes: number, secrets: SecretBox) {
     super(db, owner, logger, 'watch', maxLogBytes, secrets);
   }
@@ -58,7 +69,7 @@ export class RunWatchController extends RunController {
 
   /** One look at the jobs of runs on one instance; their new lines are stored before any run takes its step. */
   private async lookAt(runs: RunRecord[]): Promise<InstanceLook> {
-    const watched = await watchedRuns(this.db, runs.map((run) => run.id));
+    const watched = new Map((await Promise.all(runs.map((run) => this.reads.call(run.id)))).map((read, index) => [runs[index]!.id, read]));
     const instance = watched.get(runs[0]!.id)?.instance ?? null;
     const asked = runs.filter(askedTogether);
     if (!instance?.agentUrl || instance.status === 'terminated' || instance.status === 'terminating' || asked.length === 0) {
@@ -79,9 +90,9 @@ export class RunWatchController extends RunController {
       return status && log ? [{ run, status, log }] : [];
     });
     const printed = seen.filter(({ log }) => log.jsonLines !== '');
-    const stored = await appendLogChunks(this.db, printed.map(({ run, log }) => ({
+    const stored = new Map(await Promise.all(printed.map(async ({ run, log }) => [run.id, await this.appends.call({
       runId: run.id, after: after(run), first: log.first, last: log.next, jsonLines: log.jsonLines,
-    })), this.maxLogBytes);
+    })] as const)));
     for (const { run } of printed) {
       const outcome = stored.get(run.id)!;
       if (outcome.firstLoss) await recordLogsTruncated(this.db, run, outcome.droppedLines, this.maxLogBytes);

@@ -5,7 +5,7 @@ import type { Queryable } from './db.js';
 
 /**
  * A run's log lines live in chunks: one row per page copied from the agent, holding the lines as
- * JSON lines (one LogLine object a line), compressed. Writing a page is one small row whatever its
+ * JSON lines (one LogLine object a line), compressed unless short. Writing a page is one small row whatever its
  * length, and reading back is a few rows, so a job printing tens of thousands of lines a second
  * costs the database little. A page is stored only while the run's last stored line is still the
  * one it was asked for after, so a page copied twice (two copiers, a retry after a crash) is kept
@@ -19,6 +19,11 @@ const compress = promisify(deflateRaw);
 const decompress = promisify(inflateRaw);
 /** Log text compresses well already at the fastest level, which keeps copying cheap. */
 const COMPRESSION_LEVEL = 1;
+/**
+ * Shorter pages are stored as they are ('identity'): a line or two compresses to about its own size, and each
+ * compression is a trip to libuv's thread pool; with 2 000 jobs printing a line a second, 8% of the server's CPU.
+ */
+const COMPRESSED_FROM_BYTES = 512;
 
 /** Consecutive lines `first` to `last`, as JSON lines without a final newline, read from the agent after line `after`. */
 export interface LogChunk {
@@ -56,13 +61,14 @@ export async function appendLogChunks(db: Queryable, chunks: ReadonlyArray<LogCh
   const outcomes = new Map<string, LogAppend>(chunks.map((chunk) => [chunk.runId, { stored: false, droppedLines: 0, firstLoss: false }]));
   if (chunks.length === 0) return outcomes;
   const texts = chunks.map((chunk) => Buffer.from(chunk.jsonLines));
-  const data = await Promise.all(texts.map((text) => compress(text, { level: COMPRESSION_LEVEL })));
+  const compressed = texts.map((text) => text.length >= COMPRESSED_FROM_BYTES);
+  const data = await Promise.all(texts.map((text, index) => (compressed[index] ? compress(text, { level: COMPRESSION_LEVEL }) : text)));
   const totals = await db.query<{ run_id: string; bytes: string; dropped_lines: number; dropped_before: number | null }>(
     `WITH input AS (
-       SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::text[], $6::int[]) AS i(run_id, first_seq, last_seq, bytes, data, after)),
+       SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::text[], $6::int[], $7::text[]) AS i(run_id, first_seq, last_seq, bytes, data, after, encoding)),
      chunk AS (
        INSERT INTO log_chunks (run_id, first_seq, last_seq, bytes, encoding, data)
-       SELECT i.run_id, i.first_seq, i.last_seq, i.bytes, 'deflate', decode(i.data, 'base64') FROM input i
+       SELECT i.run_id, i.first_seq, i.last_seq, i.bytes, i.encoding, decode(i.data, 'base64') FROM input i
        WHERE coalesce((SELECT last_seq FROM log_totals WHERE run_id = i.run_id), 0) = i.after
        ON CONFLICT (run_id, first_seq) DO NOTHING
        RETURNING run_id, first_seq, last_seq, bytes)
@@ -72,7 +78,7 @@ export async function appendLogChunks(db: Queryable, chunks: ReadonlyArray<LogCh
        dropped_lines = t.dropped_lines + excluded.dropped_lines
      RETURNING t.run_id, t.bytes, t.dropped_lines, (SELECT dropped_lines FROM log_totals WHERE run_id = t.run_id) AS dropped_before`,
     [chunks.map((c) => c.runId), chunks.map((c) => c.first), chunks.map((c) => c.last), texts.map((t) => t.length),
-      data.map((d) => d.toString('base64')), chunks.map((c) => c.after)]);
+      data.map((d) => d.toString('base64')), chunks.map((c) => c.after), compressed.map((yes) => (yes ? 'deflate' : 'identity'))]);
   for (const total of totals) {
     const before = total.dropped_before ?? 0;
     const excess = Number(total.bytes) - maxBytes;

@@ -7,9 +7,11 @@ export function openPostgres(url: string, options: { max?: number } = {}): Db {
     onnotice: () => {},
     types: { bigint: { to: 20, from: [20], serialize: (v: number) => String(v), parse: (v: string) => Number(v) } },
   });
+  // Prepared: each connection parses a statement's text once, and later runs of it skip the round trip that an
+  // unprepared statement with parameters spends describing them first. The texts are a bounded set (no values in them).
   const queryable = (runner: postgres.Sql | postgres.TransactionSql): Queryable => ({
     query: async <T extends Row>(text: string, params: unknown[] = []) =>
-      (await runner.unsafe(text, params as postgres.ParameterOrJSON<never>[])) as unknown as T[],
+      (await runner.unsafe(text, params as postgres.ParameterOrJSON<never>[], { prepare: true })) as unknown as T[],
   });
   return {
     driver: 'postgres',

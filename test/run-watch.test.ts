@@ -5,9 +5,11 @@ import { eventually, gpucloudConfig, startTestServer, type TestServer } from './
 
 /** One instance split into 9 blocks (of no whole GPU each, as runs without GPUs ask), so that eight runs share it and its agent. */
 const FLEET = { spec: { type: 'fleet', name: 'shared', backends: ['gpucloud'], nodes: '1..1', idle_duration: 'off', blocks: 9, resources: { gpu: 'L4:8' } } };
+/** Four instances of two blocks of four GPUs each: eight runs of four GPUs on four agents. */
+const PAIRS = { spec: { type: 'fleet', name: 'pairs', backends: ['gpucloud'], nodes: '4..4', idle_duration: 'off', blocks: 2, resources: { gpu: 'L4:8' } } };
 const LINES = 8;
-const ticker = (name: string) => ({
-  spec: { type: 'task', name, resources: { gpu: 0 }, commands: [`for i in $(seq 1 ${LINES}); do echo "$ORCHESTRATOR_RUN_NAME $i"; sleep 1; done`] },
+const ticker = (name: string, { fleet, gpu } = { fleet: 'shared', gpu: 0 as number | string }) => ({
+  spec: { type: 'task', name, fleets: [fleet], resources: { gpu }, commands: [`for i in $(seq 1 ${LINES}); do echo "$ORCHESTRATOR_RUN_NAME $i"; sleep 1; done`] },
 });
 
 for (const kind of DATABASE_KINDS) {
@@ -24,7 +26,7 @@ for (const kind of DATABASE_KINDS) {
     }, 60_000, 'every run to end');
 
     before(async () => {
-      emulator = await startEmulator({ port: 0, bootDelayMs: 100, agents: 'simulated', capacity: { L4: 1 } });
+      emulator = await startEmulator({ port: 0, bootDelayMs: 100, agents: 'simulated', capacity: { L4: 5 } });
       server = await startTestServer(kind, gpucloudConfig(emulator.url, emulator.apiKey));
       expect((await server.api('POST', '/api/projects/main/fleets/apply', FLEET)).status).to.equal(201);
       await eventually(async () => (await server.api('GET', '/api/projects/main/instances')).body.some((i: { status: string }) => i.status === 'idle'), 30_000, 'the instance');
@@ -36,7 +38,7 @@ for (const kind of DATABASE_KINDS) {
 
     it('asks the agent about all of an instance\'s running jobs in one call, and stores every line of each once, in order', async () => {
       const names = Array.from({ length: 8 }, (_, i) => `tick-${i}`);
-      expect((await server.api('POST', '/api/projects/main/apply', { items: names.map(ticker) })).status).to.be.below(300);
+      expect((await server.api('POST', '/api/projects/main/apply', { items: names.map((name) => ticker(name)) })).status).to.be.below(300);
       const agents = emulator.simulatedAgents!;
       await eventually(async () => agents.jobs().filter((job) => job.status.state === 'running').length === names.length, 30_000, 'every job running');
       const requestsBefore = agents.requests;
@@ -52,12 +54,37 @@ for (const kind of DATABASE_KINDS) {
       }
     });
 
+    it('reads the runs of all the instances a pass looks at in one statement, and stores every line of each once, in order', async () => {
+      expect((await server.api('POST', '/api/projects/main/fleets/apply', PAIRS)).status).to.equal(201);
+      await eventually(async () => (await server.api('GET', '/api/projects/main/instances')).body.filter((i: { status: string }) => i.status === 'idle').length === 5, 30_000, 'the fleet\'s instances');
+      const names = Array.from({ length: 8 }, (_, i) => `pair-${i}`);
+      expect((await server.api('POST', '/api/projects/main/apply', { items: names.map((name) => ticker(name, { fleet: 'pairs', gpu: 'L4:4' })) })).status).to.be.below(300);
+      const agents = emulator.simulatedAgents!;
+      await eventually(async () => agents.jobs().filter((job) => job.status.state === 'running' && job.submission.runName.startsWith('pair-')).length === names.length, 30_000, 'every job running');
+      // A restart gives every lease back: all four instances' runs fall due at once, and then stay due together.
+      await server.restart();
+      const readSizes: number[] = [];
+      const query = server.db.query.bind(server.db);
+      server.db.query = (sql, params) => {
+        if (sql.includes('watched_run_id')) readSizes.push((params![0] as string[]).length);
+        return query(sql, params);
+      };
+      await eventually(async () => readSizes.length >= 2, 30_000, 'two reads of watched runs');
+      server.db.query = query;
+      // Two runs an instance: a read per instance would read two at most.
+      expect(Math.max(...readSizes), `runs in each read of the watched runs: ${readSizes.join(', ')}`).to.be.greaterThan(2);
+      for (const current of await ended(names)) expect(current).to.include({ status: 'done', exitCode: 0 });
+      for (const name of names) {
+        expect(await lines(name)).to.deep.equal(Array.from({ length: LINES }, (_, i) => `${name} ${i + 1}`));
+      }
+    });
+
     it('follows the jobs of an agent older than that call one by one, as before', async () => {
       const agents = emulator.simulatedAgents!;
       agents.olderAgents = true;
       try {
         const names = ['old-0', 'old-1'];
-        expect((await server.api('POST', '/api/projects/main/apply', { items: names.map(ticker) })).status).to.be.below(300);
+        expect((await server.api('POST', '/api/projects/main/apply', { items: names.map((name) => ticker(name)) })).status).to.be.below(300);
         await eventually(async () => (await lines('old-0')).length >= 2, 30_000, 'lines while the job runs');
         for (const current of await ended(names)) expect(current).to.include({ status: 'done', exitCode: 0 });
         for (const name of names) {

@@ -103,6 +103,18 @@ for (const kind of DATABASE_KINDS) {
       expect(await logTotals(db, 'r1')).to.include({ lastSeq: 5, droppedLines: 0 });
     });
 
+    it('keeps a page of a line or two as it is and compresses a longer one, and reads both back', async () => {
+      const project = await upsertProject(db, 'log-encodings', [{ type: 'local' }]);
+      const user = await upsertUser(db, 'dave', 'dave-token', 'user');
+      await db.query(`INSERT INTO runs (id, project_id, user_id, name, kind, spec, requirement, status) VALUES ('e1', $1, $2, 'e1', 'task', '{}', '{}', 'running')`, [project.id, user.id]);
+      const line = (seq: number) => ({ seq, ts: new Date().toISOString(), stream: 'stdout' as const, text: `line ${seq}` });
+      await appendLogs(db, 'e1', [line(1)], 1e9);
+      await appendLogs(db, 'e1', Array.from({ length: 50 }, (_, i) => line(i + 2)), 1e9);
+      const chunks = await db.query('SELECT first_seq, encoding FROM log_chunks WHERE run_id = $1 ORDER BY first_seq', ['e1']);
+      expect(chunks.map((chunk) => chunk.encoding)).to.deep.equal(['identity', 'deflate']);
+      expect((await readLogs(db, 'e1', 0)).map((l) => l.text)).to.deep.equal(Array.from({ length: 51 }, (_, i) => `line ${i + 1}`));
+    });
+
     it('stores the pages of several runs in one statement, each once and only after its run\'s last stored line', async () => {
       const project = await upsertProject(db, 'batched-logs', [{ type: 'local' }]);
       const user = await upsertUser(db, 'carol', 'carol-token', 'user');
