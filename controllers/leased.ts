@@ -41,6 +41,8 @@ export abstract class LeasedController<T> implements Controller {
   abstract readonly name: string;
   readonly channel: string;
   private readonly inFlight = new Map<string, Promise<void>>();
+  /** Rows claimed again while their reconcile still ran, waiting for it to end (adoptWhenDone). */
+  private readonly waiting = new Set<Promise<void>>();
   private wakeLoop: () => void = () => {};
   private wakeTimer: NodeJS.Timeout | null = null;
   private wakeAt = Number.POSITIVE_INFINITY;
@@ -95,15 +97,29 @@ export abstract class LeasedController<T> implements Controller {
    * loop leased to it in the write that made them due (the scheduler's placement), which then need no claim.
    */
   adopt(rows: Row[]): void {
+    const busy = rows.filter((row) => this.inFlight.has(row.id));
     for (const group of this.group(rows.filter((row) => !this.inFlight.has(row.id)))) {
       const done = this.reconcileRows(group);
       for (const row of group) this.inFlight.set(row.id, done.finally(() => this.inFlight.delete(row.id)));
     }
+    this.adoptWhenDone(busy);
+  }
+
+  /**
+   * A row can be claimed again between its last reconcile giving the lease back and that reconcile leaving
+   * `inFlight` (a claim ahead takes rows due within the next second). Dropping it would leave it leased to this server
+   * until the lease ran out; it is reconciled once the earlier reconcile has ended instead.
+   */
+  private adoptWhenDone(rows: Row[]): void {
+    if (rows.length === 0) return;
+    const later = Promise.allSettled(rows.map((row) => this.inFlight.get(row.id))).then(() => this.adopt(rows));
+    this.waiting.add(later);
+    void later.finally(() => this.waiting.delete(later));
   }
 
   /** Waits for the reconciles still running, so their leases are given back before the server stops. */
   async settle(): Promise<void> {
-    await Promise.all(this.inFlight.values());
+    while (this.inFlight.size > 0 || this.waiting.size > 0) await Promise.all([...this.inFlight.values(), ...this.waiting]);
     if (this.wakeTimer) clearTimeout(this.wakeTimer);
     this.wakeTimer = null;
   }

@@ -78,6 +78,32 @@ for (const kind of DATABASE_KINDS) {
       }
     });
 
+    it('reconcile a row claimed again while its reconcile still runs once that one ends, leaving it leased to nobody', async () => {
+      const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
+      const db = scratch ? openPostgres(scratch.url) : await openPglite();
+      await migrate(db);
+      const project = await upsertProject(db, 'main', [{ type: 'local' }]);
+      await applyFleet(db, project.id, { name: 'stuck', spec: {}, requirement: {} as never, nodesMin: 0, nodesMax: 1, idleSeconds: null, backends: ['local'] });
+      const recorder = new Recorder(db);
+      try {
+        await recorder.pass();
+        expect(recorder.looks.get('stuck')).to.equal(1);
+        // As a claim ahead takes a row whose reconcile has given its lease back but not yet ended.
+        const claimedAgain = await db.query(`UPDATE fleets SET lease_owner = 'test-owner', lease_expires_at = now() + interval '15 seconds' WHERE name = 'stuck' RETURNING *`);
+        recorder.adopt(claimedAgain);
+        recorder.release();
+        await recorder.settle();
+        expect(recorder.looks.get('stuck')).to.equal(2);
+        const [row] = await db.query<{ lease_owner: string | null }>(`SELECT lease_owner FROM fleets WHERE name = 'stuck'`);
+        expect(row!.lease_owner).to.equal(null);
+      } finally {
+        recorder.release();
+        await recorder.settle();
+        await db.close();
+        await scratch?.drop();
+      }
+    });
+
     it('wake on a NOTIFY only the loops its payload concerns; one without a payload wakes all', async () => {
       const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
       const db = scratch ? openPostgres(scratch.url) : await openPglite();
