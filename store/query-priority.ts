@@ -3,27 +3,59 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 const background = new AsyncLocalStorage<true>();
 
 /**
- * Runs work that nobody waits on (the controllers' loops): on a database of one connection its statements queue behind
- * those of requests, so that a busy controller does not make `ps` wait for its whole queue.
+ * Runs work that nobody waits on (the controllers' loops): its statements queue behind those of requests, so that a
+ * busy controller does not make `ps` wait for its whole queue.
  */
 export function inBackground<T>(fn: () => T): T {
   return background.run(true, fn);
 }
 
-/** Lets one statement (or transaction) through at a time; those of requests go before those of background work. */
+/**
+ * Lets `capacity` statements (or transactions) through at once, those of requests before those of background work,
+ * and background work never more than `backgroundCapacity` at once: the rest of the connections stay free for
+ * requests, so that one never waits for a controller's statement to end. A driver that pipelines statements onto busy
+ * connections (postgres.js) then gets no more than it has connections, so a request's statement is not queued behind
+ * a controller's on one of them.
+ */
 export class PriorityGate {
-  private busy = false;
+  private inUse = 0;
+  private backgroundInUse = 0;
   private readonly waiting = { foreground: [] as Array<() => void>, background: [] as Array<() => void> };
 
+  constructor(private readonly capacity = 1, private readonly backgroundCapacity = capacity) {}
+
   async run<T>(work: () => Promise<T>): Promise<T> {
-    if (this.busy) await new Promise<void>((enter) => this.waiting[background.getStore() ? 'background' : 'foreground'].push(enter));
-    else this.busy = true;
+    const inBackgroundWork = background.getStore() === true;
+    if (this.mayEnter(inBackgroundWork)) this.enter(inBackgroundWork);
+    // admit() enters the waiter on its behalf before it wakes it.
+    else await new Promise<void>((enter) => this.waiting[inBackgroundWork ? 'background' : 'foreground'].push(enter));
     try {
       return await work();
     } finally {
-      const next = this.waiting.foreground.shift() ?? this.waiting.background.shift();
-      if (next) next();
-      else this.busy = false;
+      this.inUse -= 1;
+      if (inBackgroundWork) this.backgroundInUse -= 1;
+      this.admit();
+    }
+  }
+
+  private mayEnter(inBackgroundWork: boolean): boolean {
+    return this.inUse < this.capacity && (!inBackgroundWork || this.backgroundInUse < this.backgroundCapacity);
+  }
+
+  private enter(inBackgroundWork: boolean): void {
+    this.inUse += 1;
+    if (inBackgroundWork) this.backgroundInUse += 1;
+  }
+
+  /** Lets waiters in while there is room: requests first, in their order, then background work, in its order. */
+  private admit(): void {
+    while (this.waiting.foreground.length > 0 && this.mayEnter(false)) {
+      this.enter(false);
+      this.waiting.foreground.shift()!();
+    }
+    while (this.waiting.background.length > 0 && this.mayEnter(true)) {
+      this.enter(true);
+      this.waiting.background.shift()!();
     }
   }
 }
