@@ -26,6 +26,15 @@ describe('the embedded database serves requests before background work', functio
     expect(finished).to.deep.equal(['request', 'controller 1', 'controller 2', 'controller 3']);
   });
 
+  it('lets the event loop turn while the controllers\' statements queue, so that a request arriving meanwhile is read', async () => {
+    let done = 0;
+    let doneWhenTheLoopTurned: number | null = null;
+    const statements = inBackground(() => Array.from({ length: 2000 }, () => db.query('SELECT 1').then(() => { done += 1; })));
+    setImmediate(() => { doneWhenTheLoopTurned = done; });
+    await Promise.all(statements);
+    expect(doneWhenTheLoopTurned).to.be.a('number').below(2000);
+  });
+
   it('keeps background statements in their order, and a failed statement lets the next one through', async () => {
     const finished: string[] = [];
     const statements = inBackground(() => [
