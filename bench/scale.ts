@@ -110,13 +110,13 @@ async function main(): Promise<void> {
   const scratch = usePostgres ? await createScratchDatabase() : null;
   const port = await freePort();
   let server = await startServerProcess(dir, port, scratch?.url);
-  const api = async (method: string, path: string, body?: unknown): Promise<{ status: number; body: any; ms: number }> => {
+  const api = async (method: string, path: string, body?: unknown): Promise<{ status: number; body: any; ms: number; bytes: number }> => {
     const started = performance.now();
     const response = await fetch(`${server.url}/api/projects/main${path}`, {
       method, headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body),
     });
     const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : null, ms: performance.now() - started };
+    return { status: response.status, body: text ? JSON.parse(text) : null, ms: performance.now() - started, bytes: Buffer.byteLength(text) };
   };
   const databaseMb = async (): Promise<number> => {
     if (!scratch) return Number(execFileSync('du', ['-sk', join(dir, 'data')]).toString().split('\t')[0]) / 1024;
@@ -186,8 +186,11 @@ async function main(): Promise<void> {
       const apply: number[] = [];
       const names = running().map((job) => job.submission.runName).filter((name) => name.startsWith('t'));
       let probe = 0;
+      let psAnswer = { runs: 0, bytes: 0 };
       while (Date.now() - windowStart < WINDOW_MS || ps.length < SAMPLES) {
-        ps.push((await api('GET', '/runs')).ms);
+        const listed = await api('GET', '/runs');
+        ps.push(listed.ms);
+        psAnswer = { runs: listed.body.length, bytes: listed.bytes };
         logs.push((await api('GET', `/runs/${names[Math.floor(Math.random() * names.length)]}/logs`)).ms);
         apply.push((await api('POST', '/runs/apply', { spec: { type: 'task', name: `probe-${level}-${probe++}`, commands: ['echo probe'] } })).ms);
         await sleep(Math.max(0, WINDOW_MS / SAMPLES - 50));
@@ -213,6 +216,7 @@ async function main(): Promise<void> {
       const perLook = `server CPU ${serverMsPerLook.toFixed(2)} ms, database CPU ${databasePerLook.cpuMs.toFixed(2)} ms, statements ${databasePerLook.statements.toFixed(2)}`;
       console.log(`  per look (the API load's share included; the database's figures on PostgreSQL only): ${perLook}`);
       console.log(`API (${ps.length} each) p50 / p99: ps ${ms(quantile(ps, 0.5))} / ${ms(quantile(ps, 0.99))}, logs ${ms(quantile(logs, 0.5))} / ${ms(quantile(logs, 0.99))}, apply ${ms(quantile(apply, 0.5))} / ${ms(quantile(apply, 0.99))}; goal p99 ≤ ${ms(GOALS.apiP99Ms)}: ${verdict(apiP99, GOALS.apiP99Ms)}`);
+      console.log(`  ps answers ${psAnswer.runs} runs in ${(psAnswer.bytes / 1024).toFixed(0)} kB`);
       console.log(`server: CPU ${cpu.toFixed(0)}% of one core, RSS ${after.rssMb.toFixed(0)} MB; goal RSS ≤ ${GOALS.rssMb} MB: ${verdict(after.rssMb, GOALS.rssMb)}`);
       console.log(`  this process (emulator, simulated agents, load): CPU ${benchCpu.toFixed(0)}% of one core; machine load average ${loadavg()[0]!.toFixed(1)} on ${availableParallelism()} CPUs`);
       console.log(`database: ${size.toFixed(0)} MB`);

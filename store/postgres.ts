@@ -1,9 +1,14 @@
 import postgres from 'postgres';
 import type { Db, Queryable, Row } from './db.js';
+import { PriorityGate } from './query-priority.js';
+
+/** Connections that the controllers' statements leave to requests (store/query-priority.ts). */
+const RESERVED_FOR_REQUESTS = 2;
 
 export function openPostgres(url: string, options: { max?: number } = {}): Db {
+  const max = options.max ?? 10;
   const sql = postgres(url, {
-    max: options.max ?? 10,
+    max,
     onnotice: () => {},
     types: { bigint: { to: 20, from: [20], serialize: (v: number) => String(v), parse: (v: string) => Number(v) } },
   });
@@ -13,16 +18,19 @@ export function openPostgres(url: string, options: { max?: number } = {}): Db {
     query: async <T extends Row>(text: string, params: unknown[] = []) =>
       (await runner.unsafe(text, params as postgres.ParameterOrJSON<never>[], { prepare: true })) as unknown as T[],
   });
+  // At most one statement per connection, so that postgres.js never pipelines a request's behind a controller's.
+  const gate = new PriorityGate(max, Math.max(1, max - RESERVED_FOR_REQUESTS));
+  const direct = queryable(sql);
   return {
     driver: 'postgres',
-    ...queryable(sql),
-    exec: async (text) => { await sql.unsafe(text); },
-    transaction: (fn) => sql.begin((tx) => fn(queryable(tx))) as Promise<never>,
+    query: (text, params) => gate.run(() => direct.query(text, params)),
+    exec: (text) => gate.run(async () => { await sql.unsafe(text); }),
+    transaction: (fn) => gate.run(() => sql.begin((tx) => fn(queryable(tx))) as Promise<never>),
     listen: async (channel, onNotify) => {
       const { unlisten } = await sql.listen(channel, onNotify);
       return unlisten;
     },
-    notify: async (channel, payload = '') => { await sql.notify(channel, payload); },
+    notify: (channel, payload = '') => gate.run(async () => { await sql.notify(channel, payload); }),
     close: () => sql.end({ timeout: 5 }),
   };
 }

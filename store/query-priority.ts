@@ -3,27 +3,89 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 const background = new AsyncLocalStorage<true>();
 
 /**
- * Runs work that nobody waits on (the controllers' loops): on a database of one connection its statements queue behind
- * those of requests, so that a busy controller does not make `ps` wait for its whole queue.
+ * Runs work that nobody waits on (the controllers' loops): its statements queue behind those of requests, so that a
+ * busy controller does not make `ps` wait for its whole queue.
  */
 export function inBackground<T>(fn: () => T): T {
   return background.run(true, fn);
 }
 
-/** Lets one statement (or transaction) through at a time; those of requests go before those of background work. */
+/** How long background statements may follow one another before the event loop gets a turn. */
+const BACKGROUND_SLICE_MS = 20;
+
+/**
+ * Lets `capacity` statements (or transactions) through at once, those of requests before those of background work,
+ * and background work never more than `backgroundCapacity` at once: the rest of the connections stay free for
+ * requests, so that one never waits for a controller's statement to end. A driver that pipelines statements onto busy
+ * connections (postgres.js) then gets no more than it has connections, so a request's statement is not queued behind
+ * a controller's on one of them.
+ */
 export class PriorityGate {
-  private busy = false;
+  private inUse = 0;
+  private backgroundInUse = 0;
+  private backgroundTurnScheduled = false;
+  /** When the loop last turned for background work (or started): see admit(). */
+  private sliceStartedAt = performance.now();
   private readonly waiting = { foreground: [] as Array<() => void>, background: [] as Array<() => void> };
 
+  constructor(private readonly capacity = 1, private readonly backgroundCapacity = capacity) {}
+
   async run<T>(work: () => Promise<T>): Promise<T> {
-    if (this.busy) await new Promise<void>((enter) => this.waiting[background.getStore() ? 'background' : 'foreground'].push(enter));
-    else this.busy = true;
+    const inBackgroundWork = background.getStore() === true;
+    if (this.mayEnter(inBackgroundWork) && (!inBackgroundWork || this.waiting.background.length === 0)) this.enter(inBackgroundWork);
+    // Background work waits its turn behind background work already waiting; admit() enters a waiter before it wakes it.
+    else await new Promise<void>((enter) => this.waiting[inBackgroundWork ? 'background' : 'foreground'].push(enter));
     try {
       return await work();
     } finally {
-      const next = this.waiting.foreground.shift() ?? this.waiting.background.shift();
-      if (next) next();
-      else this.busy = false;
+      this.inUse -= 1;
+      if (inBackgroundWork) this.backgroundInUse -= 1;
+      this.admit();
+    }
+  }
+
+  private mayEnter(inBackgroundWork: boolean): boolean {
+    return this.inUse < this.capacity && (!inBackgroundWork || this.backgroundInUse < this.backgroundCapacity);
+  }
+
+  private enter(inBackgroundWork: boolean): void {
+    this.inUse += 1;
+    if (inBackgroundWork) this.backgroundInUse += 1;
+  }
+
+  /**
+   * Lets waiting requests in while there is room, then background work. Statements that need no I/O (PGlite's, run in
+   * this thread) follow one another in promise callbacks without the event loop turning: 2 000 of them held it for
+   * 1–2 s, in which no request's bytes were read and no timer ran. So background work that has run for a slice of
+   * time waits for the next turn of the loop.
+   */
+  private admit(): void {
+    this.admitRequests();
+    if (this.waiting.background.length === 0 || this.backgroundTurnScheduled) return;
+    if (performance.now() - this.sliceStartedAt < BACKGROUND_SLICE_MS) {
+      this.admitBackground();
+      return;
+    }
+    this.backgroundTurnScheduled = true;
+    setImmediate(() => {
+      this.backgroundTurnScheduled = false;
+      this.sliceStartedAt = performance.now();
+      this.admitRequests();
+      this.admitBackground();
+    });
+  }
+
+  private admitRequests(): void {
+    while (this.waiting.foreground.length > 0 && this.mayEnter(false)) {
+      this.enter(false);
+      this.waiting.foreground.shift()!();
+    }
+  }
+
+  private admitBackground(): void {
+    while (this.waiting.background.length > 0 && this.mayEnter(true)) {
+      this.enter(true);
+      this.waiting.background.shift()!();
     }
   }
 }

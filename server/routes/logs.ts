@@ -3,12 +3,12 @@ import type { Context } from 'koa';
 import { PassThrough, Readable } from 'node:stream';
 import type { LogLine, LogStreamItem, RunLogsPage } from '../../api/objects.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
-import { copyJobLogs } from '../../controllers/log-copy.js';
+import { copyJobLogs, type LogCopy } from '../../controllers/log-copy.js';
 import { agentOf } from '../../controllers/run-controller.js';
-import { getInstance } from '../../store/instances.js';
 import { lastLogSeq, logLinesAfter, readLogPage, readLogs } from '../../store/logs.js';
 import { isMultiNodeParent, listNodes, nodeCount } from '../../store/nodes.js';
 import { getRun, getRunAttempt, type RunRecord } from '../../store/runs.js';
+import { watchedRuns } from '../../store/run-watch.js';
 import { isSchedule, latestScheduledRun } from '../../store/schedules.js';
 import { replicaForLogs } from '../../store/services.js';
 import type { ServerContext } from '../context.js';
@@ -42,15 +42,16 @@ export function logRoutes(server: ServerContext): Router {
     const run = await nodeOf(server, ctx, asked);
     const after = cursorQuery(ctx, 'after');
     if (ctx.query.follow !== 'true') {
-      await pullFromAgent(server, run, 0);
-      const last = await lastLogSeq(server.db, run.id);
+      const last = await lastLineAfterPull(server, run);
       if (ctx.query.format === 'jsonl') {
         ctx.type = 'application/x-ndjson';
         ctx.body = Readable.from(asLines(logLinesAfter(server.db, run.id, after, last)));
         return;
       }
       const { lines, dropped } = await readLogPage(server.db, run.id, after);
-      const page: RunLogsPage = { lines, next: lines.length ? lines[lines.length - 1].seq : after, last, dropped };
+      const next = lines.length ? lines[lines.length - 1].seq : after;
+      // Another copier (the watch loop) may have stored lines after the pull saw the last one.
+      const page: RunLogsPage = { lines, next, last: Math.max(last, next), dropped };
       ctx.body = page;
       return;
     }
@@ -73,8 +74,7 @@ async function everyNodeLogs(server: ServerContext, ctx: Context, run: RunRecord
     throw badRequest(`run ${run.name} runs on ${nodeCount(run.spec)} nodes: ask for one node's page with node=RANK, or for every node's lines with format=jsonl or follow=true`);
   }
   const sources = await Promise.all((await listNodes(server.db, run.id)).map(async (node) => {
-    await pullFromAgent(server, node, 0);
-    const last = await lastLogSeq(server.db, node.id);
+    const last = await lastLineAfterPull(server, node);
     return withNode(logLinesAfter(server.db, node.id, cursors(node.replica!), last), node.replica!);
   }));
   ctx.type = 'application/x-ndjson';
@@ -168,7 +168,7 @@ async function follow(server: ServerContext, runId: string, sources: (now: RunRe
     const round: LogLine[][] = [];
     for (const job of jobs) {
       const rank = job.node ?? 0;
-      pulled += finished ? 0 : await pullFromAgent(server, job.run, jobs.length === 1 ? AGENT_WAIT_MS : 0);
+      pulled += finished ? 0 : (await pullFromAgent(server, job.run, jobs.length === 1 ? AGENT_WAIT_MS : 0))?.copied ?? 0;
       const lines = await readLogs(server.db, job.run.id, cursors.get(rank) ?? after(rank));
       round.push(job.node === undefined ? lines : lines.map((line) => ({ ...line, node: job.node })));
       if (lines.length) cursors.set(rank, lines[lines.length - 1].seq);
@@ -205,11 +205,18 @@ async function* asLines(chunks: AsyncIterable<string>): AsyncGenerator<string> {
   for await (const chunk of chunks) if (chunk !== '') yield `${chunk}\n`;
 }
 
-/** Copies one page of lines the database lacks from the agent; how many (0 when the agent is not there). */
-async function pullFromAgent(server: ServerContext, run: RunRecord, waitMs: number): Promise<number> {
-  if (!run.jobId || !run.instanceId || run.status !== 'running' && run.status !== 'terminating') return 0;
-  const instance = await getInstance(server.db, run.instanceId);
-  if (!instance?.agentUrl || instance.status === 'terminated') return 0;
-  const { copied } = await copyJobLogs(server.db, agentOf(instance), run, { maxBytes: server.maxLogBytesPerRun, budgetMs: 0, waitMs });
-  return copied;
+/** The last line the database holds once the lines it lacked were pulled from the agent (where there is one). */
+async function lastLineAfterPull(server: ServerContext, run: RunRecord): Promise<number> {
+  return (await pullFromAgent(server, run, 0))?.lastSeq ?? await lastLogSeq(server.db, run.id);
+}
+
+/**
+ * Copies one page of lines the database lacks from the agent of a job that runs; null when there is no such agent.
+ * The instance and the last stored line are read in one statement: a request waits for each of its statements in turn.
+ */
+async function pullFromAgent(server: ServerContext, run: RunRecord, waitMs: number): Promise<LogCopy | null> {
+  if (!run.jobId || !run.instanceId || run.status !== 'running' && run.status !== 'terminating') return null;
+  const { instance, lastLogSeq: after } = (await watchedRuns(server.db, [run.id])).get(run.id) ?? { instance: null, lastLogSeq: 0 };
+  if (!instance?.agentUrl || instance.status === 'terminated') return null;
+  return copyJobLogs(server.db, agentOf(instance), run, { maxBytes: server.maxLogBytesPerRun, budgetMs: 0, waitMs, after });
 }
