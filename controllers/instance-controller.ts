@@ -331,6 +331,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
       await this.event(instance, 'Terminated', `${reason}${message ? `: ${message}` : ''}`);
       await this.db.notify(CHANNELS.runs);
       await this.db.notify(CHANNELS.fleets);
+      await this.db.notify(CHANNELS.instances);
     }
     return 60_000;
   }

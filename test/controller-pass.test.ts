@@ -1,8 +1,9 @@
 import { expect } from 'chai';
 import winston from 'winston';
 import { LeasedController } from '../controllers/leased.js';
+import { LedgerController } from '../controllers/ledger-controller.js';
 import { ControllerManager, type Controller } from '../controllers/manager.js';
-import { concerns, runChange, type RunInterest } from '../store/channels.js';
+import { CHANNELS, concerns, runChange, type RunInterest } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { applyFleet } from '../store/fleets.js';
 import { migrate } from '../store/migrations.js';
@@ -165,6 +166,27 @@ for (const kind of DATABASE_KINDS) {
         await eventually(async () => count() === 2, 5000, 'a NOTIFY to make it read again');
         await sleep(300);
         expect(count()).to.equal(2);
+      } finally {
+        await manager.stop();
+        await opened.close();
+        await scratch?.drop();
+      }
+    });
+
+    it('settle ended instances in the ledger between its counts only after a NOTIFY on instances', async () => {
+      const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
+      const opened = scratch ? openPostgres(scratch.url) : await openPglite();
+      await migrate(opened);
+      const { db, count } = counting(opened, /instance_accruals/);
+      const manager = new ControllerManager(opened, 'test-owner', [new LedgerController(db, winston.createLogger({ silent: true }), 60_000)], winston.createLogger({ silent: true }), 50);
+      try {
+        await manager.start();
+        await eventually(async () => count() > 0, 5000, 'the first count');
+        await sleep(1000);
+        const afterTheFirstCount = count();
+        expect(afterTheFirstCount, 'looks between counts with nothing heard').to.be.at.most(2);
+        await opened.notify(CHANNELS.instances);
+        await eventually(async () => count() === afterTheFirstCount + 1, 5000, 'a NOTIFY to make it settle ended instances');
       } finally {
         await manager.stop();
         await opened.close();
