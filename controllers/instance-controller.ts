@@ -52,8 +52,8 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     return toInstance(row);
   }
 
-  override async pass(): Promise<number | void> {
-    const dueInMs = await super.pass();
+  override async pass(nudged?: () => boolean, heard?: boolean): Promise<number | void> {
+    const dueInMs = await super.pass(nudged, heard);
     if (Date.now() - this.lastSweep >= this.timings.orphanSweepMs) {
       this.lastSweep = Date.now();
       await this.sweepOrphans();
@@ -331,6 +331,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
       await this.event(instance, 'Terminated', `${reason}${message ? `: ${message}` : ''}`);
       await this.db.notify(CHANNELS.runs);
       await this.db.notify(CHANNELS.fleets);
+      await this.db.notify(CHANNELS.instances);
     }
     return 60_000;
   }

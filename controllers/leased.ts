@@ -52,6 +52,8 @@ export abstract class LeasedController<T> implements Controller {
     else await releaseLeases(this.db, this.options.table, this.owner, releases);
     return [];
   }, (release) => release.id);
+  /** When the earliest row nobody held fell due, as last read; rows change under it only with a NOTIFY or by our releases. */
+  private nextDueAt = Number.NEGATIVE_INFINITY;
 
   constructor(
     protected readonly db: Db,
@@ -74,7 +76,7 @@ export abstract class LeasedController<T> implements Controller {
     this.wakeLoop = wake;
   }
 
-  async pass(nudged: () => boolean = () => false): Promise<number | void> {
+  async pass(nudged: () => boolean = () => false, heard = true): Promise<number | void> {
     const limit = this.options.concurrency ?? DEFAULT_CONCURRENCY;
     for (;;) {
       while (this.inFlight.size >= limit) await Promise.race(this.inFlight.values());
@@ -84,7 +86,12 @@ export abstract class LeasedController<T> implements Controller {
       if (rows.length < room) break;
     }
     if (nudged()) return undefined;
-    return (await nextDueInMs(this.db, this.options.table, this.options.where)) ?? undefined;
+    // A pass that nothing was heard before (the loop's interval, a release of ours falling due) need not ask again while
+    // the row last read is still ahead: our releases wake the loop themselves (wakeIn), and others' changes NOTIFY.
+    if (!heard && this.nextDueAt > Date.now()) return Number.isFinite(this.nextDueAt) ? this.nextDueAt - Date.now() : undefined;
+    const dueInMs = await nextDueInMs(this.db, this.options.table, this.options.where);
+    this.nextDueAt = dueInMs === null ? Number.POSITIVE_INFINITY : Date.now() + dueInMs;
+    return dueInMs ?? undefined;
   }
 
   /** How long a claim holds a row; whoever leases a row for this controller (`adopt`) holds it as long. */

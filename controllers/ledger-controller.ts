@@ -12,8 +12,8 @@ export const DEFAULT_ACCRUAL_INTERVAL_MS = 15_000;
 
 /**
  * Writes the ledger: every `everyMs` it counts each instance's time since the last count (store/ledger.ts#accrue) and adds
- * the hours it is done with to their days (rollDays, for reports), and at each pass between (the manager's loop, about a
- * second) it settles the instances that have just ended.
+ * the hours it is done with to their days (rollDays, for reports), and at each pass between that follows a NOTIFY on
+ * instances it settles the instances that have just ended.
  * Any number of servers may run it on one database: each count moves an instance's account under its row lock.
  */
 export class LedgerController implements Controller {
@@ -23,10 +23,11 @@ export class LedgerController implements Controller {
 
   constructor(private readonly db: Db, private readonly logger: Logger, private readonly everyMs = DEFAULT_ACCRUAL_INTERVAL_MS) {}
 
-  async pass(): Promise<number> {
+  /** Between counts, ended instances are settled after a NOTIFY on instances: an instance's end sends one (instance-controller.ts#end). */
+  async pass(_nudged?: () => boolean, heard = true): Promise<number> {
     const dueInMs = this.lastAccrual + this.everyMs - Date.now();
     if (dueInMs > 0) {
-      await accrue(this.db, { endedOnly: true });
+      if (heard) await accrue(this.db, { endedOnly: true });
       return dueInMs;
     }
     this.lastAccrual = Date.now();

@@ -11,9 +11,11 @@ export interface Controller {
   hears?(payload: string): boolean;
   /**
    * Returns how soon, in milliseconds, something it looks after falls due again (when it knows). `nudged` says whether
-   * a nudge came since the pass began: then another pass follows at once, and that answer is not needed.
+   * a nudge came since the pass began: then another pass follows at once, and that answer is not needed. `heard` says
+   * whether a NOTIFY on its channel (or the start) came since the last pass began: when not, no other server has said
+   * that its rows changed, and what the controller learnt of them then still holds.
    */
-  pass(nudged?: () => boolean): Promise<number | void>;
+  pass(nudged?: () => boolean, heard?: boolean): Promise<number | void>;
   /** Receives a function that makes the controller's loop pass again soon (work it started finished). */
   setWake?(wake: () => void): void;
   /** Resolves once work a pass started but did not wait for has ended. */
@@ -24,6 +26,7 @@ interface Loop {
   controller: Controller;
   wake: () => void;
   nudged: boolean;
+  heard: boolean;
   done: Promise<void>;
   failures: number;
 }
@@ -46,7 +49,7 @@ export class ControllerManager {
   async start(): Promise<void> {
     this.running = true;
     for (const controller of this.controllers) {
-      const loop: Loop = { controller, wake: () => {}, nudged: false, done: Promise.resolve(), failures: 0 };
+      const loop: Loop = { controller, wake: () => {}, nudged: false, heard: true, done: Promise.resolve(), failures: 0 };
       this.loops.push(loop);
       controller.setWake?.(() => this.wake(loop));
       loop.done = inBackground(() => this.run(loop));
@@ -62,7 +65,10 @@ export class ControllerManager {
    */
   private nudge(channel: string, payload: string): void {
     for (const loop of this.loops) {
-      if (loop.controller.channel === channel && (loop.controller.hears?.(payload) ?? true)) this.wake(loop);
+      if (loop.controller.channel === channel && (loop.controller.hears?.(payload) ?? true)) {
+        loop.heard = true;
+        this.wake(loop);
+      }
     }
   }
 
@@ -83,12 +89,15 @@ export class ControllerManager {
   private async run(loop: Loop): Promise<void> {
     while (this.running) {
       loop.nudged = false;
+      const heard = loop.heard;
+      loop.heard = false;
       let dueInMs: number | void = undefined;
       try {
-        dueInMs = await loop.controller.pass(() => loop.nudged);
+        dueInMs = await loop.controller.pass(() => loop.nudged, heard);
         loop.failures = 0;
       } catch (error) {
         loop.failures += 1;
+        loop.heard = true;
         this.logger.error(`${loop.controller.name} controller pass failed: ${(error as Error).stack ?? error}`);
       }
       if (!this.running) break;

@@ -1,8 +1,9 @@
 import { expect } from 'chai';
 import winston from 'winston';
 import { LeasedController } from '../controllers/leased.js';
+import { LedgerController } from '../controllers/ledger-controller.js';
 import { ControllerManager, type Controller } from '../controllers/manager.js';
-import { concerns, runChange, type RunInterest } from '../store/channels.js';
+import { CHANNELS, concerns, runChange, type RunInterest } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { applyFleet } from '../store/fleets.js';
 import { migrate } from '../store/migrations.js';
@@ -47,6 +48,44 @@ class PassCounter implements Controller {
   async pass(): Promise<void> {
     this.passes += 1;
   }
+}
+
+/** Looks at fleets that are never due (`where` false): every pass finds nothing. */
+class Idle extends LeasedController<Row> {
+  readonly name = 'idle';
+
+  constructor(db: Db) {
+    super(db, 'test-owner', winston.createLogger({ silent: true }), { table: 'fleets', channel: 'test_fleets', where: 'false' });
+  }
+
+  protected toRecord(row: Row): Row {
+    return row;
+  }
+
+  protected async reconcile(): Promise<number> {
+    return 1000;
+  }
+}
+
+/** The database, counting the statements whose text matches `pattern`. */
+function counting(db: Db, pattern: RegExp): { db: Db; count: () => number } {
+  let count = 0;
+  const counted = <T>(sql: string, run: () => T) => {
+    if (pattern.test(sql)) count += 1;
+    return run();
+  };
+  return {
+    count: () => count,
+    db: {
+      driver: db.driver,
+      query: (sql, params) => counted(sql, () => db.query(sql, params)),
+      exec: (sql) => counted(sql, () => db.exec(sql)),
+      transaction: (fn) => db.transaction((tx) => fn({ query: (sql, params) => counted(sql, () => tx.query(sql, params)) })),
+      listen: (channel, onNotify) => db.listen(channel, onNotify),
+      notify: (channel, payload) => db.notify(channel, payload),
+      close: () => db.close(),
+    },
+  };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -131,6 +170,52 @@ for (const kind of DATABASE_KINDS) {
       } finally {
         await manager.stop();
         await db.close();
+        await scratch?.drop();
+      }
+    });
+
+    it('ask when the next row falls due only after a NOTIFY, not on every pass that finds nothing', async () => {
+      const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
+      const opened = scratch ? openPostgres(scratch.url) : await openPglite();
+      await migrate(opened);
+      const { db, count } = counting(opened, /min\(next_reconcile_at\)/);
+      const claims = counting(opened, /SET lease_owner = \$1/);
+      const idle = new Idle(db);
+      const claiming = new Idle(claims.db);
+      const manager = new ControllerManager(opened, 'test-owner', [idle, claiming], winston.createLogger({ silent: true }), 50);
+      try {
+        await manager.start();
+        await sleep(1000);
+        expect(claims.count(), 'claims: the interval stays the safety net').to.be.at.least(8);
+        expect(count(), 'next-due reads without a NOTIFY').to.equal(1);
+        await opened.notify('test_fleets');
+        await eventually(async () => count() === 2, 5000, 'a NOTIFY to make it read again');
+        await sleep(300);
+        expect(count()).to.equal(2);
+      } finally {
+        await manager.stop();
+        await opened.close();
+        await scratch?.drop();
+      }
+    });
+
+    it('settle ended instances in the ledger between its counts only after a NOTIFY on instances', async () => {
+      const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
+      const opened = scratch ? openPostgres(scratch.url) : await openPglite();
+      await migrate(opened);
+      const { db, count } = counting(opened, /instance_accruals/);
+      const manager = new ControllerManager(opened, 'test-owner', [new LedgerController(db, winston.createLogger({ silent: true }), 60_000)], winston.createLogger({ silent: true }), 50);
+      try {
+        await manager.start();
+        await eventually(async () => count() > 0, 5000, 'the first count');
+        await sleep(1000);
+        const afterTheFirstCount = count();
+        expect(afterTheFirstCount, 'looks between counts with nothing heard').to.be.at.most(2);
+        await opened.notify(CHANNELS.instances);
+        await eventually(async () => count() === afterTheFirstCount + 1, 5000, 'a NOTIFY to make it settle ended instances');
+      } finally {
+        await manager.stop();
+        await opened.close();
         await scratch?.drop();
       }
     });
