@@ -27,6 +27,8 @@ export const LEASE_GIVEN_BACK = 'given back';
 
 const ERROR_RETRY_MS = 5000;
 const DEFAULT_CONCURRENCY = 64;
+/** The longest a pass keeps claiming while rows keep falling due. */
+const PASS_SLICE_MS = 1000;
 const DEFAULT_LEASE_MS = 60_000;
 
 /**
@@ -78,12 +80,15 @@ export abstract class LeasedController<T> implements Controller {
 
   async pass(nudged: () => boolean = () => false, heard = true): Promise<number | void> {
     const limit = this.options.concurrency ?? DEFAULT_CONCURRENCY;
+    const started = Date.now();
     for (;;) {
       while (this.inFlight.size >= limit) await Promise.race(this.inFlight.values());
       const room = limit - this.inFlight.size;
       const rows = await this.claim(room);
       this.adopt(rows);
       if (rows.length < room) break;
+      // More rows fall due than the loop gets through: it passes again at once, but the manager gets to stop it first.
+      if (Date.now() - started >= PASS_SLICE_MS) return 0;
     }
     if (nudged()) return undefined;
     // A pass that nothing was heard before (the loop's interval, a release of ours falling due) need not ask again while

@@ -35,6 +35,25 @@ class Recorder extends LeasedController<Row> {
   }
 }
 
+/** Looks at fleets one at a time, each due again at once: more rows always fall due than it gets through. */
+class Spinner extends LeasedController<Row> {
+  readonly name = 'spinner';
+  looks = 0;
+
+  constructor(db: Db) {
+    super(db, 'test-owner', winston.createLogger({ silent: true }), { table: 'fleets', channel: 'test_fleets', where: 'true', concurrency: 1 });
+  }
+
+  protected toRecord(row: Row): Row {
+    return row;
+  }
+
+  protected async reconcile(): Promise<number> {
+    this.looks += 1;
+    return 0;
+  }
+}
+
 /** Counts its passes; hears what `interest` says (everything without one). */
 class PassCounter implements Controller {
   readonly channel = 'test_runs';
@@ -138,6 +157,29 @@ for (const kind of DATABASE_KINDS) {
       } finally {
         recorder.release();
         await recorder.settle();
+        await db.close();
+        await scratch?.drop();
+      }
+    });
+
+    it('stop while more rows keep falling due than a loop gets through', async () => {
+      const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
+      const db = scratch ? openPostgres(scratch.url) : await openPglite();
+      await migrate(db);
+      const project = await upsertProject(db, 'main', [{ type: 'local' }]);
+      for (const name of ['a', 'b', 'c']) {
+        await applyFleet(db, project.id, { name, spec: {}, requirement: {} as never, nodesMin: 0, nodesMax: 1, idleSeconds: null, backends: ['local'] });
+      }
+      const spinner = new Spinner(db);
+      const manager = new ControllerManager(db, 'test-owner', [spinner], winston.createLogger({ silent: true }), 1000);
+      try {
+        await manager.start();
+        await eventually(async () => spinner.looks >= 20, 10_000, 'the loop to be busy');
+        await manager.stop();
+        const looksAtStop = spinner.looks;
+        await sleep(300);
+        expect(spinner.looks).to.equal(looksAtStop);
+      } finally {
         await db.close();
         await scratch?.drop();
       }
