@@ -10,7 +10,7 @@ import { migrate } from '../store/migrations.js';
 import { openPglite } from '../store/pglite.js';
 import { openPostgres } from '../store/postgres.js';
 import { upsertProject } from '../store/projects.js';
-import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
+import { createScratchDatabase, DATABASE_KINDS, type DatabaseKind } from './helpers/databases.js';
 import { eventually } from './helpers/server.js';
 
 /** Looks at fleets; the one named `stuck` hangs until released, as a call to an agent that never answers would. */
@@ -109,18 +109,29 @@ function counting(db: Db, pattern: RegExp): { db: Db; count: () => number } {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** A migrated database of `kind`; `close` also drops a scratch PostgreSQL one. */
+async function openMigrated(kind: DatabaseKind): Promise<{ db: Db; close(): Promise<void> }> {
+  const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
+  const db = scratch ? openPostgres(scratch.url) : await openPglite();
+  await migrate(db);
+  return { db, close: async () => { await db.close(); await scratch?.drop(); } };
+}
+
+/** Fleets of project main by these names: the rows the test controllers look at. */
+async function addFleets(db: Db, names: string[]): Promise<void> {
+  const project = await upsertProject(db, 'main', [{ type: 'local' }]);
+  for (const name of names) {
+    await applyFleet(db, project.id, { name, spec: {}, requirement: {} as never, nodesMin: 0, nodesMax: 1, idleSeconds: null, backends: ['local'] });
+  }
+}
+
 for (const kind of DATABASE_KINDS) {
   describe(`controller passes on ${kind}`, function () {
     this.timeout(30_000);
 
     it('keep looking at every other row while one reconcile hangs', async () => {
-      const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
-      const db = scratch ? openPostgres(scratch.url) : await openPglite();
-      await migrate(db);
-      const project = await upsertProject(db, 'main', [{ type: 'local' }]);
-      for (const name of ['stuck', 'a', 'b', 'c']) {
-        await applyFleet(db, project.id, { name, spec: {}, requirement: {} as never, nodesMin: 0, nodesMax: 1, idleSeconds: null, backends: ['local'] });
-      }
+      const { db, close } = await openMigrated(kind);
+      await addFleets(db, ['stuck', 'a', 'b', 'c']);
       const recorder = new Recorder(db);
       const manager = new ControllerManager(db, 'test-owner', [recorder], winston.createLogger({ silent: true }), 1000);
       try {
@@ -131,17 +142,13 @@ for (const kind of DATABASE_KINDS) {
       } finally {
         recorder.release();
         await manager.stop();
-        await db.close();
-        await scratch?.drop();
+        await close();
       }
     });
 
     it('reconcile a row claimed again while its reconcile still runs once that one ends, leaving it leased to nobody', async () => {
-      const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
-      const db = scratch ? openPostgres(scratch.url) : await openPglite();
-      await migrate(db);
-      const project = await upsertProject(db, 'main', [{ type: 'local' }]);
-      await applyFleet(db, project.id, { name: 'stuck', spec: {}, requirement: {} as never, nodesMin: 0, nodesMax: 1, idleSeconds: null, backends: ['local'] });
+      const { db, close } = await openMigrated(kind);
+      await addFleets(db, ['stuck']);
       const recorder = new Recorder(db);
       try {
         await recorder.pass();
@@ -157,19 +164,13 @@ for (const kind of DATABASE_KINDS) {
       } finally {
         recorder.release();
         await recorder.settle();
-        await db.close();
-        await scratch?.drop();
+        await close();
       }
     });
 
     it('stop while more rows keep falling due than a loop gets through', async () => {
-      const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
-      const db = scratch ? openPostgres(scratch.url) : await openPglite();
-      await migrate(db);
-      const project = await upsertProject(db, 'main', [{ type: 'local' }]);
-      for (const name of ['a', 'b', 'c']) {
-        await applyFleet(db, project.id, { name, spec: {}, requirement: {} as never, nodesMin: 0, nodesMax: 1, idleSeconds: null, backends: ['local'] });
-      }
+      const { db, close } = await openMigrated(kind);
+      await addFleets(db, ['a', 'b', 'c']);
       const spinner = new Spinner(db);
       const manager = new ControllerManager(db, 'test-owner', [spinner], winston.createLogger({ silent: true }), 1000);
       try {
@@ -180,15 +181,12 @@ for (const kind of DATABASE_KINDS) {
         await sleep(300);
         expect(spinner.looks).to.equal(looksAtStop);
       } finally {
-        await db.close();
-        await scratch?.drop();
+        await close();
       }
     });
 
     it('wake on a NOTIFY only the loops its payload concerns; one without a payload wakes all', async () => {
-      const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
-      const db = scratch ? openPostgres(scratch.url) : await openPglite();
-      await migrate(db);
+      const { db, close } = await openMigrated(kind);
       const starter = new PassCounter('start', { statuses: ['provisioning'] });
       const watcher = new PassCounter('watch', { statuses: ['running', 'terminating'] });
       const services = new PassCounter('services', { statuses: [], family: true });
@@ -211,15 +209,12 @@ for (const kind of DATABASE_KINDS) {
         await eventually(async () => loops.every((c) => c.passes === 3 || c === deaf), 5000, 'every loop to wake');
       } finally {
         await manager.stop();
-        await db.close();
-        await scratch?.drop();
+        await close();
       }
     });
 
     it('ask when the next row falls due only after a NOTIFY, not on every pass that finds nothing', async () => {
-      const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
-      const opened = scratch ? openPostgres(scratch.url) : await openPglite();
-      await migrate(opened);
+      const { db: opened, close } = await openMigrated(kind);
       const { db, count } = counting(opened, /min\(next_reconcile_at\)/);
       const claims = counting(opened, /SET lease_owner = \$1/);
       const idle = new Idle(db);
@@ -236,15 +231,12 @@ for (const kind of DATABASE_KINDS) {
         expect(count()).to.equal(2);
       } finally {
         await manager.stop();
-        await opened.close();
-        await scratch?.drop();
+        await close();
       }
     });
 
     it('settle ended instances in the ledger between its counts only after a NOTIFY on instances', async () => {
-      const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
-      const opened = scratch ? openPostgres(scratch.url) : await openPglite();
-      await migrate(opened);
+      const { db: opened, close } = await openMigrated(kind);
       const { db, count } = counting(opened, /instance_accruals/);
       const manager = new ControllerManager(opened, 'test-owner', [new LedgerController(db, winston.createLogger({ silent: true }), 60_000)], winston.createLogger({ silent: true }), 50);
       try {
@@ -257,8 +249,7 @@ for (const kind of DATABASE_KINDS) {
         await eventually(async () => count() === afterTheFirstCount + 1, 5000, 'a NOTIFY to make it settle ended instances');
       } finally {
         await manager.stop();
-        await opened.close();
-        await scratch?.drop();
+        await close();
       }
     });
   });
