@@ -21,7 +21,8 @@ const decompress = promisify(inflateRaw);
 const COMPRESSION_LEVEL = 1;
 /**
  * Shorter pages are stored as they are ('identity'): a line or two compresses to about its own size, and each
- * compression is a trip to libuv's thread pool; with 2 000 jobs printing a line a second, 8% of the server's CPU.
+ * compression is a trip to libuv's thread pool; with 2 000 jobs printing a line a second, 7.5% of the server's CPU
+ * (bench/README.md, "The watch loop's cost per look").
  */
 const COMPRESSED_FROM_BYTES = 512;
 
