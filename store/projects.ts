@@ -29,6 +29,9 @@ export function newToken(): string {
   return randomBytes(32).toString('hex');
 }
 
+/** PostgreSQL's SQLSTATE for a unique index's conflict; PGlite reports the same. */
+const UNIQUE_VIOLATION = '23505';
+
 const toProject = (r: any): ProjectRecord => ({ id: r.id, name: r.name, backends: r.backends, createdAt: r.created_at });
 
 export function projectView(p: ProjectRecord): Project {
@@ -68,13 +71,22 @@ export function userView(u: UserRecord): User {
   return { name: u.name, admin: u.globalRole === 'admin', createdAt: u.createdAt.toISOString() };
 }
 
-/** Creates the user, or gives an existing one a new token. The token itself is never stored. */
+/**
+ * Creates the user, or gives an existing one a new token. The token itself is never stored.
+ * Two servers starting on one database insert the same admin at once: the loser trips over the
+ * token's unique index before the name's conflict is seen, and once the winner has committed, its
+ * second try updates that row.
+ */
 export async function upsertUser(db: Queryable, name: string, token: string, globalRole: Role): Promise<UserRecord> {
-  const rows = await db.query(
+  const upsert = () => db.query(
     `INSERT INTO users (id, name, token_hash, global_role) VALUES ($1, $2, $3, $4)
      ON CONFLICT (name) WHERE deleted_at IS NULL
      DO UPDATE SET token_hash = EXCLUDED.token_hash, global_role = EXCLUDED.global_role RETURNING *`,
     [randomUUID(), name, hashToken(token), globalRole]);
+  const rows = await upsert().catch((error: { code?: string }) => {
+    if (error.code === UNIQUE_VIOLATION) return upsert();
+    throw error;
+  });
   return toUser(rows[0]);
 }
 

@@ -4,6 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
 import { startServer, type RunningServer } from '../server/server.js';
+import { migrate } from '../store/migrations.js';
+import { openPostgres } from '../store/postgres.js';
+import { upsertUser } from '../store/projects.js';
 import { createScratchDatabase } from './helpers/databases.js';
 import { eventually, FAST_TIMINGS, gpucloudConfig } from './helpers/server.js';
 
@@ -62,5 +65,23 @@ describe('two servers on one Postgres database', function () {
 
     await api(servers[1], 'DELETE', '/fleets/shared');
     await eventually(async () => (await api(servers[0], 'GET', '/instances')).body.length === 0, 30_000, 'instances released');
+  });
+});
+
+describe('two servers starting at once on one Postgres database', () => {
+  it('both set the admin token they were given, where the second insert of the same user would trip over its token', async () => {
+    const database = await createScratchDatabase();
+    const pools = [openPostgres(database.url), openPostgres(database.url)];
+    try {
+      await migrate(pools[0]!);
+      for (let round = 0; round < 20; round++) {
+        const [first, second] = await Promise.all(pools.map((db) => upsertUser(db, `admin-${round}`, `token-${round}`, 'admin')));
+        expect(second!.id, `round ${round}`).to.equal(first!.id);
+      }
+      expect(await pools[1]!.query('SELECT count(*)::int AS n FROM users')).to.deep.equal([{ n: 20 }]);
+    } finally {
+      for (const db of pools) await db.close();
+      await database.drop();
+    }
   });
 });
