@@ -6,6 +6,7 @@ import { createProxyMiddleware, debugProxyErrorsPlugin, type Plugin, type Reques
 import type { Logger } from 'winston';
 import { AGENT_FIRST_BYTE_TIMEOUT_HEADER, AGENT_FORWARD_AUTH_HEADER, AGENT_TUNNEL_PROTOCOL, MAX_FIRST_BYTE_TIMEOUT_MS, type JobStatus, type JobSubmission } from '../api/agent.js';
 import { LABELS } from './docker-runtime.js';
+import { HostPortClaims } from './host-port-claims.js';
 import { HttpError, type ErrorBody } from './http-errors.js';
 import { awaitFirstByte, flushHeadIfQuiet, forwardingPool, hasNoBody, passBody, requestHeaders, responseHeaders, sendOn, staleConnection } from './http-forward.js';
 import type { JobManager } from './jobs.js';
@@ -57,8 +58,9 @@ async function portFree(port: number): Promise<boolean> {
 
 /**
  * Process jobs listen on this machine's loopback, on the port they declared. They share the machine's
- * network, where several replicas of one service may run: a service listens on its `servicePort` while
- * that is free, else on any free port, and `ports/<servicePort>` leads to wherever it listens.
+ * network, where several replicas of one service may run, under this agent or another on the machine: a
+ * service listens on its `servicePort` while that is free and unclaimed, else on any free port, and
+ * `ports/<servicePort>` leads to wherever it listens.
  */
 export class ProcessJobPorts implements JobPorts {
   private readonly declared = new Map<string, ReadonlySet<number>>();
@@ -66,7 +68,7 @@ export class ProcessJobPorts implements JobPorts {
   /** Service ports are chosen one job at a time, so that two jobs never get the same. */
   private choices: Promise<unknown> = Promise.resolve();
 
-  constructor(private readonly logger: Logger) {}
+  constructor(private readonly logger: Logger, private readonly claims = new HostPortClaims()) {}
 
   async submitted(submission: JobSubmission): Promise<JobSubmission> {
     const { jobId, servicePort } = submission;
@@ -78,8 +80,10 @@ export class ProcessJobPorts implements JobPorts {
   }
 
   removed(jobId: string): void {
+    const service = this.services.get(jobId);
     this.declared.delete(jobId);
     this.services.delete(jobId);
+    if (service) void this.claims.release(service.port, jobId);
   }
 
   async upstream(job: JobStatus, port: number): Promise<Upstream | undefined> {
@@ -91,7 +95,7 @@ export class ProcessJobPorts implements JobPorts {
   private async servicePortOf(jobId: string, servicePort: number): Promise<number> {
     const known = this.services.get(jobId);
     if (known) return known.port;
-    const port = !this.heldByAnother(jobId, servicePort) && await portFree(servicePort) ? servicePort : await this.freePort(jobId);
+    const port = !this.heldByAnother(jobId, servicePort) && await this.claimFree(servicePort, jobId) ? servicePort : await this.freePort(jobId);
     this.services.set(jobId, { servicePort, port });
     this.logger.info('service port chosen', { jobId, servicePort, port });
     return port;
@@ -101,8 +105,16 @@ export class ProcessJobPorts implements JobPorts {
     for (;;) {
       const port = await bindBriefly(0);
       if (port === undefined) throw new Error('no free port to listen on');
-      if (!this.heldByAnother(jobId, port)) return port;
+      if (!this.heldByAnother(jobId, port) && await this.claims.claim(port, jobId)) return port;
     }
+  }
+
+  /** Claims `port` for the job when no agent on this machine has, and keeps the claim only if nothing listens there. */
+  private async claimFree(port: number, jobId: string): Promise<boolean> {
+    if (!(await this.claims.claim(port, jobId))) return false;
+    if (await portFree(port)) return true;
+    await this.claims.release(port, jobId);
+    return false;
   }
 
   private heldByAnother(jobId: string, port: number): boolean {

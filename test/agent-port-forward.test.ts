@@ -316,6 +316,41 @@ describe('agent port forward (process runtime)', function () {
     expect(new Set(listening).size).to.equal(2);
   });
 
+  it('starts replicas of one servicePort on two agents of this machine at the same moment on ports of their own, and frees the port with its job', async () => {
+    const servicePort = await freePort();
+    const neighbour = await startAgent({ token, runtime: 'process', instanceId: 'port-forward-neighbour', workDir: join(scratch, 'neighbour') });
+    const clients = [client, new AgentClient(neighbour.url, token)];
+    const replicaOn = () => {
+      const replica = submission({ commands: ['node replica.cjs'], files: [{ path: 'replica.cjs', contentBase64: base64(REPLICA_SERVER) }], servicePort });
+      replica.env = { REPLICA: replica.jobId };
+      return replica;
+    };
+    const portOf = async (agent: AgentClient, replica: JobSubmission) => {
+      await waitForLine(agent, replica.jobId, 'ready');
+      const { url, headers } = agent.portAccess(replica.jobId, servicePort, '/');
+      return Number((await (await fetch(url, { headers })).text()).split(' ')[1]);
+    };
+    try {
+      for (let round = 0; round < 3; round++) {
+        const replicas = clients.map(replicaOn);
+        await Promise.all(replicas.map((replica, i) => clients[i]!.submit(replica)));
+        const listening = await Promise.all(replicas.map((replica, i) => portOf(clients[i]!, replica)));
+        expect(listening, 'one replica on the service port, the other elsewhere').to.include(servicePort);
+        expect(new Set(listening).size).to.equal(2);
+        for (const [i, replica] of replicas.entries()) {
+          await clients[i]!.stop(replica.jobId, { abort: true });
+          await waitForState(clients[i]!, replica.jobId, ['exited', 'failed', 'stopped']);
+          await clients[i]!.remove(replica.jobId);
+        }
+      }
+      const alone = replicaOn();
+      await clients[1]!.submit(alone);
+      expect(await portOf(clients[1]!, alone), 'the port its removed neighbours held').to.equal(servicePort);
+    } finally {
+      await neighbour.close();
+    }
+  });
+
   it('answers 404 for a port the job did not declare and for an unknown job, on requests and upgrades', async () => {
     const undeclared = access('/info', jobPort + 1 === silentPort ? jobPort + 2 : jobPort + 1);
     const response = await fetch(undeclared.url, { headers: undeclared.headers });
