@@ -8,7 +8,7 @@ import type { ProjectRecord } from '../store/projects.js';
 import type { RunRecord } from '../store/runs.js';
 import { checkServiceGateway, writeGateway, type WrittenGateway } from './gateways.js';
 import { conflict, HttpError } from './http-errors.js';
-import { submitRun } from './routes/runs.js';
+import { submitRun } from './submit-run.js';
 import type { BatchItem } from './specs.js';
 
 export type Written =

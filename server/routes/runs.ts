@@ -1,14 +1,12 @@
 import Router from '@koa/router';
-import type { JobFile, JobRepo } from '../../api/agent.js';
-import { cronExpressions, formatUtc, nextTick } from '../../api/cron.js';
+import { cronExpressions } from '../../api/cron.js';
 import { isDnsLabel } from '../../api/names.js';
-import { randomRunName } from '../run-names.js';
 import { fieldsNotActedOn, type JobRuntime } from '../../api/not-acted-on.js';
 import { budgetRunway } from '../../api/costs.js';
 import type { RunPlan } from '../../api/objects.js';
 import { blockCount, blockShare } from '../../api/blocks.js';
 import { replicaGroupsOf } from '../../api/replica-groups.js';
-import { describeRequirement, describeRequirementInWords, intersectRequirements, normalizeResources, offerSatisfies } from '../../api/resources.js';
+import { describeRequirementInWords, intersectRequirements, normalizeResources, offerSatisfies } from '../../api/resources.js';
 import { serviceSettings } from '../../api/service-settings.js';
 import type { RunSpec } from '../../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
@@ -27,17 +25,16 @@ import { listActiveFleets, type FleetDesired, type FleetRecord } from '../../sto
 import { toInstance } from '../../store/instances.js';
 import type { ProjectRecord } from '../../store/projects.js';
 import { getRunView, listRunViews } from '../../store/run-views.js';
-import { blocksHeld, deleteRun, getRunByName, insertRun, requestRunStop, type RunRecord } from '../../store/runs.js';
-import { isLiveSchedule, isSchedule, updateSchedule } from '../../store/schedules.js';
-import { updateService } from '../../store/services.js';
+import { blocksHeld, deleteRun, getRunByName, requestRunStop, type RunRecord } from '../../store/runs.js';
+import { isLiveSchedule } from '../../store/schedules.js';
 import { projectFor, type AuthState } from '../auth.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, conflict, notFound, readJsonObject } from '../http-errors.js';
 import { checkedFiles, checkedFleetsApplied, checkedRepos, checkedRunSpec } from '../specs.js';
+import { firstTick, isLiveService, stillActive, submitRun } from '../submit-run.js';
 
 /** Offers a plan shows; it says how many more there are. */
 const PLANNED_OFFERS = 5;
-const MAX_GENERATED_NAME_TRIES = 5;
 /** A plan asks an idle instance's agent how it runs jobs; a plan never waits long on one that does not answer. */
 const AGENT_QUESTION_TIMEOUT_MS = 1000;
 
@@ -99,72 +96,6 @@ export async function runFor(server: ServerContext, ctx: Parameters<typeof proje
   const run = isDnsLabel(runName) ? await getRunByName(server.db, project.id, runName) : null;
   if (!run) throw notFound(`run ${runName} not found in project ${project.name}`);
   return { project, run };
-}
-
-function stillActive(live: RunRecord): string {
-  return isSchedule(live)
-    ? `${live.name} is a scheduled ${live.kind}; end its schedule first (orchestrator stop ${live.name}) or choose another name`
-    : `run ${live.name} is still active; stop it first (orchestrator stop ${live.name}) or choose another name`;
-}
-
-/** When a schedule's next run is due if applied now; undefined for a run without schedule. */
-function firstTick(spec: RunSpec): Date | undefined {
-  return spec.schedule ? nextTick(cronExpressions(spec.schedule), new Date()) : undefined;
-}
-
-/** A live service that a re-apply of its name updates in place (a schedule of a service is updated as a schedule). */
-function isLiveService(live: RunRecord): boolean {
-  return live.kind === 'service' && !isSchedule(live) && !FINISHED_RUN_STATUSES.includes(live.status) && live.desired === 'run';
-}
-
-/**
- * Writes a submitted run and its event; a live run of the same name is a conflict, except a service, which
- * takes the new spec (a rolling update, or a new replica count in place), and a schedule, which takes the new
- * spec and schedule from its next run on. The caller sends the NOTIFY.
- */
-export async function submitRun(q: Queryable, project: ProjectRecord, userId: string, spec: RunSpec, files: JobFile[], repos: JobRepo[]): Promise<RunRecord> {
-  const requirement = normalizeResources(spec.resources, 'run', spec.max_price);
-  const priority = spec.priority ?? 0;
-  const nextTickAt = firstTick(spec);
-  if (nextTickAt && spec.name) {
-    const live = await getRunByName(q, project.id, spec.name);
-    if (live && isLiveSchedule(live)) {
-      await updateSchedule(q, live, { spec: spec as Record<string, unknown>, files, repos, requirement, priority }, nextTickAt);
-      await recordEvent(q, { projectId: project.id, objectKind: 'run', objectId: live.id, objectName: live.name, reason: 'Updated', message: `generation ${live.generation + 1}; next run at ${formatUtc(nextTickAt)}` });
-      return live;
-    }
-  }
-  if (spec.type === 'service' && spec.name) {
-    const live = await getRunByName(q, project.id, spec.name);
-    if (live && isLiveService(live)) {
-      const { update, generation } = await updateService(q, live, { spec: spec as Record<string, unknown>, files, repos, requirement, priority });
-      if (update !== 'unchanged') {
-        const message = {
-          rolling: `generation ${generation}: replicas are replaced one at a time`,
-          settled: `back to generation ${generation}, whose replicas serve on`,
-          'in-place': 'replicas and scaling changed in place',
-        }[update];
-        await recordEvent(q, { projectId: project.id, objectKind: 'run', objectId: live.id, objectName: live.name, reason: 'Updated', message });
-      }
-      return live;
-    }
-  }
-  let run: RunRecord | null = null;
-  for (let attempt = 0; !run && attempt < (spec.name ? 1 : MAX_GENERATED_NAME_TRIES); attempt++) {
-    const name = spec.name ?? randomRunName();
-    run = await insertRun(q, {
-      projectId: project.id, userId, name, kind: spec.type,
-      spec: { ...spec, name } as Record<string, unknown>, files, repos, requirement, priority, nextTickAt,
-    });
-    if (!run && spec.name) {
-      const live = await getRunByName(q, project.id, name);
-      throw conflict(live ? stillActive(live) : `run ${name} was submitted at the same moment; try again`);
-    }
-  }
-  if (!run) throw conflict('could not find a free run name; give the run a name');
-  const submitted = nextTickAt ? `scheduled ${spec.type} submitted (${describeRequirement(requirement)}); first run at ${formatUtc(nextTickAt)}` : `${spec.type} submitted (${describeRequirement(requirement)})`;
-  await recordEvent(q, { projectId: project.id, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'Submitted', message: submitted });
-  return run;
 }
 
 /** The project's active fleets as they will be once `applying` is written: updated in place, new ones last. */
