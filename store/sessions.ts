@@ -39,7 +39,8 @@ export const CSRF_HEADER = 'x-csrf-token';
 
 /** The session token a request's Cookie header carries, if any. */
 export function sessionTokenIn(cookieHeader: string | undefined): string | null {
-  for (const part of (cookieHeader ?? '').split(';')) {
+  if (cookieHeader === undefined) return null;
+  for (const part of cookieHeader.split(';')) {
     const [name, ...value] = part.trim().split('=');
     if (name === SESSION_COOKIE) return value.join('=') || null;
   }
