@@ -78,19 +78,34 @@ export interface NewRun {
   priority: number;
   /** A scheduled task: it waits as `pending` until then, and its schedule controller submits its runs. */
   nextTickAt?: Date;
+  /** The run's event, recorded in the statement that inserts it. */
+  event?: { reason: string; message: string };
 }
 
-/** Submits a run. A finished run of the same name is replaced; a live one, or one submitted at the same moment, is a conflict (null). */
+/**
+ * Submits a run. A finished run of the same name is replaced; a live one, or one submitted at the same moment, is a
+ * conflict (null). A new name, the common case, takes one statement: the name's holder is looked at only when it has one.
+ */
 export async function insertRun(db: Queryable, n: NewRun): Promise<RunRecord | null> {
+  const inserted = await insertRunRow(db, n);
+  if (inserted) return inserted;
   const live = await db.query(`SELECT id, status FROM runs WHERE project_id = $1 AND name = $2 AND NOT deleted AND service_id IS NULL`, [n.projectId, n.name]);
   if (live[0] && !['terminated', 'failed', 'done'].includes(live[0].status)) return null;
   if (live[0]) await db.query('UPDATE runs SET deleted = true WHERE id = $1', [live[0].id]);
+  return insertRunRow(db, n);
+}
+
+async function insertRunRow(db: Queryable, n: NewRun): Promise<RunRecord | null> {
   const rows = await db.query(
-    `INSERT INTO runs (id, project_id, user_id, name, kind, spec, files, repos, requirement, priority, status, status_message, next_tick_at, next_reconcile_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $10, $8, $9, $11, $12, $13, coalesce($13, now()))
-     ON CONFLICT (project_id, name) WHERE NOT deleted AND service_id IS NULL DO NOTHING RETURNING *`,
+    `WITH inserted AS (
+       INSERT INTO runs (id, project_id, user_id, name, kind, spec, files, repos, requirement, priority, status, status_message, next_tick_at, next_reconcile_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $10, $8, $9, $11, $12, $13, coalesce($13, now()))
+       ON CONFLICT (project_id, name) WHERE NOT deleted AND service_id IS NULL DO NOTHING RETURNING *),
+     recorded AS (${INSERT_EVENT} SELECT project_id, 'run', id, name, $14, $15 FROM inserted WHERE $14::text IS NOT NULL)
+     SELECT * FROM inserted`,
     [randomUUID(), n.projectId, n.userId, n.name, n.kind, n.spec, n.files, n.requirement, n.priority, n.repos ?? [],
-      n.nextTickAt ? 'pending' : 'submitted', n.nextTickAt ? nextRunMessage(n.nextTickAt) : 'waiting to be scheduled', n.nextTickAt ?? null]);
+      n.nextTickAt ? 'pending' : 'submitted', n.nextTickAt ? nextRunMessage(n.nextTickAt) : 'waiting to be scheduled', n.nextTickAt ?? null,
+      n.event?.reason ?? null, n.event?.message ?? null]);
   return rows[0] ? toRun(rows[0]) : null;
 }
 
