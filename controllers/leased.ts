@@ -48,10 +48,18 @@ export abstract class LeasedController<T> implements Controller {
   private wakeLoop: () => void = () => {};
   private wakeTimer: NodeJS.Timeout | null = null;
   private wakeAt = Number.POSITIVE_INFINITY;
-  /** Leases given back by reconciles that end meanwhile go back in one statement. */
+  /**
+   * Leases given back by reconciles that end meanwhile go back in one statement. It is tried twice: on PostgreSQL it can
+   * be a deadlock's victim (its rows locked in one order, a scheduler's in another). Failing twice, it is logged and the
+   * leases run out instead: a rejection here reached no handler and stopped the server.
+   */
   private readonly releases = new BatchedCalls<{ id: string; nextInMs: number }, void>(async (releases) => {
-    if (releases.length === 1) await releaseLease(this.db, this.options.table, releases[0]!.id, this.owner, releases[0]!.nextInMs);
-    else await releaseLeases(this.db, this.options.table, this.owner, releases);
+    const release = () => releases.length === 1
+      ? releaseLease(this.db, this.options.table, releases[0]!.id, this.owner, releases[0]!.nextInMs)
+      : releaseLeases(this.db, this.options.table, this.owner, releases);
+    await release().catch(release).catch((error: Error) => {
+      this.logger.warn(`${this.name}: giving back ${releases.length} lease(s) failed, they run out instead: ${error.message}`);
+    });
     return [];
   }, (release) => release.id);
   /** When the earliest row nobody held fell due, as last read; rows change under it only with a NOTIFY or by our releases. */

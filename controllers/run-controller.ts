@@ -10,14 +10,14 @@ import { AgentClient, AgentError, AgentUnreachableError } from '../agent/client.
 import { CHANNELS, runChange } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
-import { releaseLease } from '../store/leases.js';
-import { getFleetById } from '../store/fleets.js';
+import { getFleetById, type FleetRecord } from '../store/fleets.js';
 import { getInstance, releaseInstanceFromRun, type InstanceRecord } from '../store/instances.js';
 import { instanceAddress, isNodeJob, MULTI_NODE_PARENT, nodeAddresses, startupWait } from '../store/nodes.js';
-import { toRun, updateRun, type RunRecord } from '../store/runs.js';
+import { toRun, updateRun, writeRunStep, type RunRecord } from '../store/runs.js';
 import { requiredSecrets, type SecretBox } from '../store/secrets.js';
 import { SERVICE_PARENT } from '../store/services.js';
 import { LEASE_GIVEN_BACK, LeasedController } from './leased.js';
+import type { PlacedRun } from './scheduler.js';
 import { copyJobLogs } from './log-copy.js';
 import { endRun, statusReason } from './run-end.js';
 import { UtilizationWatch } from './utilization-policy.js';
@@ -54,6 +54,8 @@ export class RunController extends LeasedController<RunRecord> {
   /** When each run's lines were last copied, whether that copy found any, and the last line stored; hints kept in memory. */
   private readonly lastLogCopy = new Map<string, { at: number; printing: boolean; lastSeq: number }>();
   private readonly utilization = new UtilizationWatch();
+  /** The instance and fleet of runs this server's scheduler placed and handed over, as it read them, for their first start. */
+  private readonly placedReads = new Map<string, { instance: InstanceRecord; fleet: FleetRecord }>();
 
   constructor(db: Db, owner: string, logger: Logger, phase: 'start' | 'watch', protected readonly maxLogBytes: number,
     private readonly secrets: SecretBox) {
@@ -70,9 +72,17 @@ export class RunController extends LeasedController<RunRecord> {
     return toRun(row);
   }
 
+  /** Starts runs the scheduler of this server placed and leased to this loop, with the instance and fleet it read. */
+  startPlaced(placed: PlacedRun[]): void {
+    for (const { row, instance, fleet } of placed) this.placedReads.set(row.id, { instance, fleet });
+    this.adopt(placed.map(({ row }) => row));
+  }
+
   protected async reconcile(run: RunRecord): Promise<number | typeof LEASE_GIVEN_BACK> {
-    const instance = run.instanceId ? await getInstance(this.db, run.instanceId) : null;
-    if (run.status === 'provisioning') return this.provisioning(run, instance);
+    const placed = this.placedReads.get(run.id);
+    this.placedReads.delete(run.id);
+    const instance = placed?.instance ?? (run.instanceId ? await getInstance(this.db, run.instanceId) : null);
+    if (run.status === 'provisioning') return this.provisioning(run, instance, placed?.fleet);
     return this.watch(run, instance, null);
   }
 
@@ -133,7 +143,8 @@ export class RunController extends LeasedController<RunRecord> {
     return run.status === 'terminating' ? 250 : pollDelay(run);
   }
 
-  private async provisioning(run: RunRecord, instance: InstanceRecord | null): Promise<number | typeof LEASE_GIVEN_BACK> {
+  /** `placedFleet`: the instance's fleet as the placing pass read it, when this server placed the run. */
+  private async provisioning(run: RunRecord, instance: InstanceRecord | null, placedFleet?: FleetRecord): Promise<number | typeof LEASE_GIVEN_BACK> {
     if (run.desired !== 'run') {
       if (instance) await releaseInstanceFromRun(this.db, instance.id, run.id);
       await this.finish(run, null, 'terminated', stopReason(run), 'stopped before its job started', null);
@@ -154,8 +165,9 @@ export class RunController extends LeasedController<RunRecord> {
       if (run.statusMessage !== waiting) await updateRun(this.db, run.id, this.owner, { status_message: waiting });
       return SIBLING_POLL_MS;
     }
-    const gpuIndices = run.blocks === null ? null : await this.blockGpuIndices(run.blocks, instance);
-    const fleetEnv = ((await getFleetById(this.db, instance.fleetId)).spec.env ?? {}) as Record<string, string>;
+    const fleet = placedFleet ?? await getFleetById(this.db, instance.fleetId);
+    const gpuIndices = run.blocks === null ? null : blockGpuIndices(run.blocks, instance, fleet);
+    const fleetEnv = (fleet.spec.env ?? {}) as Record<string, string>;
     const submission = await this.withSecrets(run, jobFor(run, instance, ips, gpuIndices, fleetEnv));
     if (typeof submission === 'string') {
       await releaseInstanceFromRun(this.db, instance.id, run.id);
@@ -210,13 +222,6 @@ export class RunController extends LeasedController<RunRecord> {
     }
   }
 
-  /** The GPUs of the blocks the run holds on its shared instance. */
-  private async blockGpuIndices(blocks: number[], instance: InstanceRecord): Promise<number[]> {
-    const fleet = await getFleetById(this.db, instance.fleetId);
-    const gpus = instance.offer?.gpu.count ?? 0;
-    return blockGpus(blocks, gpus, blockCount(fleet.spec, gpus, instance.sshHost?.name ?? null));
-  }
-
   private async requeue(run: RunRecord, message: string): Promise<void> {
     const rows = await this.db.query(
       `UPDATE runs SET status = 'submitted', status_message = $3, instance_id = NULL, fleet_id = NULL, blocks = NULL,
@@ -232,10 +237,8 @@ export class RunController extends LeasedController<RunRecord> {
    * finds the row free to claim, rather than waiting for its next interval.
    */
   private async transition(run: RunRecord, status: RunStatus, message: string, extra: Record<string, unknown> = {}, { handOver = false } = {}): Promise<boolean> {
-    if (!(await updateRun(this.db, run.id, this.owner, { status, status_message: message, ...extra }))) return false;
+    if (!(await writeRunStep(this.db, run.id, this.owner, { status, status_message: message, ...extra }, runEvent(run, statusReason(status), message), { handOver }))) return false;
     run.status = status;
-    await recordEvent(this.db, runEvent(run, statusReason(status), message));
-    if (handOver) await releaseLease(this.db, 'runs', run.id, this.owner, 0);
     await this.db.notify(CHANNELS.runs, runChange([run]));
     return true;
   }
@@ -269,6 +272,12 @@ export class RunController extends LeasedController<RunRecord> {
     if (!instance?.agentUrl || !run.jobId || instance.status === 'terminated') return;
     await copyJobLogs(this.db, agentOf(instance), run, { maxBytes: this.maxLogBytes, budgetMs: Number.POSITIVE_INFINITY });
   }
+}
+
+/** The GPUs of the blocks the run holds on its shared instance. */
+function blockGpuIndices(blocks: number[], instance: InstanceRecord, fleet: FleetRecord): number[] {
+  const gpus = instance.offer?.gpu.count ?? 0;
+  return blockGpus(blocks, gpus, blockCount(fleet.spec, gpus, instance.sshHost?.name ?? null));
 }
 
 export function agentOf(instance: InstanceRecord): AgentClient {

@@ -1,8 +1,7 @@
 import type { RunStatus, RunTerminationReason } from '../api/status.js';
-import type { Db } from '../store/db.js';
+import type { Db, Queryable } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
-import { releaseInstanceFromRun } from '../store/instances.js';
-import { insertRetryAttempt, updateRun, type RunRecord } from '../store/runs.js';
+import { insertRetryAttempt, writeRunStep, type RunRecord } from '../store/runs.js';
 import { retryDecision } from './retry-policy.js';
 
 export interface RunEnd {
@@ -23,21 +22,21 @@ export interface RunEnd {
 export async function endRun(db: Db, owner: string, run: RunRecord, end: RunEnd): Promise<boolean> {
   const { status, reason, message, exitCode } = end;
   const retry = status === 'failed' ? retryDecision(run, reason) : null;
-  return db.transaction(async (tx) => {
-    const ended = await updateRun(tx, run.id, owner, {
+  const write = async (q: Queryable) => {
+    const ended = await writeRunStep(q, run.id, owner, {
       status, termination_reason: reason, status_message: message, exit_code: exitCode, finished_at: new Date(),
       ...(end.startedAt && { started_at: end.startedAt }),
-    });
-    if (!ended) return false;
-    if (end.releaseInstance && run.instanceId) await releaseInstanceFromRun(tx, run.instanceId, run.id);
-    await recordEvent(tx, runEvent(run, statusReason(status), `${reason}: ${message} (attempt ${run.attempt})`));
-    const next = retry && await insertRetryAttempt(tx, run, `attempt ${run.attempt + 1} after ${retry.event}; waiting to be scheduled`);
+    }, runEvent(run, statusReason(status), `${reason}: ${message} (attempt ${run.attempt})`), { releaseInstance: end.releaseInstance ? run.instanceId : null });
+    if (!ended || !retry) return ended;
+    const next = await insertRetryAttempt(q, run, `attempt ${run.attempt + 1} after ${retry.event}; waiting to be scheduled`);
     if (next) {
-      await recordEvent(tx, runEvent(run, 'Retrying',
-        `attempt ${run.attempt} failed (${reason}); attempt ${next.attempt} submitted, retry on ${retry!.event} until ${retry!.until.toISOString()}`));
+      await recordEvent(q, runEvent(run, 'Retrying',
+        `attempt ${run.attempt} failed (${reason}); attempt ${next.attempt} submitted, retry on ${retry.event} until ${retry.until.toISOString()}`));
     }
     return true;
-  });
+  };
+  // The end is one statement; a next attempt is written with it in one transaction.
+  return retry ? db.transaction(write) : write(db);
 }
 
 /** `Running`, `Failed`...: a status as an event's reason. */

@@ -43,14 +43,22 @@ export function newInstances(placement: Placement): NewInstance[] {
   return choices.flatMap((choice) => (choice.kind === 'provision' ? [{ fleetId: choice.fleet.id, requirement: choice.requirement }] : []));
 }
 
+/** A run this pass placed on an instance that is up: its row as the placing write left it, with its instance and fleet as placed. */
+export interface PlacedRun {
+  row: Row;
+  instance: InstanceRecord;
+  fleet: FleetRecord;
+}
+
 /**
  * This server's start loop (run-controller.ts): a run placed on an instance that is up is leased to it in the placing
- * write and handed over after the commit, so it starts without waiting for a NOTIFY's trip and a claim.
+ * write and handed over after the commit, with the instance and fleet the pass read under its lock, so it starts
+ * without waiting for a NOTIFY's trip and a claim, and without reading them again.
  */
 export interface PlacedRunStarter {
   readonly owner: string;
   readonly leaseMs: number;
-  adopt(rows: Row[]): void;
+  startPlaced(placed: PlacedRun[]): void;
 }
 
 /**
@@ -65,7 +73,7 @@ export class Scheduler implements Controller {
   /** The runs whose status this pass changed, for its NOTIFY. */
   private changedRuns: ChangedRun[] = [];
   /** The runs this pass placed and leased to `starter`, which starts them once the pass has committed. */
-  private startHere: Row[] = [];
+  private startHere: PlacedRun[] = [];
   private readonly queue = new QueuedRuns();
 
   constructor(private readonly db: Db, private readonly pool: BackendPool, private readonly starter?: PlacedRunStarter) {}
@@ -98,7 +106,7 @@ export class Scheduler implements Controller {
       }
       return any;
     });
-    if (changed && this.startHere.length > 0) this.starter!.adopt(this.startHere);
+    if (changed && this.startHere.length > 0) this.starter!.startPlaced(this.startHere);
     if (this.createdInstances) await this.db.notify(CHANNELS.instances);
     if (changed) await this.db.notify(CHANNELS.runs, runChange(this.changedRuns));
   }
@@ -155,7 +163,7 @@ export class Scheduler implements Controller {
         const taken = await this.take(tx, projectId, run, placement, run.id, instances);
         if (!taken) return false;
         const ready = placement.kind === 'instance' && placement.ready;
-        await this.placed(tx, projectId, run, placement.fleet, { message: taken.message, fleetId: placement.fleet.id, instanceId: taken.instance.id, blocks: null }, ready);
+        await this.placed(tx, projectId, run, placement.fleet, taken.instance, { message: taken.message, fleetId: placement.fleet.id, instanceId: taken.instance.id, blocks: null }, ready);
         return true;
       }
       case 'nodes':
@@ -196,7 +204,7 @@ export class Scheduler implements Controller {
     held.set(instance.id, [...(held.get(instance.id) ?? []), ...blocks]);
     const total = blockCount(fleet.spec, instance.offer!.gpu.count, instance.sshHost?.name ?? null);
     const message = `starting on ${instance.name}, block${blocks.length === 1 ? '' : 's'} ${blocks.join(', ')} of ${total}`;
-    await this.placed(tx, projectId, run, fleet, { message, fleetId: fleet.id, instanceId: instance.id, blocks }, true);
+    await this.placed(tx, projectId, run, fleet, instance, { message, fleetId: fleet.id, instanceId: instance.id, blocks }, true);
     return true;
   }
 
@@ -243,12 +251,11 @@ export class Scheduler implements Controller {
    * write, to be handed over after the commit; a server killed before it starts the job leaves a lease that runs out,
    * and any server's start loop then claims the run as before.
    */
-  private async placed(tx: Queryable, projectId: string, run: QueuedRun, fleet: FleetRecord, place: RunPlace, ready: boolean): Promise<void> {
+  private async placed(tx: Queryable, projectId: string, run: QueuedRun, fleet: FleetRecord, instance: InstanceRecord, place: RunPlace, ready: boolean): Promise<void> {
     const lease = ready && this.starter ? { owner: this.starter.owner, ms: this.starter.leaseMs } : null;
-    const row = await markPlaced(tx, run.id, place, lease);
-    await recordEvent(tx, runEvent({ ...run, projectId }, 'Provisioning', `fleet ${fleet.name}: ${place.message}`));
+    const row = await markPlaced(tx, run.id, place, lease, runEvent({ ...run, projectId }, 'Provisioning', `fleet ${fleet.name}: ${place.message}`));
     const startedByPlacer = lease !== null && row.lease_owner === lease.owner;
-    if (startedByPlacer) this.startHere.push(row);
+    if (startedByPlacer) this.startHere.push({ row, instance: { ...instance }, fleet });
     this.changedRuns.push({ ...run, status: 'provisioning', startedByPlacer });
   }
 

@@ -62,12 +62,14 @@ export async function submitRun(q: Queryable, project: ProjectRecord, userId: st
       return live;
     }
   }
+  const submitted = nextTickAt ? `scheduled ${spec.type} submitted (${describeRequirement(requirement)}); first run at ${formatUtc(nextTickAt)}` : `${spec.type} submitted (${describeRequirement(requirement)})`;
   let run: RunRecord | null = null;
   for (let attempt = 0; !run && attempt < (spec.name ? 1 : MAX_GENERATED_NAME_TRIES); attempt++) {
     const name = spec.name ?? randomRunName();
     run = await insertRun(q, {
       projectId: project.id, userId, name, kind: spec.type,
       spec: { ...spec, name } as Record<string, unknown>, files, repos, requirement, priority, nextTickAt,
+      event: { reason: 'Submitted', message: submitted },
     });
     if (!run && spec.name) {
       const live = await getRunByName(q, project.id, name);
@@ -75,7 +77,5 @@ export async function submitRun(q: Queryable, project: ProjectRecord, userId: st
     }
   }
   if (!run) throw conflict('could not find a free run name; give the run a name');
-  const submitted = nextTickAt ? `scheduled ${spec.type} submitted (${describeRequirement(requirement)}); first run at ${formatUtc(nextTickAt)}` : `${spec.type} submitted (${describeRequirement(requirement)})`;
-  await recordEvent(q, { projectId: project.id, objectKind: 'run', objectId: run.id, objectName: run.name, reason: 'Submitted', message: submitted });
   return run;
 }

@@ -23,9 +23,14 @@ export function runEvent(run: { id: string; projectId: string; name: string; kin
 }
 
 export async function recordEvent(db: Queryable, e: EventInput): Promise<void> {
-  await db.query(
-    `INSERT INTO events (project_id, object_kind, object_id, object_name, reason, message) VALUES ($1, $2, $3, $4, $5, $6)`,
-    [e.projectId, e.objectKind, e.objectId, e.objectName, e.reason, e.message]);
+  await db.query(`${INSERT_EVENT} VALUES ($1, $2, $3, $4, $5, $6)`, eventParams(e));
+}
+
+/** The start of an event's insert, for a statement that gives its values (eventParams, in this order) itself. */
+export const INSERT_EVENT = 'INSERT INTO events (project_id, object_kind, object_id, object_name, reason, message)';
+
+export function eventParams(e: EventInput): string[] {
+  return [e.projectId, e.objectKind, e.objectId, e.objectName, e.reason, e.message];
 }
 
 /** An event of any project, as the server's terminal shows it. */

@@ -119,12 +119,13 @@ export function updateInstance(db: Queryable, id: string, owner: string, patch: 
 
 /** A busy instance goes back to idle once its run let go of it; only the run that holds it may free it. */
 export async function releaseInstanceFromRun(db: Queryable, instanceId: string, runId: string): Promise<boolean> {
-  const rows = await db.query(
-    `UPDATE instances SET run_id = NULL, status = CASE WHEN status = 'busy' THEN 'idle' ELSE status END,
-       idle_since = now(), updated_at = now()
-     WHERE id = $1 AND run_id = $2 RETURNING id`, [instanceId, runId]);
+  const rows = await db.query(`${RELEASE_INSTANCE} WHERE id = $1 AND run_id = $2 RETURNING id`, [instanceId, runId]);
   return rows.length > 0;
 }
+
+/** Gives instances back from their run (idle again unless they are going away); the caller says which, in its WHERE. */
+export const RELEASE_INSTANCE = `UPDATE instances SET run_id = NULL, status = CASE WHEN status = 'busy' THEN 'idle' ELSE status END,
+       idle_since = now(), updated_at = now()`;
 
 /**
  * An instance shared in blocks goes idle once no live run holds a block of it; false while one does. Its row is

@@ -4,6 +4,8 @@ import { formatUtc } from '../api/cron.js';
 import type { ResourceRequirement } from '../api/resources.js';
 import type { RunStatus, RunTerminationReason } from '../api/status.js';
 import type { Queryable, Row } from './db.js';
+import { eventParams, INSERT_EVENT, type EventInput } from './events.js';
+import { RELEASE_INSTANCE } from './instances.js';
 import { updateLeased } from './leases.js';
 
 export type RunDesire = 'run' | 'stop' | 'abort';
@@ -76,19 +78,34 @@ export interface NewRun {
   priority: number;
   /** A scheduled task: it waits as `pending` until then, and its schedule controller submits its runs. */
   nextTickAt?: Date;
+  /** The run's event, recorded in the statement that inserts it. */
+  event?: { reason: string; message: string };
 }
 
-/** Submits a run. A finished run of the same name is replaced; a live one, or one submitted at the same moment, is a conflict (null). */
+/**
+ * Submits a run. A finished run of the same name is replaced; a live one, or one submitted at the same moment, is a
+ * conflict (null). A new name, the common case, takes one statement: the name's holder is looked at only when it has one.
+ */
 export async function insertRun(db: Queryable, n: NewRun): Promise<RunRecord | null> {
+  const inserted = await insertRunRow(db, n);
+  if (inserted) return inserted;
   const live = await db.query(`SELECT id, status FROM runs WHERE project_id = $1 AND name = $2 AND NOT deleted AND service_id IS NULL`, [n.projectId, n.name]);
   if (live[0] && !['terminated', 'failed', 'done'].includes(live[0].status)) return null;
   if (live[0]) await db.query('UPDATE runs SET deleted = true WHERE id = $1', [live[0].id]);
+  return insertRunRow(db, n);
+}
+
+async function insertRunRow(db: Queryable, n: NewRun): Promise<RunRecord | null> {
   const rows = await db.query(
-    `INSERT INTO runs (id, project_id, user_id, name, kind, spec, files, repos, requirement, priority, status, status_message, next_tick_at, next_reconcile_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $10, $8, $9, $11, $12, $13, coalesce($13, now()))
-     ON CONFLICT (project_id, name) WHERE NOT deleted AND service_id IS NULL DO NOTHING RETURNING *`,
+    `WITH inserted AS (
+       INSERT INTO runs (id, project_id, user_id, name, kind, spec, files, repos, requirement, priority, status, status_message, next_tick_at, next_reconcile_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $10, $8, $9, $11, $12, $13, coalesce($13, now()))
+       ON CONFLICT (project_id, name) WHERE NOT deleted AND service_id IS NULL DO NOTHING RETURNING *),
+     recorded AS (${INSERT_EVENT} SELECT project_id, 'run', id, name, $14, $15 FROM inserted WHERE $14::text IS NOT NULL)
+     SELECT * FROM inserted`,
     [randomUUID(), n.projectId, n.userId, n.name, n.kind, n.spec, n.files, n.requirement, n.priority, n.repos ?? [],
-      n.nextTickAt ? 'pending' : 'submitted', n.nextTickAt ? nextRunMessage(n.nextTickAt) : 'waiting to be scheduled', n.nextTickAt ?? null]);
+      n.nextTickAt ? 'pending' : 'submitted', n.nextTickAt ? nextRunMessage(n.nextTickAt) : 'waiting to be scheduled', n.nextTickAt ?? null,
+      n.event?.reason ?? null, n.event?.message ?? null]);
   return rows[0] ? toRun(rows[0]) : null;
 }
 
@@ -145,6 +162,32 @@ export async function deleteRun(db: Queryable, runId: string): Promise<boolean> 
 
 type RunColumn = 'status' | 'status_message' | 'termination_reason' | 'fleet_id' | 'instance_id' | 'job_id' | 'exit_code'
   | 'started_at' | 'finished_at' | 'inactivity_stop_at' | 'gpu_underused_since';
+
+/** How writeRunStep ends the step besides writing the run and its event. */
+export interface RunStepOptions {
+  /** Gives the lease back with the write, the run due at once (for the loop that takes it over). */
+  handOver?: boolean;
+  /** Gives this instance back from the run (idle again) with the write, where the run still holds it. */
+  releaseInstance?: string | null;
+}
+
+/**
+ * A run's step in one statement: its changes written while `owner` still holds its lease, and its event with them, or
+ * neither (false: the lease was lost). On PGlite each statement costs the server's thread about as much as a small
+ * one's work, so a step that took three to five statements (a transaction's two included) takes one.
+ */
+export async function writeRunStep(db: Queryable, id: string, owner: string, patch: Partial<Record<RunColumn, unknown>>, event: EventInput, options: RunStepOptions = {}): Promise<boolean> {
+  const columns = Object.keys(patch) as RunColumn[];
+  const params: unknown[] = [id, owner, ...eventParams(event), ...columns.map((c) => patch[c])];
+  const sets = [...columns.map((c, i) => `${c} = $${i + 9}`), ...(options.handOver ? ['lease_owner = NULL, lease_expires_at = NULL, next_reconcile_at = now()'] : [])];
+  const release = options.releaseInstance
+    ? `, released AS (${RELEASE_INSTANCE} WHERE id = $${params.push(options.releaseInstance)} AND run_id = $1 AND EXISTS (SELECT 1 FROM written))`
+    : '';
+  const rows = await db.query(
+    `WITH written AS (UPDATE runs SET ${sets.join(', ')}, updated_at = now() WHERE id = $1 AND lease_owner = $2 RETURNING id)${release}
+     ${INSERT_EVENT} SELECT $3, $4, $5, $6, $7, $8 FROM written RETURNING id`, params);
+  return rows.length > 0;
+}
 
 /** Writes the changes only while `owner` still holds the run's lease; false when it lost it. */
 export function updateRun(db: Queryable, id: string, owner: string, patch: Partial<Record<RunColumn, unknown>>): Promise<boolean> {

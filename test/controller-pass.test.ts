@@ -168,6 +168,30 @@ for (const kind of DATABASE_KINDS) {
       }
     });
 
+    it('give a row\'s lease back when the first try fails (as a deadlock\'s victim), and never stop the server for it', async () => {
+      const { db, close } = await openMigrated(kind);
+      await addFleets(db, ['a']);
+      let failures = 0;
+      const failingOnce: Db = {
+        ...db,
+        query: (text, params) => {
+          if (/SET lease_owner = NULL/.test(text) && failures++ === 0) return Promise.reject(new Error('deadlock detected'));
+          return db.query(text, params);
+        },
+      };
+      const recorder = new Recorder(failingOnce);
+      try {
+        await recorder.pass();
+        await recorder.settle();
+        expect(failures).to.equal(2);
+        const [row] = await db.query<{ lease_owner: string | null }>(`SELECT lease_owner FROM fleets WHERE name = 'a'`);
+        expect(row!.lease_owner).to.equal(null);
+      } finally {
+        await recorder.settle().catch(() => undefined);
+        await close();
+      }
+    });
+
     it('stop while more rows keep falling due than a loop gets through', async () => {
       const { db, close } = await openMigrated(kind);
       await addFleets(db, ['a', 'b', 'c']);

@@ -106,8 +106,22 @@ for (const kind of DATABASE_KINDS) {
       await waitForState(new AgentClient(agent.url, agentToken), runId, ['running']);
     });
 
+    it('starts with the instance and fleet its placement read, reading neither again, and its job gets the fleet\'s env', async () => {
+      await db.query(`UPDATE fleets SET spec = '{"env": {"GREETING": "from the fleet"}}'::jsonb`);
+      await db.query(`UPDATE runs SET spec = jsonb_set(spec, '{commands}', '["echo $GREETING"]') WHERE id = $1`, [runId]);
+      const statements: string[] = [];
+      const traced: Db = { ...db, query: (text, params) => { statements.push(text); return db.query(text, params); } };
+      const start = new CountingStart(traced, 'server-a');
+      await new Scheduler(db, pool, start).pass();
+      await start.settle();
+      expect(statements.filter((text) => /FROM (instances|fleets) WHERE id = \$1/.test(text))).to.deep.equal([]);
+      const agentClient = new AgentClient(agent.url, agentToken);
+      await waitForState(agentClient, runId, ['exited']);
+      expect((await agentClient.logs(runId, 0)).entries.map((entry) => entry.text.trim())).to.include('from the fleet');
+    });
+
     it('is started by any server\'s start loop once the lease of a placing server that died before starting it runs out', async () => {
-      const died: PlacedRunStarter = { owner: 'server-a', leaseMs: 2000, adopt: () => {} };
+      const died: PlacedRunStarter = { owner: 'server-a', leaseMs: 2000, startPlaced: () => {} };
       await new Scheduler(db, pool, died).pass();
       const [placed] = await db.query(`SELECT status, lease_owner FROM runs WHERE id = $1`, [runId]);
       expect(placed).to.deep.equal({ status: 'provisioning', lease_owner: 'server-a' });
