@@ -26,6 +26,8 @@ export interface LeasedOptions {
 export const LEASE_GIVEN_BACK = 'given back';
 
 const ERROR_RETRY_MS = 5000;
+/** The longest wait before a lease that could not be given back is given back again. */
+const RELEASE_RETRY_MAX_MS = 1000;
 const DEFAULT_CONCURRENCY = 64;
 /** The longest a pass keeps claiming while rows keep falling due. */
 const PASS_SLICE_MS = 1000;
@@ -48,11 +50,17 @@ export abstract class LeasedController<T> implements Controller {
   private wakeLoop: () => void = () => {};
   private wakeTimer: NodeJS.Timeout | null = null;
   private wakeAt = Number.POSITIVE_INFINITY;
-  /** Leases given back by reconciles that end meanwhile go back in one statement. */
-  private readonly releases = new BatchedCalls<{ id: string; nextInMs: number }, void>(async (releases) => {
-    if (releases.length === 1) await releaseLease(this.db, this.options.table, releases[0]!.id, this.owner, releases[0]!.nextInMs);
-    else await releaseLeases(this.db, this.options.table, this.owner, releases);
-    return [];
+  /**
+   * Leases given back by reconciles that end meanwhile go back in one statement; each call says whether its row went
+   * back (or is no longer ours), false when another transaction held it locked and it is to be given back again.
+   */
+  private readonly releases = new BatchedCalls<{ id: string; nextInMs: number }, boolean>(async (releases) => {
+    if (releases.length === 1) {
+      await releaseLease(this.db, this.options.table, releases[0]!.id, this.owner, releases[0]!.nextInMs);
+      return [true];
+    }
+    const skipped = new Set(await releaseLeases(this.db, this.options.table, this.owner, releases));
+    return releases.map((release) => !skipped.has(release.id));
   }, (release) => release.id);
   /** When the earliest row nobody held fell due, as last read; rows change under it only with a NOTIFY or by our releases. */
   private nextDueAt = Number.NEGATIVE_INFINITY;
@@ -164,8 +172,25 @@ export abstract class LeasedController<T> implements Controller {
       return [{ id: row.id as string, nextInMs: ERROR_RETRY_MS }];
     });
     if (releases.length === 0) return;
-    await Promise.all(releases.map((release) => this.releases.call(release)));
+    await Promise.all(releases.map((release) => this.giveBack(release)));
     this.wakeIn(Math.min(...releases.map((release) => release.nextInMs)));
+  }
+
+  /**
+   * Gives a lease back, again until it went: a row left leased to this server after its reconcile would wait out its
+   * lease (15 s for a running run) before anyone looked at it again. Its delay counts from the first try.
+   */
+  private async giveBack(release: { id: string; nextInMs: number }): Promise<void> {
+    const started = Date.now();
+    for (let tries = 1; ; tries++) {
+      try {
+        if (await this.releases.call({ id: release.id, nextInMs: Math.max(0, release.nextInMs - (Date.now() - started)) })) return;
+      } catch (error) {
+        if (Date.now() - started >= this.leaseMs) throw error;
+        this.logger.warn(`${this.name}: giving back the lease of ${release.id} failed (${(error as Error).message}); trying again`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, Math.min(RELEASE_RETRY_MAX_MS, 10 * 2 ** tries)));
+    }
   }
 
   /** Makes the loop pass again when a released row falls due; one timer for the earliest. */
