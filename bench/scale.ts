@@ -44,7 +44,13 @@ const usePostgres = process.argv.includes('--postgres');
 const kill = !process.argv.includes('--no-kill');
 /** `--cpu-prof DIR`: the server writes a CPU profile there when it exits (NODE_OPTIONS refuses --cpu-prof). */
 const cpuProfileDir = process.argv.includes('--cpu-prof') ? process.argv[process.argv.indexOf('--cpu-prof') + 1]! : null;
-const LEVELS = [...new Set([Math.round(RUNS / 10), Math.round(RUNS / 2), RUNS])];
+/**
+ * `--levels 1000,5000`: stop at these levels instead of a tenth, half and all of --runs. The instances are split for
+ * --runs either way: fewer than 9 blocks of an 8-GPU instance give each run a GPU, which the runs' `gpu: 0` refuses.
+ */
+const LEVELS = process.argv.includes('--levels')
+  ? process.argv[process.argv.indexOf('--levels') + 1]!.split(',').map(Number)
+  : [...new Set([Math.round(RUNS / 10), Math.round(RUNS / 2), RUNS])];
 const TOKEN = 'bench-scale-token';
 const POLL_INTERVAL_MS = 1000;
 const GOALS = { lagP99Ms: 2000, apiP99Ms: 200, rssMb: 1024 };

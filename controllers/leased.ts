@@ -26,6 +26,8 @@ export interface LeasedOptions {
 export const LEASE_GIVEN_BACK = 'given back';
 
 const ERROR_RETRY_MS = 5000;
+/** The longest wait before a lease that could not be given back is given back again. */
+const RELEASE_RETRY_MAX_MS = 1000;
 const DEFAULT_CONCURRENCY = 64;
 /** The longest a pass keeps claiming while rows keep falling due. */
 const PASS_SLICE_MS = 1000;
@@ -49,18 +51,16 @@ export abstract class LeasedController<T> implements Controller {
   private wakeTimer: NodeJS.Timeout | null = null;
   private wakeAt = Number.POSITIVE_INFINITY;
   /**
-   * Leases given back by reconciles that end meanwhile go back in one statement. It is tried twice: on PostgreSQL it can
-   * be a deadlock's victim (its rows locked in one order, a scheduler's in another). Failing twice, it is logged and the
-   * leases run out instead: a rejection here reached no handler and stopped the server.
+   * Leases given back by reconciles that end meanwhile go back in one statement; each call says whether its row went
+   * back (or is no longer ours), false when another transaction held it locked and it is to be given back again.
    */
-  private readonly releases = new BatchedCalls<{ id: string; nextInMs: number }, void>(async (releases) => {
-    const release = () => releases.length === 1
-      ? releaseLease(this.db, this.options.table, releases[0]!.id, this.owner, releases[0]!.nextInMs)
-      : releaseLeases(this.db, this.options.table, this.owner, releases);
-    await release().catch(release).catch((error: Error) => {
-      this.logger.warn(`${this.name}: giving back ${releases.length} lease(s) failed, they run out instead: ${error.message}`);
-    });
-    return [];
+  private readonly releases = new BatchedCalls<{ id: string; nextInMs: number }, boolean>(async (releases) => {
+    if (releases.length === 1) {
+      await releaseLease(this.db, this.options.table, releases[0]!.id, this.owner, releases[0]!.nextInMs);
+      return [true];
+    }
+    const skipped = new Set(await releaseLeases(this.db, this.options.table, this.owner, releases));
+    return releases.map((release) => !skipped.has(release.id));
   }, (release) => release.id);
   /** When the earliest row nobody held fell due, as last read; rows change under it only with a NOTIFY or by our releases. */
   private nextDueAt = Number.NEGATIVE_INFINITY;
@@ -172,8 +172,30 @@ export abstract class LeasedController<T> implements Controller {
       return [{ id: row.id as string, nextInMs: ERROR_RETRY_MS }];
     });
     if (releases.length === 0) return;
-    await Promise.all(releases.map((release) => this.releases.call(release)));
+    await Promise.all(releases.map((release) => this.giveBack(release)));
     this.wakeIn(Math.min(...releases.map((release) => release.nextInMs)));
+  }
+
+  /**
+   * Gives a lease back, again until it went: a row left leased to this server after its reconcile would wait out its
+   * lease (15 s for a running run) before anyone looked at it again. A try fails as a deadlock's victim on PostgreSQL
+   * (its rows locked in one order, a scheduler's in another). Its delay counts from the first try.
+   */
+  private async giveBack(release: { id: string; nextInMs: number }): Promise<void> {
+    const started = Date.now();
+    for (let tries = 1; ; tries++) {
+      try {
+        if (await this.releases.call({ id: release.id, nextInMs: Math.max(0, release.nextInMs - (Date.now() - started)) })) return;
+      } catch (error) {
+        if (Date.now() - started >= this.leaseMs) {
+          // A rejection here would reach no handler and stop the server; the lease runs out instead.
+          this.logger.warn(`${this.name}: giving back the lease of ${release.id} failed for ${this.leaseMs} ms, it runs out instead: ${(error as Error).message}`);
+          return;
+        }
+        this.logger.warn(`${this.name}: giving back the lease of ${release.id} failed (${(error as Error).message}); trying again`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, Math.min(RELEASE_RETRY_MAX_MS, 10 * 2 ** tries)));
+    }
   }
 
   /** Makes the loop pass again when a released row falls due; one timer for the earliest. */

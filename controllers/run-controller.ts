@@ -52,7 +52,7 @@ export interface JobLook {
 export class RunController extends LeasedController<RunRecord> {
   readonly name: string;
   /** When each run's lines were last copied, whether that copy found any, and the last line stored; hints kept in memory. */
-  private readonly lastLogCopy = new Map<string, { at: number; printing: boolean; lastSeq: number }>();
+  protected readonly lastLogCopy = new Map<string, { at: number; printing: boolean; lastSeq: number }>();
   private readonly utilization = new UtilizationWatch();
   /** The instance and fleet of runs this server's scheduler placed and handed over, as it read them, for their first start. */
   private readonly placedReads = new Map<string, { instance: InstanceRecord; fleet: FleetRecord }>();
@@ -290,7 +290,7 @@ function pollDelay(run: RunRecord): number {
   return Math.min(RUNNING_POLL_MS, 50 + age / 4);
 }
 
-function isFinished(job: JobStatus): boolean {
+export function isFinished(job: JobStatus): boolean {
   return job.state === 'exited' || job.state === 'failed' || job.state === 'stopped';
 }
 

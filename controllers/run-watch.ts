@@ -1,4 +1,5 @@
 import type { Logger } from 'winston';
+import type { JobStatus } from '../api/agent.js';
 import { AgentError, AgentUnreachableError } from '../agent/client.js';
 import type { Db, Row } from '../store/db.js';
 import type { InstanceRecord } from '../store/instances.js';
@@ -8,7 +9,12 @@ import { claimWatchedRuns, watchedRuns, type WatchedRun } from '../store/run-wat
 import type { SecretBox } from '../store/secrets.js';
 import { BatchedCalls } from './batched-calls.js';
 import { recordLogsTruncated } from './log-copy.js';
-import { agentOf, RunController, RUNNING_POLL_MS, type JobLook } from './run-controller.js';
+import { agentOf, isFinished, RunController, RUNNING_POLL_MS, type JobLook } from './run-controller.js';
+
+/** How often a running job's new lines are stored while nothing else makes it due (storeDue). */
+const LOG_STORE_INTERVAL_MS = 5000;
+/** A look that finds this many bytes of new lines stores them at once, so that an agent never pages the same lines out again and again. */
+const STORE_AT_ONCE_BYTES = 4096;
 
 /** What one look at an instance found: its record, and each job's look (none where its agent is asked job by job). */
 interface InstanceLook {
@@ -89,7 +95,9 @@ export class RunWatchController extends RunController {
       const { status, log } = byJob.get(run.jobId!) ?? { status: null };
       return status && log ? [{ run, status, log }] : [];
     });
-    const printed = seen.filter(({ log }) => log.jsonLines !== '');
+    const now = Date.now();
+    const printed = seen.filter(({ run, status, log }) => log.jsonLines !== '' && this.storeDue(run, status, log, now));
+    for (const { run, log } of printed) this.lastLogCopy.set(run.id, { at: now, printing: true, lastSeq: log.next });
     const stored = new Map(await Promise.all(printed.map(async ({ run, log }) => [run.id, await this.appends.call({
       runId: run.id, after: after(run), first: log.first, last: log.next, jsonLines: log.jsonLines,
     })] as const)));
@@ -101,9 +109,21 @@ export class RunWatchController extends RunController {
       instance,
       unreachable: false,
       looks: new Map(seen.map(({ run, status, log }) => [run.id, {
-        status, caughtUp: !log.more && (log.jsonLines === '' || stored.get(run.id)!.stored),
+        status, caughtUp: !log.more && (!stored.has(run.id) || stored.get(run.id)!.stored),
       }])),
     };
+  }
+
+  /**
+   * Whether a running job's new lines are stored at this look. Every few seconds is enough while it runs: `logs` and its
+   * followers pull what the database lacks from the agent, so they see a line within a second either way, and each
+   * look that stores costs a row of `log_chunks` and one of `log_totals`. At once when the job has ended or is to stop
+   * (its tail is never lost), when its lines fill a page, and at a run's first look by this server.
+   */
+  private storeDue(run: RunRecord, status: JobStatus, log: { jsonLines: string; more: boolean }, now: number): boolean {
+    const last = this.lastLogCopy.get(run.id);
+    return !last || now - last.at >= LOG_STORE_INTERVAL_MS || isFinished(status) || run.status !== 'running' || run.desired !== 'run'
+      || log.more || log.jsonLines.length >= STORE_AT_ONCE_BYTES;
   }
 }
 

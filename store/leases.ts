@@ -39,14 +39,27 @@ export async function releaseLease(db: Queryable, table: LeasedTable, id: string
     [id, owner, nextInMs]);
 }
 
-/** As releaseLease for many rows in one statement, each with its own delay. */
-export async function releaseLeases(db: Queryable, table: LeasedTable, owner: string, releases: ReadonlyArray<{ id: string; nextInMs: number }>): Promise<void> {
-  await db.query(
-    `UPDATE ${table} t SET lease_owner = NULL, lease_expires_at = NULL,
-       next_reconcile_at = now() + r.ms * interval '1 millisecond'
-     FROM unnest($2::text[], $3::float8[]) AS r(id, ms)
-     WHERE t.id = r.id AND t.lease_owner = $1`,
+/**
+ * As releaseLease for many rows in one statement, each with its own delay. A row another transaction holds locked is
+ * skipped, not waited for: the statement locking its rows in its own order while a transaction (the scheduler's
+ * placement, a run's end) locked some of them in another made a deadlock, and PostgreSQL aborted the statement, which
+ * left every row of the batch leased until its lease ran out. Returns the ids so skipped, still ours: give them back
+ * again once that transaction has ended.
+ */
+export async function releaseLeases(db: Queryable, table: LeasedTable, owner: string, releases: ReadonlyArray<{ id: string; nextInMs: number }>): Promise<string[]> {
+  const skipped = await db.query<{ id: string }>(
+    `WITH r AS (SELECT * FROM unnest($2::text[], $3::float8[]) AS r(id, ms)),
+     ours AS (SELECT t.id FROM ${table} t JOIN r ON r.id = t.id WHERE t.lease_owner = $1),
+     free AS (SELECT t.id FROM ${table} t JOIN ours o ON o.id = t.id FOR UPDATE OF t SKIP LOCKED),
+     released AS (
+       UPDATE ${table} t SET lease_owner = NULL, lease_expires_at = NULL,
+         next_reconcile_at = now() + r.ms * interval '1 millisecond'
+       FROM r JOIN free f ON f.id = r.id
+       WHERE t.id = r.id AND t.lease_owner = $1
+       RETURNING t.id)
+     SELECT id FROM ours WHERE id NOT IN (SELECT id FROM released)`,
     [owner, releases.map((r) => r.id), releases.map((r) => r.nextInMs)]);
+  return skipped.map((row) => row.id);
 }
 
 export async function releaseAllLeases(db: Queryable, owner: string): Promise<void> {

@@ -54,6 +54,26 @@ class Spinner extends LeasedController<Row> {
   }
 }
 
+/** Looks at fleets, waiting for `finish` before each reconcile ends; the next look is a minute away. */
+class Holder extends LeasedController<Row> {
+  readonly name = 'holder';
+  finish: () => void = () => {};
+  private readonly finished = new Promise<void>((resolve) => { this.finish = resolve; });
+
+  constructor(db: Db) {
+    super(db, 'test-owner', winston.createLogger({ silent: true }), { table: 'fleets', channel: 'test_fleets', where: 'true' });
+  }
+
+  protected toRecord(row: Row): Row {
+    return row;
+  }
+
+  protected async reconcile(): Promise<number> {
+    await this.finished;
+    return 60_000;
+  }
+}
+
 /** Counts its passes; hears what `interest` says (everything without one). */
 class PassCounter implements Controller {
   readonly channel = 'test_runs';
@@ -188,6 +208,41 @@ for (const kind of DATABASE_KINDS) {
         expect(row!.lease_owner).to.equal(null);
       } finally {
         await recorder.settle().catch(() => undefined);
+        await close();
+      }
+    });
+
+    it('give leases back while another transaction holds some of their rows, which then waits for the others', async function () {
+      // PGlite has one connection: no transaction holds a row beside another statement.
+      if (kind === 'pglite') this.skip();
+      const { db, close } = await openMigrated(kind);
+      await addFleets(db, ['first', 'second']);
+      await db.query(`UPDATE fleets SET next_reconcile_at = now() - interval '1 second' WHERE name = 'first'`);
+      const holder = new Holder(db);
+      try {
+        await holder.pass();
+        // Rewritten in this order, the rows lie in it too: the releases come in it and a scan finds them so.
+        for (const name of ['first', 'second']) await db.query(`UPDATE fleets SET status_message = 'claimed' WHERE name = $1`, [name]);
+        let secondLocked: () => void = () => {};
+        const locked = new Promise<void>((resolve) => { secondLocked = resolve; });
+        // As the scheduler's placement, which writes rows one after another in its own order.
+        const placement = db.transaction(async (tx) => {
+          await tx.query(`SELECT id FROM fleets WHERE name = 'second' FOR UPDATE`);
+          secondLocked();
+          await sleep(300);
+          await tx.query(`UPDATE fleets SET status_message = 'written by a transaction' WHERE name = 'first'`);
+        });
+        await locked;
+        holder.finish();
+        await placement;
+        await holder.settle();
+        const rows = await db.query<{ name: string; lease_owner: string | null; due_in_s: number }>(
+          `SELECT name, lease_owner, EXTRACT(EPOCH FROM next_reconcile_at - now())::float8 AS due_in_s FROM fleets ORDER BY name`);
+        expect(rows.map((row) => [row.name, row.lease_owner])).to.deep.equal([['first', null], ['second', null]]);
+        for (const row of rows) expect(row.due_in_s, row.name).to.be.within(55, 60);
+      } finally {
+        holder.finish();
+        await holder.settle().catch(() => {});
         await close();
       }
     });

@@ -54,6 +54,16 @@ for (const kind of DATABASE_KINDS) {
       }
     });
 
+    it('stores a running job\'s lines every few seconds rather than at every look, and every one of them by its end', async () => {
+      expect((await server.api('POST', '/api/projects/main/apply', { items: [ticker('sparse')] })).status).to.be.below(300);
+      for (const current of await ended(['sparse'])) expect(current).to.include({ status: 'done', exitCode: 0 });
+      const [stored] = await server.db.query<{ chunks: number }>(
+        `SELECT count(*)::int AS chunks FROM log_chunks c JOIN runs r ON r.id = c.run_id WHERE r.name = 'sparse'`);
+      // A line a second for 8 s: a chunk at every look that found one stored 8 or more.
+      expect(stored!.chunks).to.be.at.most(4);
+      expect(await lines('sparse')).to.deep.equal(Array.from({ length: LINES }, (_, i) => `sparse ${i + 1}`));
+    });
+
     it('reads the runs of all the instances a pass looks at in one statement, and stores every line of each once, in order', async () => {
       expect((await server.api('POST', '/api/projects/main/fleets/apply', PAIRS)).status).to.equal(201);
       await eventually(async () => (await server.api('GET', '/api/projects/main/instances')).body.filter((i: { status: string }) => i.status === 'idle').length === 5, 30_000, 'the fleet\'s instances');
