@@ -108,8 +108,12 @@ async function main(): Promise<void> {
   const emulator = await startEmulator({ port: 0, bootDelayMs: 200, agents: 'simulated', capacity: { L4: INSTANCES } });
   const agents = emulator.simulatedAgents!;
   let lags: number[] = [];
-  agents.onJobAsked = (_job, sinceLastMs) => {
-    if (sinceLastMs !== null) lags.push(Math.max(0, sinceLastMs - POLL_INTERVAL_MS));
+  let serviceLags: number[] = [];
+  agents.onJobAsked = (job, sinceLastMs) => {
+    if (sinceLastMs === null) return;
+    const lag = Math.max(0, sinceLastMs - POLL_INTERVAL_MS);
+    lags.push(lag);
+    if (job.submission.runName.startsWith('s')) serviceLags.push(lag);
   };
   const dir = mkdtempSync(join(tmpdir(), 'orch-bench-scale-'));
   writeFileSync(join(dir, 'config.yml'), `projects:\n- name: main\n  backends:\n  - type: gpucloud\n    api_url: ${emulator.url}\n    creds:\n      type: api_key\n      api_key: ${emulator.apiKey}\n`);
@@ -182,6 +186,7 @@ async function main(): Promise<void> {
       console.log(`\n### ${level} active runs (reached ${((Date.now() - rampStart) / 1000).toFixed(1)} s after applying the next ${LEVELS[LEVELS.indexOf(level) - 1] ? level - LEVELS[LEVELS.indexOf(level) - 1]! : level})`);
       await sleep(5000);
       lags = [];
+      serviceLags = [];
       const databaseBefore = await databaseWork();
       const before = processFigures(server.child.pid!);
       const benchBefore = process.cpuUsage();
@@ -212,6 +217,7 @@ async function main(): Promise<void> {
       const apiP99 = Math.max(quantile(ps, 0.99), quantile(logs, 0.99), quantile(apply, 0.99));
       const size = await databaseMb();
       console.log(`reconcile lag of running jobs (${lags.length} looks in ${seconds.toFixed(0)} s): p50 ${ms(lagP50)}, p99 ${ms(lagP99)}; goal p99 ≤ ${ms(GOALS.lagP99Ms)}: ${verdict(lagP99, GOALS.lagP99Ms)}`);
+      console.log(`  of which services' replicas (${serviceLags.length} looks): p50 ${ms(quantile(serviceLags, 0.5))}, p99 ${ms(quantile(serviceLags, 0.99))}`);
       console.log(`  looks per second: ${(lags.length / seconds).toFixed(0)} (one a second per running job would be ${running().length}); agent calls per second: ${((agents.requests - agentCallsBefore) / seconds).toFixed(0)}`);
       const serverMsPerLook = ((after.cpuTicks - before.cpuTicks) / TICKS_PER_SECOND) * 1000 / lags.length;
       let databasePerLook = { cpuMs: NaN, statements: NaN };
