@@ -119,6 +119,24 @@ export function localAndGpucloudConfig(apiUrl: string, apiKey: string): string {
 }
 
 /** Polls until `check` returns a value, or fails with what it saw last. */
+/**
+ * Waits for a run to reach one of `statuses`; on a timeout the error says where the run stood and what happened to it
+ * (its events with their times), not only that it did not get there.
+ */
+export async function runReaches(server: Pick<TestServer, 'api'>, name: string, statuses: string[], timeoutMs = 30_000): Promise<any> {
+  try {
+    return await eventually(async () => {
+      const { body } = await server.api('GET', `/api/projects/main/runs/${name}`);
+      return statuses.includes(body.status) ? body : null;
+    }, timeoutMs, `run ${name} to reach ${statuses.join('/')}`);
+  } catch (error) {
+    const run = (await server.api('GET', `/api/projects/main/runs/${name}`)).body;
+    const events = (await server.api('GET', `/api/projects/main/events?kind=run&object=${name}`)).body;
+    const story = Array.isArray(events) ? events.map((e: { createdAt: string; reason: string; message: string }) => `${e.createdAt} ${e.reason}: ${e.message}`) : [];
+    throw new Error(`${(error as Error).message}; the run is ${run?.status} (${run?.statusMessage}) at ${new Date().toISOString()}, its events: ${story.join(' | ') || 'none'}`);
+  }
+}
+
 export async function eventually<T>(check: () => Promise<T | undefined | null | false>, timeoutMs = 20_000, what = 'condition'): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
