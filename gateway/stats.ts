@@ -32,8 +32,6 @@ export type StatsSink = (seconds: ServiceSecond[]) => Promise<void>;
  */
 export class ServiceStatsRecorder {
   private seconds = new Map<string, ServiceSecond>();
-  /** Per service, the entry of `seconds` counted last: most requests fall in the same second, and find it without a key. */
-  private readonly latest = new Map<string, ServiceSecond>();
   private readonly inflight = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
   /** Writes the counted seconds; a failed write keeps its seconds for the next one. */
@@ -95,7 +93,6 @@ export class ServiceStatsRecorder {
     }
     const batch = [...this.seconds.values()];
     this.seconds = new Map();
-    this.latest.clear();
     try {
       if (batch.length > 0) await this.sink(batch);
     } catch (error) {
@@ -105,16 +102,12 @@ export class ServiceStatsRecorder {
   }
 
   private second(runId: string, at: number): ServiceSecond {
-    const start = secondOf(at);
-    const latest = this.latest.get(runId);
-    if (latest?.second.getTime() === start) return latest;
-    const key = `${runId} ${start}`;
+    const key = `${runId} ${secondOf(at)}`;
     let second = this.seconds.get(key);
     if (!second) {
-      second = { runId, second: new Date(start), requests: 0, errors: 0, inflight: 0, latency: new Array(LATENCY_BUCKETS_MS.length + 1).fill(0) };
+      second = { runId, second: new Date(secondOf(at)), requests: 0, errors: 0, inflight: 0, latency: new Array(LATENCY_BUCKETS_MS.length + 1).fill(0) };
       this.seconds.set(key, second);
     }
-    this.latest.set(runId, second);
     return second;
   }
 
