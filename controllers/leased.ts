@@ -1,7 +1,7 @@
 import type { Logger } from 'winston';
 import type { Db, Row } from '../store/db.js';
 import { concerns, type RunInterest } from '../store/channels.js';
-import { claimDue, nextDueInMs, releaseLease, releaseLeases, type LeasedTable } from '../store/leases.js';
+import { claimDue, nextDueInMs, readHeldLeases, releaseLease, releaseLeases, type LeasedTable } from '../store/leases.js';
 import { BatchedCalls } from './batched-calls.js';
 import type { Controller } from './manager.js';
 
@@ -20,6 +20,11 @@ export interface LeasedOptions {
   claimAheadMs?: number;
   /** Which NOTIFYs on `runs` wake it (store/channels.ts#runChange); without this, every one on its channel does. */
   hears?: RunInterest;
+  /**
+   * Rows that `holds` keeps stay leased to this server between reconciles and are read again when due, not claimed
+   * again and given back: a look then writes nothing to its row but a renewal of the lease now and then.
+   */
+  holding?: boolean;
 }
 
 /** What a reconcile returns when it gave the row's lease back itself, having handed the row to another loop. */
@@ -29,6 +34,8 @@ const ERROR_RETRY_MS = 5000;
 /** The longest wait before a lease that could not be given back is given back again. */
 const RELEASE_RETRY_MAX_MS = 1000;
 const DEFAULT_CONCURRENCY = 64;
+/** Held rows falling due within this long are looked at with a row of their group (`group`) that is due now. */
+const HELD_SIBLINGS_AHEAD_MS = 1000;
 /** The longest a pass keeps claiming while rows keep falling due. */
 const PASS_SLICE_MS = 1000;
 const DEFAULT_LEASE_MS = 60_000;
@@ -62,6 +69,10 @@ export abstract class LeasedController<T> implements Controller {
     const skipped = new Set(await releaseLeases(this.db, this.options.table, this.owner, releases));
     return releases.map((release) => !skipped.has(release.id));
   }, (release) => release.id);
+  /** Rows kept leased between reconciles (`holding`): each as last read and when it is due again. */
+  private readonly held = new Map<string, { row: Row; dueAt: number }>();
+  /** Until when this server's lease of each row it holds runs, as it last claimed or renewed it (`holding`). */
+  private readonly leasedUntil = new Map<string, number>();
   /** When the earliest row nobody held fell due, as last read; rows change under it only with a NOTIFY or by our releases. */
   private nextDueAt = Number.NEGATIVE_INFINITY;
 
@@ -78,6 +89,11 @@ export abstract class LeasedController<T> implements Controller {
   /** Moves the world one safe step toward the record; returns milliseconds until it wants another look. */
   protected abstract reconcile(record: T): Promise<number | typeof LEASE_GIVEN_BACK>;
 
+  /** With `holding`: whether the row, its reconcile done and wanted again in `nextInMs`, stays leased to this server. */
+  protected holds(_record: T, _nextInMs: number): boolean {
+    return false;
+  }
+
   hears(payload: string): boolean {
     return this.options.hears === undefined || concerns(payload, this.options.hears);
   }
@@ -89,10 +105,13 @@ export abstract class LeasedController<T> implements Controller {
   async pass(nudged: () => boolean = () => false, heard = true): Promise<number | void> {
     const limit = this.options.concurrency ?? DEFAULT_CONCURRENCY;
     const started = Date.now();
+    await this.lookAgainAtHeld(limit);
     for (;;) {
       while (this.inFlight.size >= limit) await Promise.race(this.inFlight.values());
       const room = limit - this.inFlight.size;
+      const claimedAt = Date.now();
       const rows = await this.claim(room);
+      if (this.options.holding) for (const row of rows) this.leasedUntil.set(row.id as string, claimedAt + this.leaseMs);
       this.adopt(rows);
       if (rows.length < room) break;
       // More rows fall due than the loop gets through: it passes again at once, but the manager gets to stop it first.
@@ -101,10 +120,13 @@ export abstract class LeasedController<T> implements Controller {
     if (nudged()) return undefined;
     // A pass that nothing was heard before (the loop's interval, a release of ours falling due) need not ask again while
     // the row last read is still ahead: our releases wake the loop themselves (wakeIn), and others' changes NOTIFY.
-    if (!heard && this.nextDueAt > Date.now()) return Number.isFinite(this.nextDueAt) ? this.nextDueAt - Date.now() : undefined;
-    const dueInMs = await nextDueInMs(this.db, this.options.table, this.options.where);
-    this.nextDueAt = dueInMs === null ? Number.POSITIVE_INFINITY : Date.now() + dueInMs;
-    return dueInMs ?? undefined;
+    if (heard || this.nextDueAt <= Date.now()) {
+      const dueInMs = await nextDueInMs(this.db, this.options.table, this.options.where);
+      this.nextDueAt = dueInMs === null ? Number.POSITIVE_INFINITY : Date.now() + dueInMs;
+    }
+    let nextAt = this.nextDueAt;
+    for (const held of this.held.values()) nextAt = Math.min(nextAt, held.dueAt);
+    return Number.isFinite(nextAt) ? Math.max(0, nextAt - Date.now()) : undefined;
   }
 
   /** How long a claim holds a row; whoever leases a row for this controller (`adopt`) holds it as long. */
@@ -137,9 +159,51 @@ export abstract class LeasedController<T> implements Controller {
     void later.finally(() => this.waiting.delete(later));
   }
 
-  /** Waits for the reconciles still running, so their leases are given back before the server stops. */
+  /**
+   * Reconciles again the held rows that are due, read again in one statement (their leases renewed where they run out
+   * within half a lease); a row that no longer matches `where` is given back, one whose lease was lost is forgotten.
+   */
+  private async lookAgainAtHeld(limit: number): Promise<void> {
+    if (this.held.size === 0 || this.inFlight.size >= limit) return;
+    const now = Date.now();
+    const dueAt = (row: Row) => this.held.get(row.id as string)!.dueAt;
+    const soon = [...this.held.values()].filter((held) => held.dueAt <= now + HELD_SIBLINGS_AHEAD_MS).map((held) => held.row);
+    const groups = this.group(soon).map((group) => ({ group, first: Math.min(...group.map(dueAt)) }))
+      .filter(({ first }) => first <= now + (this.options.claimAheadMs ?? 0)).sort((a, b) => a.first - b.first);
+    // As many as a claim would take now, the most overdue first; the rest at the next pass.
+    const due: Row[] = [];
+    for (const { group } of groups) {
+      if (due.length > 0 && due.length + group.length > limit - this.inFlight.size) break;
+      due.push(...group);
+    }
+    if (due.length === 0) return;
+    const entries = due.map((row) => [row.id as string, this.held.get(row.id as string)!] as const);
+    for (const [id] of entries) this.held.delete(id);
+    const renew = entries.filter(([id]) => (this.leasedUntil.get(id) ?? 0) - now < this.leaseMs / 2).map(([id]) => id);
+    let rows;
+    try {
+      rows = await readHeldLeases(this.db, this.options.table, this.owner, entries.map(([id]) => id), renew, this.leaseMs, this.options.where);
+    } catch (error) {
+      for (const [id, held] of entries) this.held.set(id, held);
+      throw error;
+    }
+    for (const id of renew) this.leasedUntil.set(id, now + this.leaseMs);
+    const read = new Set(rows.map((row) => row.id as string));
+    for (const [id] of entries) if (!read.has(id)) this.leasedUntil.delete(id);
+    const ended = rows.filter((row) => !row.still_held).map((row) => ({ id: row.id as string, nextInMs: 0 }));
+    for (const { id } of ended) this.leasedUntil.delete(id);
+    this.adopt(rows.filter((row) => row.still_held).map(({ still_held: _, ...row }) => row));
+    await Promise.all(ended.map((release) => this.giveBack(release)));
+  }
+
+  /**
+   * Waits for the reconciles still running, so their leases are given back before the server stops; the leases of held
+   * rows go back with all of this server's (manager.ts).
+   */
   async settle(): Promise<void> {
     while (this.inFlight.size > 0 || this.waiting.size > 0) await Promise.all([...this.inFlight.values(), ...this.waiting]);
+    this.held.clear();
+    this.leasedUntil.clear();
     if (this.wakeTimer) clearTimeout(this.wakeTimer);
     this.wakeTimer = null;
   }
@@ -164,16 +228,25 @@ export abstract class LeasedController<T> implements Controller {
    * reconcile gave back itself), in one statement with those of the other groups that end meanwhile.
    */
   private async reconcileRows(rows: Row[]): Promise<void> {
-    const outcomes = await Promise.allSettled(this.reconcileGroup(rows.map((row) => this.toRecord(row))));
-    const releases = rows.flatMap((row, index) => {
+    const records = rows.map((row) => this.toRecord(row));
+    const outcomes = await Promise.allSettled(this.reconcileGroup(records));
+    const next = rows.flatMap((row, index) => {
       const outcome = outcomes[index]!;
-      if (outcome.status === 'fulfilled') return outcome.value === LEASE_GIVEN_BACK ? [] : [{ id: row.id as string, nextInMs: outcome.value }];
-      this.logger.warn(`${this.name} ${row.name ?? row.id}: ${(outcome.reason as Error).message}`);
-      return [{ id: row.id as string, nextInMs: ERROR_RETRY_MS }];
+      const id = row.id as string;
+      if (outcome.status === 'rejected') {
+        this.logger.warn(`${this.name} ${row.name ?? row.id}: ${(outcome.reason as Error).message}`);
+        return [{ row, id, nextInMs: ERROR_RETRY_MS, keep: false }];
+      }
+      if (outcome.value === LEASE_GIVEN_BACK) return [];
+      return [{ row, id, nextInMs: outcome.value, keep: this.options.holding === true && this.holds(records[index]!, outcome.value) }];
     });
-    if (releases.length === 0) return;
+    if (next.length === 0) return;
+    const now = Date.now();
+    for (const { row, id, nextInMs } of next.filter(({ keep }) => keep)) this.held.set(id, { row, dueAt: now + nextInMs });
+    const releases = next.filter(({ keep }) => !keep).map(({ id, nextInMs }) => ({ id, nextInMs }));
+    for (const { id } of releases) this.leasedUntil.delete(id);
     await Promise.all(releases.map((release) => this.giveBack(release)));
-    this.wakeIn(Math.min(...releases.map((release) => release.nextInMs)));
+    this.wakeIn(Math.min(...next.map((release) => release.nextInMs)));
   }
 
   /**

@@ -62,7 +62,7 @@ export class RunController extends LeasedController<RunRecord> {
     super(db, owner, logger, {
       table: 'runs', channel: CHANNELS.runs, leaseMs: 15_000, claimAheadMs: phase === 'watch' ? WATCH_CLAIM_AHEAD_MS : 0,
       hears: { statuses: phase === 'start' ? ['provisioning'] : ['running', 'terminating'] },
-      concurrency: phase === 'watch' ? WATCH_CONCURRENCY : undefined,
+      concurrency: phase === 'watch' ? WATCH_CONCURRENCY : undefined, holding: phase === 'watch',
       where: `${phase === 'start' ? `status = 'provisioning'` : `status IN ('running', 'terminating')`} AND NOT ${SERVICE_PARENT} AND NOT ${MULTI_NODE_PARENT}`,
     });
     this.name = `run-${phase}`;
@@ -70,6 +70,11 @@ export class RunController extends LeasedController<RunRecord> {
 
   protected toRecord(row: Row): RunRecord {
     return toRun(row);
+  }
+
+  /** A running job's run stays leased to the watch between its looks, a second apart or less: a look writes nothing to it then. */
+  protected override holds(run: RunRecord, nextInMs: number): boolean {
+    return (run.status === 'running' || run.status === 'terminating') && nextInMs <= RUNNING_POLL_MS;
   }
 
   /** Starts runs the scheduler of this server placed and leased to this loop, with the instance and fleet it read. */
@@ -214,6 +219,7 @@ export class RunController extends LeasedController<RunRecord> {
   private async finish(run: RunRecord, instance: InstanceRecord | null, status: RunStatus, reason: RunTerminationReason, message: string, exitCode: number | null): Promise<void> {
     // The instance is free for the next run as the run ends, and the scheduler hears of it before the agent forgets the job.
     if (!(await endRun(this.db, this.owner, run, { status, reason, message, exitCode, releaseInstance: true }))) return;
+    run.status = status;
     this.lastLogCopy.delete(run.id);
     this.utilization.forget(run.id);
     await this.db.notify(CHANNELS.runs, runChange([{ ...run, status }]));

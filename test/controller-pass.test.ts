@@ -74,6 +74,29 @@ class Holder extends LeasedController<Row> {
   }
 }
 
+/** Looks at fleets that are not `done` every 100 ms, keeping each leased between looks (`holding`), on a 2 s lease. */
+class Keeper extends LeasedController<Row> {
+  readonly name = 'keeper';
+  readonly looks = new Map<string, number>();
+
+  constructor(db: Db, owner = 'test-owner') {
+    super(db, owner, winston.createLogger({ silent: true }), { table: 'fleets', channel: 'test_fleets', where: `status_message <> 'done'`, leaseMs: 2000, holding: true });
+  }
+
+  protected toRecord(row: Row): Row {
+    return row;
+  }
+
+  protected override holds(): boolean {
+    return true;
+  }
+
+  protected async reconcile(row: Row): Promise<number> {
+    this.looks.set(row.name, (this.looks.get(row.name) ?? 0) + 1);
+    return 100;
+  }
+}
+
 /** Counts its passes; hears what `interest` says (everything without one). */
 class PassCounter implements Controller {
   readonly channel = 'test_runs';
@@ -242,6 +265,53 @@ for (const kind of DATABASE_KINDS) {
       } finally {
         holder.finish();
         await holder.settle().catch(() => {});
+        await close();
+      }
+    });
+
+    it('keep held rows leased between looks, read again instead of claimed and given back, with leases renewed; give one back once it no longer matches', async () => {
+      const { db, close } = await openMigrated(kind);
+      await addFleets(db, ['a', 'b']);
+      const written = { claimed: 0, released: 0, renewals: 0 };
+      const watched: Db = {
+        ...db,
+        query: async (text, params) => {
+          const rows = await db.query(text, params);
+          if (/SET lease_owner = \$1/.test(text)) written.claimed += rows.length;
+          if (/lease_owner = NULL/.test(text)) written.released += 1;
+          if (/WITH renewed/.test(text)) written.renewals += (params![1] as string[]).length;
+          return rows as never;
+        },
+      };
+      const keeper = new Keeper(watched);
+      const manager = new ControllerManager(watched, 'test-owner', [keeper], winston.createLogger({ silent: true }), 1000);
+      const leases = async () => Object.fromEntries((await db.query<{ name: string; lease_owner: string | null; left_ms: number | null }>(
+        `SELECT name, lease_owner, (EXTRACT(EPOCH FROM lease_expires_at - now()) * 1000)::float8 AS left_ms FROM fleets ORDER BY name`)).map((row) => [row.name, row]));
+      try {
+        await manager.start();
+        await sleep(4500);
+        // Over twice the 2 s lease: claimed once, never given back, renewed about once a second (each look would be two writes).
+        for (const name of ['a', 'b']) expect(keeper.looks.get(name), name).to.be.at.least(20);
+        expect(written).to.include({ claimed: 2, released: 0 });
+        expect(written.renewals).to.be.within(4, 12);
+        const held = await leases();
+        for (const name of ['a', 'b']) {
+          expect(held[name]!.lease_owner, name).to.equal('test-owner');
+          expect(held[name]!.left_ms, name).to.be.greaterThan(0);
+        }
+        expect(await new Keeper(db, 'another-server').pass().then(() => db.query(`SELECT name FROM fleets WHERE lease_owner = 'another-server'`))).to.deep.equal([]);
+        await db.query(`UPDATE fleets SET status_message = 'done' WHERE name = 'a'`);
+        await eventually(async () => (await leases()).a!.lease_owner === null, 3000, 'a given back once it no longer matches');
+        const looksAtA = keeper.looks.get('a');
+        await sleep(500);
+        expect(keeper.looks.get('a'), 'no look at a row given back').to.equal(looksAtA);
+        expect((await leases()).b!.lease_owner).to.equal('test-owner');
+      } finally {
+        await manager.stop();
+      }
+      try {
+        expect((await leases()).b!.lease_owner, 'held rows go back when the server stops').to.equal(null);
+      } finally {
         await close();
       }
     });

@@ -64,6 +64,28 @@ for (const kind of DATABASE_KINDS) {
       expect(await lines('sparse')).to.deep.equal(Array.from({ length: LINES }, (_, i) => `sparse ${i + 1}`));
     });
 
+    it('keeps a running run leased to the watch between its looks, its row not written again at each one, and gives it back once it ended', async () => {
+      expect((await server.api('POST', '/api/projects/main/apply', { items: [ticker('held')] })).status).to.be.below(300);
+      const job = async () => emulator.simulatedAgents!.jobs().find((found) => found.submission.runName === 'held');
+      await eventually(async () => (await job())?.status.state === 'running', 30_000, 'the job running');
+      const versions = new Set<string>();
+      const owners = new Set<string | null>();
+      const lookedAt = new Set<number | null>();
+      for (const started = Date.now(); Date.now() - started < 4000;) {
+        const [row] = await server.db.query<{ version: string; lease_owner: string | null }>(`SELECT xmin::text AS version, lease_owner FROM runs WHERE name = 'held'`);
+        versions.add(row!.version);
+        owners.add(row!.lease_owner);
+        lookedAt.add((await job())!.lastAskedAt);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      expect(lookedAt.size, 'looks at the job in 4 s').to.be.at.least(3);
+      expect([...owners], 'the lease all along').to.have.length(1).and.not.include(null);
+      // A claim and a release at each look would make two new versions of the row a second; a renewal of the 15 s lease is one in 7.5 s.
+      expect(versions.size, 'versions of the row in 4 s').to.be.at.most(2);
+      for (const current of await ended(['held'])) expect(current).to.include({ status: 'done', exitCode: 0 });
+      await eventually(async () => (await server.db.query(`SELECT lease_owner FROM runs WHERE name = 'held'`))[0]!.lease_owner === null, 5000, 'the lease given back');
+    });
+
     it('reads the runs of all the instances a pass looks at in one statement, and stores every line of each once, in order', async () => {
       expect((await server.api('POST', '/api/projects/main/fleets/apply', PAIRS)).status).to.equal(201);
       await eventually(async () => (await server.api('GET', '/api/projects/main/instances')).body.filter((i: { status: string }) => i.status === 'idle').length === 5, 30_000, 'the fleet\'s instances');
