@@ -1,7 +1,7 @@
 import type { Logger } from 'winston';
 import type { Db, Row } from '../store/db.js';
 import { concerns, type RunInterest } from '../store/channels.js';
-import { claimDue, nextDueInMs, readHeldLeases, releaseLease, releaseLeases, type LeasedTable } from '../store/leases.js';
+import { claimDue, heldRowsMadeDue, nextDueInMs, readHeldLeases, releaseLease, releaseLeases, type LeasedTable } from '../store/leases.js';
 import { BatchedCalls } from './batched-calls.js';
 import type { Controller } from './manager.js';
 
@@ -105,7 +105,7 @@ export abstract class LeasedController<T> implements Controller {
   async pass(nudged: () => boolean = () => false, heard = true): Promise<number | void> {
     const limit = this.options.concurrency ?? DEFAULT_CONCURRENCY;
     const started = Date.now();
-    await this.lookAgainAtHeld(limit);
+    await this.lookAgainAtHeld(limit, heard);
     for (;;) {
       while (this.inFlight.size >= limit) await Promise.race(this.inFlight.values());
       const room = limit - this.inFlight.size;
@@ -162,9 +162,15 @@ export abstract class LeasedController<T> implements Controller {
   /**
    * Reconciles again the held rows that are due, read again in one statement (their leases renewed where they run out
    * within half a lease); a row that no longer matches `where` is given back, one whose lease was lost is forgotten.
+   * After a NOTIFY, a held row someone made due (a stop request) is due at once.
    */
-  private async lookAgainAtHeld(limit: number): Promise<void> {
+  private async lookAgainAtHeld(limit: number, heard: boolean): Promise<void> {
     if (this.held.size === 0 || this.inFlight.size >= limit) return;
+    const madeDue = new Set(heard ? await heldRowsMadeDue(this.db, this.options.table, this.owner, this.options.where) : []);
+    for (const id of madeDue) {
+      const held = this.held.get(id);
+      if (held) held.dueAt = 0;
+    }
     const now = Date.now();
     const dueAt = (row: Row) => this.held.get(row.id as string)!.dueAt;
     const soon = [...this.held.values()].filter((held) => held.dueAt <= now + HELD_SIBLINGS_AHEAD_MS).map((held) => held.row);
@@ -179,7 +185,8 @@ export abstract class LeasedController<T> implements Controller {
     if (due.length === 0) return;
     const entries = due.map((row) => [row.id as string, this.held.get(row.id as string)!] as const);
     for (const [id] of entries) this.held.delete(id);
-    const renew = entries.filter(([id]) => (this.leasedUntil.get(id) ?? 0) - now < this.leaseMs / 2).map(([id]) => id);
+    // A row made due is renewed too, which makes it due again when its lease runs out.
+    const renew = entries.filter(([id]) => madeDue.has(id) || (this.leasedUntil.get(id) ?? 0) - now < this.leaseMs / 2).map(([id]) => id);
     let rows;
     try {
       rows = await readHeldLeases(this.db, this.options.table, this.owner, entries.map(([id]) => id), renew, this.leaseMs, this.options.where);
@@ -210,7 +217,7 @@ export abstract class LeasedController<T> implements Controller {
 
   /** Claims up to `limit` due rows; a controller that looks at rows together claims them so (run-watch.ts). */
   protected claim(limit: number): Promise<Row[]> {
-    return claimDue(this.db, this.options.table, this.owner, this.leaseMs, limit, this.options.where, this.options.claimAheadMs);
+    return claimDue(this.db, this.options.table, this.owner, this.leaseMs, limit, this.options.where, this.options.claimAheadMs, this.options.holding);
   }
 
   /** The claimed rows in the groups that `reconcileGroup` takes; each row alone unless a controller looks at rows together. */

@@ -5,11 +5,13 @@ export type LeasedTable = 'fleets' | 'instances' | 'runs' | 'gateways';
 /**
  * Claims up to `limit` due rows that nobody holds (or whose lease ran out), skipping rows another
  * transaction is claiming right now, so any number of servers can share one database. Rows falling
- * due within `aheadMs` are claimed too, so that rows due one after another are claimed together.
+ * due within `aheadMs` are claimed too, so that rows due one after another are claimed together. With
+ * `dueWhenLeaseEnds` (a controller that holds its rows between looks), a claimed row falls due when its lease runs out.
  */
-export async function claimDue(db: Queryable, table: LeasedTable, owner: string, leaseMs: number, limit: number, where: string, aheadMs = 0): Promise<Row[]> {
+export async function claimDue(db: Queryable, table: LeasedTable, owner: string, leaseMs: number, limit: number, where: string, aheadMs = 0, dueWhenLeaseEnds = false): Promise<Row[]> {
   return db.query(
     `UPDATE ${table} SET lease_owner = $1, lease_expires_at = now() + $2 * interval '1 millisecond'
+       ${dueWhenLeaseEnds ? `, next_reconcile_at = now() + $2 * interval '1 millisecond'` : ''}
      WHERE id IN (
        SELECT id FROM ${table}
        WHERE next_reconcile_at <= now() + $4 * interval '1 millisecond' AND (lease_owner IS NULL OR lease_expires_at < now()) AND (${where})
@@ -76,6 +78,16 @@ export async function readHeldLeases(db: Queryable, table: LeasedTable, owner: s
      kept AS (SELECT * FROM ${table} WHERE id = ANY($4::text[]) AND NOT id = ANY($2::text[]) AND lease_owner = $1)
      SELECT h.*, (${where}) AS still_held FROM (SELECT * FROM renewed UNION ALL SELECT * FROM kept) h`,
     [owner, renew, leaseMs, ids]);
+}
+
+/**
+ * The rows `owner` holds whose next look someone asked for now (a stop request sets `next_reconcile_at`): a row held
+ * between looks is otherwise due when its lease runs out.
+ */
+export async function heldRowsMadeDue(db: Queryable, table: LeasedTable, owner: string, where: string): Promise<string[]> {
+  const rows = await db.query<{ id: string }>(
+    `SELECT id FROM ${table} WHERE lease_owner = $1 AND next_reconcile_at <= now() AND (${where})`, [owner]);
+  return rows.map((row) => row.id);
 }
 
 /** Gives back every row `owner` holds, each due now at the latest: a row held between looks is due when its lease runs out. */

@@ -74,12 +74,12 @@ class Holder extends LeasedController<Row> {
   }
 }
 
-/** Looks at fleets that are not `done` every 100 ms, keeping each leased between looks (`holding`), on a 2 s lease. */
+/** Looks at fleets that are not `done` every `everyMs`, keeping each leased between looks (`holding`), on a 2 s lease. */
 class Keeper extends LeasedController<Row> {
   readonly name = 'keeper';
   readonly looks = new Map<string, number>();
 
-  constructor(db: Db, owner = 'test-owner') {
+  constructor(db: Db, owner = 'test-owner', private readonly everyMs = 100) {
     super(db, owner, winston.createLogger({ silent: true }), { table: 'fleets', channel: 'test_fleets', where: `status_message <> 'done'`, leaseMs: 2000, holding: true });
   }
 
@@ -93,7 +93,7 @@ class Keeper extends LeasedController<Row> {
 
   protected async reconcile(row: Row): Promise<number> {
     this.looks.set(row.name, (this.looks.get(row.name) ?? 0) + 1);
-    return 100;
+    return this.everyMs;
   }
 }
 
@@ -312,6 +312,25 @@ for (const kind of DATABASE_KINDS) {
       try {
         expect((await leases()).b!.lease_owner, 'held rows go back when the server stops').to.equal(null);
       } finally {
+        await close();
+      }
+    });
+
+    it('look at once at a held row that someone made due, after the NOTIFY that says so', async () => {
+      const { db, close } = await openMigrated(kind);
+      await addFleets(db, ['a', 'b']);
+      const keeper = new Keeper(db, 'test-owner', 1900);
+      const manager = new ControllerManager(db, 'test-owner', [keeper], winston.createLogger({ silent: true }), 1000);
+      try {
+        await manager.start();
+        await eventually(async () => keeper.looks.get('a') === 1 && keeper.looks.get('b') === 1, 5000, 'a first look at each');
+        // As a stop request does to a run.
+        await db.query(`UPDATE fleets SET next_reconcile_at = now() WHERE name = 'a'`);
+        await db.notify('test_fleets');
+        await eventually(async () => keeper.looks.get('a') === 2, 1000, 'a second look at a, well before it was due');
+        expect(keeper.looks.get('b')).to.equal(1);
+      } finally {
+        await manager.stop();
         await close();
       }
     });
