@@ -26,7 +26,8 @@ export interface JobPorts {
    * environment says where the service must listen, and the service port is among its ports.
    */
   submitted(submission: JobSubmission): Promise<JobSubmission>;
-  removed(jobId: string): void;
+  /** Forgets a removed job's ports; a service port it claimed is free for the next job once this resolves. */
+  removed(jobId: string): Promise<void>;
   /** Undefined when the job did not declare `port`. */
   upstream(job: JobStatus, port: number): Promise<Upstream | undefined>;
 }
@@ -79,11 +80,11 @@ export class ProcessJobPorts implements JobPorts {
     return listeningOn(submission, servicePort, await chosen);
   }
 
-  removed(jobId: string): void {
+  async removed(jobId: string): Promise<void> {
     const service = this.services.get(jobId);
     this.declared.delete(jobId);
     this.services.delete(jobId);
-    if (service) void this.claims.release(service.port, jobId);
+    if (service) await this.claims.release(service.port, jobId);
   }
 
   async upstream(job: JobStatus, port: number): Promise<Upstream | undefined> {
@@ -139,7 +140,7 @@ export class DockerJobPorts implements JobPorts {
     return servicePort === undefined ? submission : listeningOn(submission, servicePort, servicePort);
   }
 
-  removed(jobId: string): void {
+  async removed(jobId: string): Promise<void> {
     this.published.delete(jobId);
   }
 

@@ -86,7 +86,7 @@ export function agentRoutes({ jobs, metrics, history, ports, portForward, ssh, i
     const outcome = await jobs.remove(ctx.params.id!);
     if (outcome === 'unknown') throw unknownJob(ctx.params.id!);
     if (outcome === 'running') throw new HttpError(409, 'job_running', `job ${ctx.params.id} has not finished; stop it first`);
-    ports.removed(ctx.params.id!);
+    await ports.removed(ctx.params.id!);
     ssh.forget(ctx.params.id!);
     ctx.status = 204;
   });
