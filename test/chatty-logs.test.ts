@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
 import { addProject, makeHome, runCli } from './helpers/cli.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
-import { eventually, gpucloudConfig, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
+import { eventually, gpucloudConfig, LOCAL_CONFIG, runReaches, startTestServer, type TestServer } from './helpers/server.js';
 
 /** A job that prints as fast as it can, for ever. */
 const CHATTY = ['yes "a line printed as fast as the job can, again and again"'];
@@ -13,12 +13,6 @@ const STOPPABLE = ['trap "echo; echo stopped by the signal; exit 143" TERM', 'se
 
 const task = (name: string, commands: string[], extra: Record<string, unknown> = {}) => ({ spec: { type: 'task', name, commands, ...extra } });
 
-async function runReaches(server: TestServer, name: string, statuses: string[], timeoutMs = 30_000): Promise<any> {
-  return eventually(async () => {
-    const { body } = await server.api('GET', `/api/projects/main/runs/${name}`);
-    return statuses.includes(body.status) ? body : null;
-  }, timeoutMs, `run ${name} to reach ${statuses.join('/')}`);
-}
 
 async function printing(server: TestServer, name: string): Promise<void> {
   await runReaches(server, name, ['running']);

@@ -8,7 +8,7 @@ import { recordCertificateFailure, saveCertificate } from '../store/gateways.js'
 import { launchChromium } from './helpers/chromium.js';
 import { builtConsole, signedInPage, signInToConsole } from './helpers/console.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
-import { eventually, localAndGpucloudConfig, startTestServer, type TestServer } from './helpers/server.js';
+import { eventually, localAndGpucloudConfig, runReaches, startTestServer, type TestServer } from './helpers/server.js';
 
 /** Screenshots of the pages, to look at after a run (gitignored). */
 const artifacts = fileURLToPath(new URL('../test-artifacts/console/', import.meta.url));
@@ -91,7 +91,7 @@ for (const kind of DATABASE_KINDS) {
 
     it('filters events by kind, object and time through the API, and refuses a filter it cannot read', async () => {
       await server.api('POST', '/api/projects/main/runs/apply', { spec: { type: 'task', name: 'evented', commands: ['true'] } });
-      await eventually(async () => (await server.api('GET', '/api/projects/main/runs/evented')).body.status === 'done', WAIT_MS, 'the task to finish');
+      await runReaches(server, 'evented', ['done'], WAIT_MS);
       const events = async (query: string) => (await server.api('GET', `/api/projects/main/events?${query}`)).body;
       const kinds = (list: { objectKind: string }[]) => [...new Set(list.map((e) => e.objectKind))];
       expect(kinds(await events('kind=fleet'))).to.deep.equal(['fleet']);

@@ -9,17 +9,11 @@ import { CONTROLLER_OWNER_FILE } from '../server/predecessor-leases.js';
 import { openDatabase } from '../store/open.js';
 import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
 import { freePort } from './helpers/ports.js';
-import { eventually, FAST_TIMINGS, gpucloudConfig, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
+import { eventually, FAST_TIMINGS, gpucloudConfig, LOCAL_CONFIG, runReaches, startTestServer, type TestServer } from './helpers/server.js';
 
 const task = (name: string, commands: string[], extra: Record<string, unknown> = {}) => ({ spec: { type: 'task', name, commands, ...extra } });
 const gpucloudFleet = (extra: Record<string, unknown> = {}) => ({ spec: { type: 'fleet', name: 'cloud', backends: ['gpucloud'], nodes: '0..2', idle_duration: '1m', resources: { gpu: '24GB..' }, ...extra } });
 
-async function runReaches(server: TestServer, name: string, statuses: string[], timeoutMs = 30_000) {
-  return eventually(async () => {
-    const { body } = await server.api('GET', `/api/projects/main/runs/${name}`);
-    return statuses.includes(body.status) ? body : null;
-  }, timeoutMs, `run ${name} to reach ${statuses.join('/')}`);
-}
 
 for (const kind of DATABASE_KINDS) {
   describe(`control plane on ${kind}`, function () {

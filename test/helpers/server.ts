@@ -118,6 +118,30 @@ export function localAndGpucloudConfig(apiUrl: string, apiKey: string): string {
   return `projects:\n- name: main\n  backends:\n  - type: local\n    runtime: process\n${gpucloudBackend(apiUrl, apiKey)}`;
 }
 
+/**
+ * Waits for a run to reach one of `statuses`; on a timeout the error says where the run stood and what happened to it
+ * (its events with their times), not only that it did not get there.
+ */
+export async function runReaches(server: Pick<TestServer, 'api'>, name: string, statuses: string[], timeoutMs = 30_000): Promise<any> {
+  try {
+    return await eventually(async () => {
+      const { body } = await server.api('GET', `/api/projects/main/runs/${name}`);
+      return statuses.includes(body.status) ? body : null;
+    }, timeoutMs, `run ${name} to reach ${statuses.join('/')}`);
+  } catch (error) {
+    const run = (await server.api('GET', `/api/projects/main/runs/${name}`)).body;
+    const events = (await server.api('GET', `/api/projects/main/events?kind=run&object=${name}`)).body;
+    const instanceEvents = (await server.api('GET', '/api/projects/main/events?kind=instance')).body;
+    const instances = (await server.api('GET', '/api/projects/main/instances?all=true')).body;
+    const told = (list: unknown) => Array.isArray(list)
+      ? list.map((e: { createdAt: string; objectName: string; reason: string; message: string }) => `${e.createdAt} ${e.objectName} ${e.reason}: ${e.message}`).join(' | ') || 'none'
+      : 'none';
+    const where = Array.isArray(instances) ? instances.map((i: { name: string; status: string; statusMessage: string }) => `${i.name} ${i.status} (${i.statusMessage})`).join(', ') : '';
+    throw new Error(`${(error as Error).message}; the run is ${run?.status} (${run?.statusMessage}) at ${new Date().toISOString()}, its events: ${told(events)}; `
+      + `the instances: ${where || 'none'}, their events: ${told(instanceEvents)}`);
+  }
+}
+
 /** Polls until `check` returns a value, or fails with what it saw last. */
 export async function eventually<T>(check: () => Promise<T | undefined | null | false>, timeoutMs = 20_000, what = 'condition'): Promise<T> {
   const deadline = Date.now() + timeoutMs;
