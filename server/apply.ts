@@ -22,7 +22,7 @@ export type Written =
  */
 export async function writeFleet(q: Queryable, project: ProjectRecord, desired: FleetDesired): Promise<Written & { kind: 'fleet' }> {
   const { fleet, created, changed, deleting } = await applyFleet(q, project.id, desired);
-  if (deleting) throw conflict(`fleet ${fleet.name} is being deleted (${fleet.statusMessage ?? 'its instances are terminating'}); apply it again once it is gone`);
+  if (deleting) throw conflict(`fleet ${fleet.name} is being deleted (${fleet.statusMessage || 'its instances are terminating'}); apply it again once it is gone`);
   if (changed) {
     await recordEvent(q, { projectId: project.id, objectKind: 'fleet', objectId: fleet.id, objectName: fleet.name, reason: created ? 'Created' : 'Updated', message: `generation ${fleet.generation}: nodes ${desired.nodesMin}..${desired.nodesMax ?? ''}, ${describeRequirement(desired.requirement)}` });
   }
