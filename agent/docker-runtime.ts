@@ -203,9 +203,9 @@ export class DockerRuntime implements JobRuntime {
   private follow(container: Docker.Container, log: JobLog, startedAt: string): JobExecution {
     const controller = new AbortController();
     this.follows.add(controller);
+    const reader = new DockerLogReader(log);
     const output = (async () => {
       const stream = await container.logs({ follow: true, stdout: true, stderr: true, timestamps: true, abortSignal: controller.signal });
-      const reader = new DockerLogReader(log);
       await new Promise<void>((resolve, reject) => {
         stream.on('data', (chunk: Buffer) => reader.push(chunk));
         stream.once('end', resolve);
@@ -218,10 +218,13 @@ export class DockerRuntime implements JobRuntime {
       const drained = await settlesWithin(output, LOG_DRAIN_MS, controller.signal);
       if (controller.signal.aborted) throw new Error('the agent stopped following the container');
       if (!drained) {
-        this.options.logger.warn('the container log did not end with the container; cutting it', { container: container.id });
+        this.options.logger.warn('the container log did not end with the container; reading its tail again', { container: container.id });
       }
       controller.abort();
       this.follows.delete(controller);
+      // Podman's follow stream can end with its container before the last lines reached it (a short job's last line).
+      const tail = await container.logs({ follow: false, stdout: true, stderr: true, timestamps: true, since: reader.resumeSince }).catch(() => null);
+      if (tail) reader.catchUp(tail);
       const details = await container.inspect().catch(() => null);
       return {
         exitCode: result.StatusCode ?? details?.State.ExitCode ?? null,

@@ -13,7 +13,6 @@ const STOPPABLE = ['trap "echo; echo stopped by the signal; exit 143" TERM', 'se
 
 const task = (name: string, commands: string[], extra: Record<string, unknown> = {}) => ({ spec: { type: 'task', name, commands, ...extra } });
 
-
 async function printing(server: TestServer, name: string): Promise<void> {
   await runReaches(server, name, ['running']);
   await eventually(async () => (await server.api('GET', `/api/projects/main/runs/${name}/logs`)).body.last > 50_000, 30_000, `${name} to have printed 50 000 lines`);

@@ -14,7 +14,6 @@ import { eventually, FAST_TIMINGS, gpucloudConfig, LOCAL_CONFIG, runReaches, sta
 const task = (name: string, commands: string[], extra: Record<string, unknown> = {}) => ({ spec: { type: 'task', name, commands, ...extra } });
 const gpucloudFleet = (extra: Record<string, unknown> = {}) => ({ spec: { type: 'fleet', name: 'cloud', backends: ['gpucloud'], nodes: '0..2', idle_duration: '1m', resources: { gpu: '24GB..' }, ...extra } });
 
-
 for (const kind of DATABASE_KINDS) {
   describe(`control plane on ${kind}`, function () {
     this.timeout(90_000);
