@@ -56,6 +56,23 @@ const POLL_INTERVAL_MS = 1000;
 const GOALS = { lagP99Ms: 2000, apiP99Ms: 200, rssMb: 1024 };
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/** A level's window opens once every running job was looked at within this long: the ramp's backlog is not its lag. */
+const CAUGHT_UP_WITHIN_MS = 2000;
+const CATCH_UP_LIMIT_MS = 120_000;
+
+/**
+ * Waits until the watch keeps up with every running job (each asked within CAUGHT_UP_WITHIN_MS), after the jobs of a
+ * ramp were started faster than they were looked at; returns how long that took, or null when it never did.
+ */
+async function watchCatchesUp(running: () => SimulatedJob[]): Promise<number | null> {
+  const started = Date.now();
+  while (Date.now() - started < CATCH_UP_LIMIT_MS) {
+    const now = Date.now();
+    if (running().every((job) => job.lastAskedAt !== null && now - job.lastAskedAt <= CAUGHT_UP_WITHIN_MS)) return now - started;
+    await sleep(250);
+  }
+  return null;
+}
 const quantile = (values: number[], q: number) => {
   if (values.length === 0) return NaN;
   const sorted = [...values].sort((a, b) => a - b);
@@ -184,7 +201,11 @@ async function main(): Promise<void> {
         await sleep(1000);
       }
       console.log(`\n### ${level} active runs (reached ${((Date.now() - rampStart) / 1000).toFixed(1)} s after applying the next ${LEVELS[LEVELS.indexOf(level) - 1] ? level - LEVELS[LEVELS.indexOf(level) - 1]! : level})`);
-      await sleep(5000);
+      const caughtUpMs = await watchCatchesUp(running);
+      console.log(caughtUpMs === null
+        ? `the watch did not catch up within ${CATCH_UP_LIMIT_MS / 1000} s: some running job went unlooked at for over ${CAUGHT_UP_WITHIN_MS / 1000} s all along`
+        : `the watch caught up ${(caughtUpMs / 1000).toFixed(1)} s after that (every running job looked at within the last ${CAUGHT_UP_WITHIN_MS / 1000} s)`);
+      await sleep(1000);
       lags = [];
       serviceLags = [];
       const databaseBefore = await databaseWork();
@@ -233,7 +254,7 @@ async function main(): Promise<void> {
       console.log(`  this process (emulator, simulated agents, load): CPU ${benchCpu.toFixed(0)}% of one core; machine load average ${loadavg()[0]!.toFixed(1)} on ${availableParallelism()} CPUs`);
       console.log(`database: ${size.toFixed(0)} MB`);
 
-      const row = `| ${level} | ${ms(lagP50)} / ${ms(lagP99)} | ${(lags.length / seconds).toFixed(0)} | ${serverMsPerLook.toFixed(2)} / ${databasePerLook.cpuMs.toFixed(2)} | ${databasePerLook.statements.toFixed(2)} | ${ms(quantile(ps, 0.99))} | ${ms(quantile(logs, 0.99))} | ${ms(quantile(apply, 0.99))} | ${cpu.toFixed(0)}% | ${after.rssMb.toFixed(0)} MB | ${size.toFixed(0)} MB |`;
+      const row = `| ${level} | ${caughtUpMs === null ? 'no' : ms(caughtUpMs)} | ${ms(lagP50)} / ${ms(lagP99)} | ${(lags.length / seconds).toFixed(0)} | ${serverMsPerLook.toFixed(2)} / ${databasePerLook.cpuMs.toFixed(2)} | ${databasePerLook.statements.toFixed(2)} | ${ms(quantile(ps, 0.99))} | ${ms(quantile(logs, 0.99))} | ${ms(quantile(apply, 0.99))} | ${cpu.toFixed(0)}% | ${after.rssMb.toFixed(0)} MB | ${size.toFixed(0)} MB |`;
       if (!kill) {
         curve.push(`${row} |`);
         continue;
@@ -255,10 +276,10 @@ async function main(): Promise<void> {
       curve.push(`${row} ${ms(observedAfter)} |`);
     }
     console.log(`\n### The curve (${usePostgres ? 'PostgreSQL' : 'PGlite'}, ${INSTANCES} instances)`);
-    console.log('| active runs | reconcile lag p50 / p99 | looks / s | CPU ms a look: server / database | statements a look | ps p99 | logs p99 | apply p99 | server CPU | server RSS | database | SIGKILL → all observed |');
-    console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
+    console.log('| active runs | watch caught up after | reconcile lag p50 / p99 | looks / s | CPU ms a look: server / database | statements a look | ps p99 | logs p99 | apply p99 | server CPU | server RSS | database | SIGKILL → all observed |');
+    console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
     for (const row of curve) console.log(row);
-    console.log(`| goal at 10 000 | ≤ 2 s (p99) | | | | ≤ 200 ms | ≤ 200 ms | ≤ 200 ms | | ≤ 1024 MB | | |`);
+    console.log(`| goal at 10 000 | | ≤ 2 s (p99) | | | | ≤ 200 ms | ≤ 200 ms | ≤ 200 ms | | ≤ 1024 MB | | |`);
   } finally {
     server.child.kill('SIGTERM');
     await new Promise((resolve) => { if (server.child.exitCode !== null) resolve(null); else server.child.once('exit', resolve); });
