@@ -28,9 +28,9 @@ export class DockerLogReader {
   }
 
   /** Takes the log read again from `resumeSince`: what the follow stream already gave is skipped, the rest is written. */
-  catchUp(since: Buffer): void {
+  catchUp(tail: Buffer): void {
     this.buffered = Buffer.alloc(0);
-    this.readFrames(since, this.framesInLastSecond);
+    this.readFrames(tail, this.framesInLastSecond);
   }
 
   /** Writes the whole frames of `data` after the first `skip`; returns the part of a frame left at its end. */
