@@ -25,6 +25,8 @@ export interface LeasedOptions {
    * again and given back: a look then writes nothing to its row but a renewal of the lease now and then.
    */
   holding?: boolean;
+  /** The columns of its rows that its reads of held rows return (a SELECT list); all of them by default. */
+  columns?: string;
 }
 
 /** What a reconcile returns when it gave the row's lease back itself, having handed the row to another loop. */
@@ -189,7 +191,7 @@ export abstract class LeasedController<T> implements Controller {
     const renew = entries.filter(([id]) => madeDue.has(id) || (this.leasedUntil.get(id) ?? 0) - now < this.leaseMs / 2).map(([id]) => id);
     let rows;
     try {
-      rows = await readHeldLeases(this.db, this.options.table, this.owner, entries.map(([id]) => id), renew, this.leaseMs, this.options.where);
+      rows = await readHeldLeases(this.db, this.options.table, this.owner, entries.map(([id]) => id), renew, this.leaseMs, this.options.where, this.options.columns);
     } catch (error) {
       for (const [id, held] of entries) this.held.set(id, held);
       throw error;

@@ -13,7 +13,7 @@ import { recordEvent, runEvent } from '../store/events.js';
 import { getFleetById, type FleetRecord } from '../store/fleets.js';
 import { getInstance, releaseInstanceFromRun, type InstanceRecord } from '../store/instances.js';
 import { instanceAddress, isNodeJob, MULTI_NODE_PARENT, nodeAddresses, startupWait } from '../store/nodes.js';
-import { toRun, updateRun, writeRunStep, type RunRecord } from '../store/runs.js';
+import { toRun, updateRun, WATCHED_RUN_COLUMNS, writeRunStep, type RunRecord } from '../store/runs.js';
 import { requiredSecrets, type SecretBox } from '../store/secrets.js';
 import { SERVICE_PARENT } from '../store/services.js';
 import { LEASE_GIVEN_BACK, LeasedController } from './leased.js';
@@ -63,6 +63,7 @@ export class RunController extends LeasedController<RunRecord> {
       table: 'runs', channel: CHANNELS.runs, leaseMs: 15_000, claimAheadMs: phase === 'watch' ? WATCH_CLAIM_AHEAD_MS : 0,
       hears: { statuses: phase === 'start' ? ['provisioning'] : ['running', 'terminating'] },
       concurrency: phase === 'watch' ? WATCH_CONCURRENCY : undefined, holding: phase === 'watch',
+      columns: phase === 'watch' ? WATCHED_RUN_COLUMNS : undefined,
       where: `${phase === 'start' ? `status = 'provisioning'` : `status IN ('running', 'terminating')`} AND NOT ${SERVICE_PARENT} AND NOT ${MULTI_NODE_PARENT}`,
     });
     this.name = `run-${phase}`;

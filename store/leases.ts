@@ -68,15 +68,16 @@ export async function releaseLeases(db: Queryable, table: LeasedTable, owner: st
  * Reads again rows this server kept leased between reconciles, extending the lease of those in `renew`: a read, not a
  * write, for the others; a renewed row falls due when its lease runs out, as a claimed one of the watch does
  * (store/run-watch.ts). Rows whose lease went to another server are left out; `still_held` says whether a row still
- * matches `where` (a run that ended is no longer watched), else its lease is to be given back.
+ * matches `where` (a run that ended is no longer watched), else its lease is to be given back. `columns`: those the
+ * controller reads (a SELECT list).
  */
-export async function readHeldLeases(db: Queryable, table: LeasedTable, owner: string, ids: readonly string[], renew: readonly string[], leaseMs: number, where: string): Promise<Array<Row & { still_held: boolean }>> {
+export async function readHeldLeases(db: Queryable, table: LeasedTable, owner: string, ids: readonly string[], renew: readonly string[], leaseMs: number, where: string, columns = '*'): Promise<Array<Row & { still_held: boolean }>> {
   return db.query(
     `WITH renewed AS (
        UPDATE ${table} SET lease_expires_at = now() + $3 * interval '1 millisecond', next_reconcile_at = now() + $3 * interval '1 millisecond'
-       WHERE id = ANY($2::text[]) AND lease_owner = $1 RETURNING *),
-     kept AS (SELECT * FROM ${table} WHERE id = ANY($4::text[]) AND NOT id = ANY($2::text[]) AND lease_owner = $1)
-     SELECT h.*, (${where}) AS still_held FROM (SELECT * FROM renewed UNION ALL SELECT * FROM kept) h`,
+       WHERE id = ANY($2::text[]) AND lease_owner = $1 RETURNING ${columns}, (${where}) AS still_held),
+     kept AS (SELECT ${columns}, (${where}) AS still_held FROM ${table} WHERE id = ANY($4::text[]) AND NOT id = ANY($2::text[]) AND lease_owner = $1)
+     SELECT * FROM renewed UNION ALL SELECT * FROM kept`,
     [owner, renew, leaseMs, ids]);
 }
 

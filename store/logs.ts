@@ -1,5 +1,5 @@
 import { promisify } from 'node:util';
-import { deflateRaw, inflateRaw } from 'node:zlib';
+import { deflateRaw, deflateRawSync, inflateRaw, inflateRawSync } from 'node:zlib';
 import type { LogLine } from '../api/objects.js';
 import type { Queryable } from './db.js';
 
@@ -25,6 +25,23 @@ const COMPRESSION_LEVEL = 1;
  * (bench/README.md, "The watch loop's cost per look").
  */
 const COMPRESSED_FROM_BYTES = 512;
+/**
+ * Smaller buffers are (de)compressed on the event loop: a trip to the thread pool costs the process more CPU than the
+ * work itself at these sizes (a 500-byte page: about 150 µs in the pool against 10 µs on the loop; 50 kB: 0.1 ms either
+ * way), and at 10 000 running jobs the pool's trips were a fifth of the server's CPU (bench/README.md, "Log pages
+ * compressed on the event loop"). Larger ones go to the pool, so that the loop never stalls on a chatty job's page.
+ */
+const ON_THE_LOOP_BELOW_BYTES = 64 * 1024;
+/** Log text deflates to about a sixth of its size: a compressed page this long or longer holds ON_THE_LOOP_BELOW_BYTES of text. */
+const INFLATED_ON_THE_LOOP_BELOW_BYTES = ON_THE_LOOP_BELOW_BYTES / 6;
+
+function deflated(text: Buffer): Buffer | Promise<Buffer> {
+  return text.length < ON_THE_LOOP_BELOW_BYTES ? deflateRawSync(text, { level: COMPRESSION_LEVEL }) : compress(text, { level: COMPRESSION_LEVEL });
+}
+
+function inflated(bytes: Buffer): Buffer | Promise<Buffer> {
+  return bytes.length < INFLATED_ON_THE_LOOP_BELOW_BYTES ? inflateRawSync(bytes) : decompress(bytes);
+}
 
 /** Consecutive lines `first` to `last`, as JSON lines without a final newline, read from the agent after line `after`. */
 export interface LogChunk {
@@ -63,7 +80,7 @@ export async function appendLogChunks(db: Queryable, chunks: ReadonlyArray<LogCh
   if (chunks.length === 0) return outcomes;
   const texts = chunks.map((chunk) => Buffer.from(chunk.jsonLines));
   const compressed = texts.map((text) => text.length >= COMPRESSED_FROM_BYTES);
-  const data = await Promise.all(texts.map((text, index) => (compressed[index] ? compress(text, { level: COMPRESSION_LEVEL }) : text)));
+  const data = await Promise.all(texts.map((text, index) => (compressed[index] ? deflated(text) : text)));
   const totals = await db.query<{ run_id: string; bytes: string; dropped_lines: number; dropped_before: number | null }>(
     `WITH input AS (
        SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::text[], $6::int[], $7::text[]) AS i(run_id, first_seq, last_seq, bytes, data, after, encoding)),
@@ -177,7 +194,7 @@ export async function logTotals(db: Queryable, runId: string): Promise<LogTotals
 
 async function chunkText(encoding: string, base64: string): Promise<string> {
   const bytes = Buffer.from(base64, 'base64');
-  return (encoding === 'deflate' ? await decompress(bytes) : bytes).toString('utf8');
+  return (encoding === 'deflate' ? await inflated(bytes) : bytes).toString('utf8');
 }
 
 /** The lines of `text` from index `from` up to, not including, index `to`, found by their newlines. */

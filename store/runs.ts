@@ -59,6 +59,14 @@ export const toRun = (r: Row): RunRecord => ({
   attempt: r.attempt ?? 1, firstSubmittedAt: r.first_submitted_at ?? r.submitted_at, gpuUnderusedSince: r.gpu_underused_since ?? null,
 });
 
+/**
+ * The columns of a run that a look at its running job reads (toRun's, which maps each): all but `files` and `repos`,
+ * what its job was started with, which may weigh megabytes and which a look never needs.
+ */
+export const WATCHED_RUN_COLUMNS = `id, project_id, user_id, name, kind, spec, requirement, generation, priority, status, status_message,
+  termination_reason, desired, fleet_id, instance_id, blocks, job_id, exit_code, replica, service_id, submitted_at, started_at,
+  finished_at, inactivity_stop_at, attempt, first_submitted_at, gpu_underused_since`;
+
 export const FINISHED = `('terminated', 'failed', 'done')`;
 
 /** A scheduled task's status message while it waits. */

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import type { Db, Queryable, Row } from '../store/db.js';
-import { claimDue, nextDueInMs, releaseLease, releaseLeases } from '../store/leases.js';
+import { claimDue, nextDueInMs, readHeldLeases, releaseLease, releaseLeases } from '../store/leases.js';
 import { appendLogChunks, appendLogs, logLinesAfter, logTotals, readLogPage, readLogs } from '../store/logs.js';
 import { claimWatchedRuns, watchedRuns } from '../store/run-watch.js';
 import { migrate, MIGRATIONS } from '../store/migrations.js';
@@ -8,6 +8,7 @@ import { openPglite } from '../store/pglite.js';
 import { openPostgres } from '../store/postgres.js';
 import { applyFleet } from '../store/fleets.js';
 import { upsertProject, upsertUser, userByToken } from '../store/projects.js';
+import { toRun, WATCHED_RUN_COLUMNS } from '../store/runs.js';
 import { createScratchDatabase, DATABASE_KINDS, type DatabaseKind } from './helpers/databases.js';
 
 const REQUIREMENT = { gpu: { models: null, memoryMib: { min: null, max: null }, count: { min: 0, max: null } }, cpus: { min: null, max: null }, memoryMib: { min: null, max: null }, diskMib: { min: null, max: null }, shmSizeMib: null };
@@ -103,16 +104,20 @@ for (const kind of DATABASE_KINDS) {
       expect(await logTotals(db, 'r1')).to.include({ lastSeq: 5, droppedLines: 0 });
     });
 
-    it('keeps a page of a line or two as it is and compresses a longer one, and reads both back', async () => {
+    it('keeps a page of a line or two as it is and compresses longer ones, small or large, and reads all back', async () => {
       const project = await upsertProject(db, 'log-encodings', [{ type: 'local' }]);
       const user = await upsertUser(db, 'dave', 'dave-token', 'user');
       await db.query(`INSERT INTO runs (id, project_id, user_id, name, kind, spec, requirement, status) VALUES ('e1', $1, $2, 'e1', 'task', '{}', '{}', 'running')`, [project.id, user.id]);
-      const line = (seq: number) => ({ seq, ts: new Date().toISOString(), stream: 'stdout' as const, text: `line ${seq}` });
+      const line = (seq: number) => ({ seq, ts: new Date().toISOString(), stream: 'stdout' as const, text: `line ${seq} ${(seq * 7919).toString(36).repeat(seq % 5)}` });
+      const lines = (first: number, count: number) => Array.from({ length: count }, (_, i) => line(first + i));
       await appendLogs(db, 'e1', [line(1)], 1e9);
-      await appendLogs(db, 'e1', Array.from({ length: 50 }, (_, i) => line(i + 2)), 1e9);
-      const chunks = await db.query('SELECT first_seq, encoding FROM log_chunks WHERE run_id = $1 ORDER BY first_seq', ['e1']);
-      expect(chunks.map((chunk) => chunk.encoding)).to.deep.equal(['identity', 'deflate']);
-      expect((await readLogs(db, 'e1', 0)).map((l) => l.text)).to.deep.equal(Array.from({ length: 51 }, (_, i) => `line ${i + 1}`));
+      await appendLogs(db, 'e1', lines(2, 50), 1e9);
+      // About 600 kB of text, 100 kB compressed: both compressed and read back off the event loop.
+      await appendLogs(db, 'e1', lines(52, 8000), 1e9);
+      const chunks = await db.query('SELECT first_seq, encoding, length(data) AS stored FROM log_chunks WHERE run_id = $1 ORDER BY first_seq', ['e1']);
+      expect(chunks.map((chunk) => chunk.encoding)).to.deep.equal(['identity', 'deflate', 'deflate']);
+      expect(Number(chunks[2].stored)).to.be.above(64 * 1024 / 6);
+      expect((await readLogs(db, 'e1', 0, 10_000)).map((l) => l.text)).to.deep.equal(lines(1, 8051).map((l) => l.text));
     });
 
     it('stores the pages of several runs in one statement, each once and only after its run\'s last stored line', async () => {
@@ -160,6 +165,35 @@ for (const kind of DATABASE_KINDS) {
       expect(await claimWatchedRuns(db, 'server-c', 60_000, 100, where, 0, 1000), 'a release by another owner changes nothing').to.have.length(0);
       await releaseLeases(db, 'runs', holder, [{ id: 'due', nextInMs: 0 }, { id: 'soon', nextInMs: 3000 }]);
       expect((await claimWatchedRuns(db, 'server-c', 60_000, 100, where, 0, 1000)).map((row) => row.id)).to.deep.equal(['due']);
+    });
+
+    it('gives a look at a running run every field of its record but the files and repos its job started with', async () => {
+      const project = await upsertProject(db, 'watch-columns', [{ type: 'local' }]);
+      const user = await upsertUser(db, 'erin', 'erin-token', 'user');
+      const { fleet } = await applyFleet(db, project.id, { name: 'c', spec: {}, requirement: REQUIREMENT, nodesMin: 0, nodesMax: 1, idleSeconds: 60, backends: ['local'] });
+      await db.query(`INSERT INTO instances (id, project_id, fleet_id, name, backend, requirement, agent_url, agent_token, status) VALUES ('ci1', $1, $2, 'ci1', 'local', '{}', 'http://agent', 't', 'busy')`, [project.id, fleet.id]);
+      const files = [{ path: 'data.bin', contentBase64: Buffer.alloc(300_000, 7).toString('base64') }];
+      const repos = [{ url: 'https://example.com/r.git', path: '/workflow' }];
+      // Every column toRun maps holds a value, so that one left out of the watch's reads would show.
+      await db.query(`INSERT INTO runs (id, project_id, user_id, name, kind, spec, files, repos, requirement, generation, priority, status, status_message,
+          termination_reason, desired, fleet_id, instance_id, blocks, job_id, exit_code, replica, submitted_at, started_at, finished_at,
+          inactivity_stop_at, attempt, first_submitted_at, gpu_underused_since, next_reconcile_at)
+        VALUES ('cr1', $1, $2, 'cr1', 'task', '{"commands": ["true"]}', $3, $4, '{}', 3, 7, 'running', 'on ci1', 'max_duration_exceeded', 'stop',
+          $5, 'ci1', '{0,1}', 'job-1', 2, 4, now() - interval '1 hour', now() - interval '50 minutes', now(), now() + interval '1 minute', 2,
+          now() - interval '2 hours', now() - interval '5 minutes', now())`,
+        [project.id, user.id, files, repos, fleet.id]);
+      const [whole] = await db.query(`SELECT * FROM runs WHERE id = 'cr1'`);
+      const expected = { ...toRun(whole!), files: undefined, repos: [] };
+      expect(toRun(whole!).files).to.deep.equal(files);
+      const where = `project_id = '${project.id}'`;
+      const [claimed] = await claimWatchedRuns(db, 'server-w', 60_000, 10, where, 0, 1000);
+      expect(toRun(claimed!)).to.deep.equal(expected);
+      for (const renew of [[], ['cr1']]) {
+        const [read] = await readHeldLeases(db, 'runs', 'server-w', ['cr1'], renew, 60_000, where, WATCHED_RUN_COLUMNS);
+        expect(read!.still_held).to.equal(true);
+        const { still_held: _, ...row } = read!;
+        expect(toRun(row)).to.deep.equal(expected);
+      }
     });
 
     it('keeps a run under its log limit by dropping the oldest lines, and counts lines lost before they arrived', async () => {
