@@ -18,6 +18,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { availableParallelism, loadavg, tmpdir } from 'node:os';
@@ -38,7 +39,14 @@ const RUNS = flag('runs', 10_000);
 const SERVICE_EVERY = flag('service-every', 20);
 const WINDOW_MS = flag('window', 20) * 1000;
 const SAMPLES = flag('samples', 20);
-const APPLY_BATCH = 100;
+/**
+ * `--files-kb N`: each task carries N kB of files, as `orchestrator apply` uploads a working directory whose repo has no
+ * reachable remote (up to 5 MiB): the run's row holds them, and a look that read them would pay for them every second.
+ */
+const FILES_KB = flag('files-kb', 0);
+const FILES = FILES_KB > 0 ? [{ path: 'data.bin', contentBase64: randomBytes(FILES_KB * 1024).toString('base64') }] : undefined;
+/** Runs a `POST /apply` carries: 100, fewer where their files would pass 4 MiB (the server takes 8 MiB a body). */
+const APPLY_BATCH = FILES ? Math.max(1, Math.min(100, Math.floor(4 * 1024 * 1024 / FILES[0]!.contentBase64.length))) : 100;
 const usePostgres = process.argv.includes('--postgres');
 /** Without the SIGKILL at each level: one server runs throughout, so that `NODE_OPTIONS=--cpu-prof` profiles all of it. */
 const kill = !process.argv.includes('--no-kill');
@@ -169,7 +177,7 @@ async function main(): Promise<void> {
   const curve: string[] = [];
 
   try {
-    console.log(`\n## ${RUNS} active runs on ${INSTANCES} gpucloud-emulator instances with simulated agents (${usePostgres ? 'PostgreSQL' : 'PGlite'})`);
+    console.log(`\n## ${RUNS} active runs on ${INSTANCES} gpucloud-emulator instances with simulated agents (${usePostgres ? 'PostgreSQL' : 'PGlite'})${FILES ? `, each task with ${FILES_KB} kB of files` : ''}`);
     const perInstance = Math.ceil(RUNS * 1.1 / INSTANCES);
     const bootStart = Date.now();
     const fleet = await api('POST', '/fleets/apply', {
@@ -290,11 +298,11 @@ async function main(): Promise<void> {
 }
 
 /** The n-th run: a service now and then, else a task that prints a line a second until stopped. */
-function runSpec(n: number): { spec: Record<string, unknown> } {
+function runSpec(n: number): { spec: Record<string, unknown>; files?: typeof FILES } {
   if (n % SERVICE_EVERY === SERVICE_EVERY - 1) {
     return { spec: { type: 'service', name: `s${n}`, port: 8000, commands: ['serve --port $PORT'], resources: { gpu: 0 }, probes: [{ type: 'http', url: '/health', interval: '10s' }] } };
   }
-  return { spec: { type: 'task', name: `t${n}`, commands: ['while true; do echo "line of $ORCHESTRATOR_RUN_NAME"; sleep 1; done'], resources: { gpu: 0 } } };
+  return { spec: { type: 'task', name: `t${n}`, commands: ['while true; do echo "line of $ORCHESTRATOR_RUN_NAME"; sleep 1; done'], resources: { gpu: 0 } }, ...(FILES && { files: FILES }) };
 }
 
 await main();
