@@ -3,6 +3,7 @@ import type { Db, Row } from '../store/db.js';
 import { concerns, type RunInterest } from '../store/channels.js';
 import { claimDue, heldRowsMadeDue, nextDueInMs, readHeldLeases, releaseLease, releaseLeases, type LeasedTable } from '../store/leases.js';
 import { BatchedCalls } from './batched-calls.js';
+import { HeldRows } from './held-rows.js';
 import type { Controller } from './manager.js';
 
 export interface LeasedOptions {
@@ -72,7 +73,7 @@ export abstract class LeasedController<T> implements Controller {
     return releases.map((release) => !skipped.has(release.id));
   }, (release) => release.id);
   /** Rows kept leased between reconciles (`holding`): each as last read and when it is due again. */
-  private readonly held = new Map<string, { row: Row; dueAt: number }>();
+  private readonly held = new HeldRows();
   /** Until when this server's lease of each row it holds runs, as it last claimed or renewed it (`holding`). */
   private readonly leasedUntil = new Map<string, number>();
   /** When the earliest row nobody held fell due, as last read; rows change under it only with a NOTIFY or by our releases. */
@@ -126,8 +127,7 @@ export abstract class LeasedController<T> implements Controller {
       const dueInMs = await nextDueInMs(this.db, this.options.table, this.options.where);
       this.nextDueAt = dueInMs === null ? Number.POSITIVE_INFINITY : Date.now() + dueInMs;
     }
-    let nextAt = this.nextDueAt;
-    for (const held of this.held.values()) nextAt = Math.min(nextAt, held.dueAt);
+    const nextAt = Math.min(this.nextDueAt, this.held.earliestDueAt());
     return Number.isFinite(nextAt) ? Math.max(0, nextAt - Date.now()) : undefined;
   }
 
@@ -169,36 +169,24 @@ export abstract class LeasedController<T> implements Controller {
   private async lookAgainAtHeld(limit: number, heard: boolean): Promise<void> {
     if (this.held.size === 0 || this.inFlight.size >= limit) return;
     const madeDue = new Set(heard ? await heldRowsMadeDue(this.db, this.options.table, this.owner, this.options.where) : []);
-    for (const id of madeDue) {
-      const held = this.held.get(id);
-      if (held) held.dueAt = 0;
-    }
+    for (const id of madeDue) this.held.makeDue(id);
     const now = Date.now();
-    const dueAt = (row: Row) => this.held.get(row.id as string)!.dueAt;
-    const soon = [...this.held.values()].filter((held) => held.dueAt <= now + HELD_SIBLINGS_AHEAD_MS).map((held) => held.row);
-    const groups = this.group(soon).map((group) => ({ group, first: Math.min(...group.map(dueAt)) }))
-      .filter(({ first }) => first <= now + (this.options.claimAheadMs ?? 0)).sort((a, b) => a.first - b.first);
     // As many as a claim would take now, the most overdue first; the rest at the next pass.
-    const due: Row[] = [];
-    for (const { group } of groups) {
-      if (due.length > 0 && due.length + group.length > limit - this.inFlight.size) break;
-      due.push(...group);
-    }
-    if (due.length === 0) return;
-    const entries = due.map((row) => [row.id as string, this.held.get(row.id as string)!] as const);
-    for (const [id] of entries) this.held.delete(id);
+    const taken = this.held.takeDue(now + (this.options.claimAheadMs ?? 0), now + HELD_SIBLINGS_AHEAD_MS, limit - this.inFlight.size);
+    if (taken.length === 0) return;
+    const ids = taken.map((held) => held.row.id as string);
     // A row made due is renewed too, which makes it due again when its lease runs out.
-    const renew = entries.filter(([id]) => madeDue.has(id) || (this.leasedUntil.get(id) ?? 0) - now < this.leaseMs / 2).map(([id]) => id);
+    const renew = ids.filter((id) => madeDue.has(id) || (this.leasedUntil.get(id) ?? 0) - now < this.leaseMs / 2);
     let rows;
     try {
-      rows = await readHeldLeases(this.db, this.options.table, this.owner, entries.map(([id]) => id), renew, this.leaseMs, this.options.where, this.options.columns);
+      rows = await readHeldLeases(this.db, this.options.table, this.owner, ids, renew, this.leaseMs, this.options.where, this.options.columns);
     } catch (error) {
-      for (const [id, held] of entries) this.held.set(id, held);
+      for (const held of taken) this.held.set(held.row, held.dueAt, this.groupKey(held.row));
       throw error;
     }
     for (const id of renew) this.leasedUntil.set(id, now + this.leaseMs);
     const read = new Set(rows.map((row) => row.id as string));
-    for (const [id] of entries) if (!read.has(id)) this.leasedUntil.delete(id);
+    for (const id of ids) if (!read.has(id)) this.leasedUntil.delete(id);
     const ended = rows.filter((row) => !row.still_held).map((row) => ({ id: row.id as string, nextInMs: 0 }));
     for (const { id } of ended) this.leasedUntil.delete(id);
     this.adopt(rows.filter((row) => row.still_held).map(({ still_held: _, ...row }) => row));
@@ -222,9 +210,21 @@ export abstract class LeasedController<T> implements Controller {
     return claimDue(this.db, this.options.table, this.owner, this.leaseMs, limit, this.options.where, this.options.claimAheadMs, this.options.holding);
   }
 
-  /** The claimed rows in the groups that `reconcileGroup` takes; each row alone unless a controller looks at rows together. */
-  protected group(rows: Row[]): Row[][] {
-    return rows.map((row) => [row]);
+  /** The group a row is reconciled in (`reconcileGroup`): each row alone unless a controller looks at rows together. */
+  protected groupKey(row: Row): string {
+    return row.id as string;
+  }
+
+  /** The claimed rows in the groups that `reconcileGroup` takes, by `groupKey`. */
+  private group(rows: Row[]): Row[][] {
+    const groups = new Map<string, Row[]>();
+    for (const row of rows) {
+      const key = this.groupKey(row);
+      const group = groups.get(key);
+      if (group) group.push(row);
+      else groups.set(key, [row]);
+    }
+    return [...groups.values()];
   }
 
   /** Reconciles a group of rows, each to its own delay; by default each on its own. */
@@ -251,7 +251,7 @@ export abstract class LeasedController<T> implements Controller {
     });
     if (next.length === 0) return;
     const now = Date.now();
-    for (const { row, id, nextInMs } of next.filter(({ keep }) => keep)) this.held.set(id, { row, dueAt: now + nextInMs });
+    for (const { row, nextInMs } of next.filter(({ keep }) => keep)) this.held.set(row, now + nextInMs, this.groupKey(row));
     const releases = next.filter(({ keep }) => !keep).map(({ id, nextInMs }) => ({ id, nextInMs }));
     for (const { id } of releases) this.leasedUntil.delete(id);
     await Promise.all(releases.map((release) => this.giveBack(release)));

@@ -51,15 +51,8 @@ export class RunWatchController extends RunController {
     return claimWatchedRuns(this.db, this.owner, leaseMs!, limit, where, claimAheadMs!, RUNNING_POLL_MS);
   }
 
-  protected override group(rows: Row[]): Row[][] {
-    const byInstance = new Map<string, Row[]>();
-    for (const row of rows) {
-      const key = row.instance_id ?? `run:${row.id}`;
-      const group = byInstance.get(key);
-      if (group) group.push(row);
-      else byInstance.set(key, [row]);
-    }
-    return [...byInstance.values()];
+  protected override groupKey(row: Row): string {
+    return row.instance_id ?? `run:${row.id}`;
   }
 
   protected override reconcileGroup(runs: RunRecord[]): Array<Promise<number>> {
