@@ -5,7 +5,7 @@ import { serviceSettings } from '../api/service-settings.js';
 import type { Replica, ReplicaState, RolloutStall, ServiceRoute } from '../api/services.js';
 import type { ServiceSpec } from '../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../api/status.js';
-import type { Queryable } from './db.js';
+import type { Queryable, Row } from './db.js';
 import { FINISHED, toRun, type RunRecord } from './runs.js';
 
 /** A service run is a parent row; its replicas are runs with `service_id` set, each one job placed like a task. */
@@ -177,6 +177,12 @@ export async function loadRoutingTable(db: Queryable): Promise<ServiceRoute[]> {
      WHERE r.service_id = ANY($1::text[]) AND r.status = 'running' AND r.ready_at IS NOT NULL AND r.draining_since IS NULL
        AND i.agent_url IS NOT NULL AND i.status = 'busy'
      ORDER BY r.replica`, [services.map((s) => s.id)]);
+  const replicasOf = new Map<string, Row[]>();
+  for (const replica of replicas) {
+    const listed = replicasOf.get(replica.service_id);
+    if (listed) listed.push(replica);
+    else replicasOf.set(replica.service_id, [replica]);
+  }
   return services.map((service) => {
     const settings = serviceSettings(service.spec as ServiceSpec);
     return {
@@ -184,8 +190,7 @@ export async function loadRoutingTable(db: Queryable): Promise<ServiceRoute[]> {
       auth: settings.auth, stripPrefix: settings.stripPrefix, model: settings.model,
       maxBodyBytes: settings.maxBodyBytes, firstByteTimeoutMs: settings.firstByteTimeoutMs, idleTimeoutMs: settings.idleTimeoutMs,
       holdMs: settings.holdMs, gateway: settings.gateway, https: settings.https, rateLimits: settings.rateLimits,
-      replicas: replicas.filter((r) => r.service_id === service.id)
-        .map((r) => ({ id: r.id, replica: r.replica, port: serviceSettings(r.spec as ServiceSpec).port, agentUrl: r.agent_url, agentToken: r.agent_token })),
+      replicas: (replicasOf.get(service.id) ?? []).map((r) => ({ id: r.id, replica: r.replica, port: serviceSettings(r.spec as ServiceSpec).port, agentUrl: r.agent_url, agentToken: r.agent_token })),
       createdAt: Math.floor(new Date(service.submitted_at).getTime() / 1000),
     };
   });
