@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs';
 import { mkdir, rename } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { arch } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -54,7 +55,8 @@ export async function agentFiles(stateDir: string, hostArch: NodeJS.Architecture
 
 function ptyModule(hostArch: NodeJS.Architecture): AgentFiles['pty'] {
   try {
-    const module = dirname(fileURLToPath(import.meta.resolve('@lydell/node-pty/package.json')));
+    // createRequire rather than import.meta.resolve, which a server run from source through tsx's require hook lacks.
+    const module = dirname(createRequire(import.meta.url).resolve('@lydell/node-pty/package.json'));
     const native = join(dirname(module), `node-pty-linux-${hostArch}`);
     return existsSync(native) ? { module, native } : null;
   } catch {
