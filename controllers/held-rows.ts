@@ -21,10 +21,6 @@ export class HeldRows {
     return this.byId.size;
   }
 
-  has(id: string): boolean {
-    return this.byId.has(id);
-  }
-
   /** Holds `row`, due at `dueAt`, with the other rows of `group`. */
   set(row: Row, dueAt: number, group: string): void {
     const id = row.id as string;

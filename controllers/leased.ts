@@ -26,7 +26,7 @@ export interface LeasedOptions {
    * again and given back: a look then writes nothing to its row but a renewal of the lease now and then.
    */
   holding?: boolean;
-  /** The columns of its rows that its reads of held rows return (a SELECT list); all of them by default. */
+  /** The columns of its rows that its claims and reads of held rows return (a SELECT list); all of them by default. */
   columns?: string;
 }
 
@@ -207,7 +207,7 @@ export abstract class LeasedController<T> implements Controller {
 
   /** Claims up to `limit` due rows; a controller that looks at rows together claims them so (run-watch.ts). */
   protected claim(limit: number): Promise<Row[]> {
-    return claimDue(this.db, this.options.table, this.owner, this.leaseMs, limit, this.options.where, this.options.claimAheadMs, this.options.holding);
+    return claimDue(this.db, this.options.table, this.owner, this.leaseMs, limit, this.options.where, this.options.claimAheadMs, this.options.holding, this.options.columns);
   }
 
   /** The group a row is reconciled in (`reconcileGroup`): each row alone unless a controller looks at rows together. */

@@ -47,8 +47,8 @@ export class RunWatchController extends RunController {
   }
 
   protected override claim(limit: number): Promise<Row[]> {
-    const { leaseMs, where, claimAheadMs } = this.options;
-    return claimWatchedRuns(this.db, this.owner, leaseMs!, limit, where, claimAheadMs!, RUNNING_POLL_MS);
+    const { leaseMs, where, claimAheadMs, columns } = this.options;
+    return claimWatchedRuns(this.db, this.owner, leaseMs!, limit, where, claimAheadMs!, RUNNING_POLL_MS, columns);
   }
 
   protected override groupKey(row: Row): string {

@@ -7,8 +7,9 @@ export type LeasedTable = 'fleets' | 'instances' | 'runs' | 'gateways';
  * transaction is claiming right now, so any number of servers can share one database. Rows falling
  * due within `aheadMs` are claimed too, so that rows due one after another are claimed together. With
  * `dueWhenLeaseEnds` (a controller that holds its rows between looks), a claimed row falls due when its lease runs out.
+ * `columns`: those of the claimed rows it returns (a SELECT list).
  */
-export async function claimDue(db: Queryable, table: LeasedTable, owner: string, leaseMs: number, limit: number, where: string, aheadMs = 0, dueWhenLeaseEnds = false): Promise<Row[]> {
+export async function claimDue(db: Queryable, table: LeasedTable, owner: string, leaseMs: number, limit: number, where: string, aheadMs = 0, dueWhenLeaseEnds = false, columns = '*'): Promise<Row[]> {
   return db.query(
     `UPDATE ${table} SET lease_owner = $1, lease_expires_at = now() + $2 * interval '1 millisecond'
        ${dueWhenLeaseEnds ? `, next_reconcile_at = now() + $2 * interval '1 millisecond'` : ''}
@@ -16,7 +17,7 @@ export async function claimDue(db: Queryable, table: LeasedTable, owner: string,
        SELECT id FROM ${table}
        WHERE next_reconcile_at <= now() + $4 * interval '1 millisecond' AND (lease_owner IS NULL OR lease_expires_at < now()) AND (${where})
        ORDER BY next_reconcile_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-     RETURNING *`,
+     RETURNING ${columns}`,
     [owner, leaseMs, limit, aheadMs]);
 }
 

@@ -186,7 +186,7 @@ for (const kind of DATABASE_KINDS) {
       const expected = { ...toRun(whole!), files: undefined, repos: [] };
       expect(toRun(whole!).files).to.deep.equal(files);
       const where = `project_id = '${project.id}'`;
-      const [claimed] = await claimWatchedRuns(db, 'server-w', 60_000, 10, where, 0, 1000);
+      const [claimed] = await claimWatchedRuns(db, 'server-w', 60_000, 10, where, 0, 1000, WATCHED_RUN_COLUMNS);
       expect(toRun(claimed!)).to.deep.equal(expected);
       for (const renew of [[], ['cr1']]) {
         const [read] = await readHeldLeases(db, 'runs', 'server-w', ['cr1'], renew, 60_000, where, WATCHED_RUN_COLUMNS);
