@@ -1,4 +1,4 @@
-import { AGENT_FORWARD_AUTH_HEADER, LOG_LINES_HEADERS, type AgentHealth, type AgentMetrics, type JobStatus, type JobsWatch, type JobsWatchRequest, type JobSubmission, type LogsPage } from '../api/agent.js';
+import { AGENT_FORWARD_AUTH_HEADER, LOG_LINES_HEADERS, type AgentHealth, type AgentMetrics, type JobStatus, type JobsChanges, type JobsChangesRequest, type JobsWatch, type JobsWatchRequest, type JobSubmission, type LogsPage } from '../api/agent.js';
 import type { StopRequest } from './requests.js';
 
 export const DEFAULT_AGENT_TIMEOUT_MS = 10_000;
@@ -70,6 +70,19 @@ export class AgentClient {
     }
   }
 
+  /**
+   * Held by the agent until one of `jobs` is no longer in the state given (or `waitMs` passed): those that changed,
+   * none when none did. Null from an agent older than this call (404 or 405). `signal` gives up on it.
+   */
+  async jobChanges(jobs: JobsChangesRequest['jobs'], waitMs: number, signal?: AbortSignal): Promise<JobsChanges | null> {
+    try {
+      return await this.call<JobsChanges>('POST', '/api/jobs/changes', { jobs, waitMs }, this.timeoutMs + waitMs, signal);
+    } catch (error) {
+      if (error instanceof AgentError && (error.status === 404 || error.status === 405)) return null;
+      throw error;
+    }
+  }
+
   /** Signals the job and returns at once; poll `job()` for the final `stopped` state. */
   stop(jobId: string, options: StopRequest = {}): Promise<JobStatus> {
     return this.call('POST', `/api/jobs/${encodeURIComponent(jobId)}/stop`, options);
@@ -113,8 +126,8 @@ export class AgentClient {
     return { jsonLines: text, first, next, count: text === '' ? 0 : next - first + 1, finished: header(LOG_LINES_HEADERS.finished) === 'true' };
   }
 
-  private async call<T>(method: string, path: string, body?: unknown, timeoutMs = this.timeoutMs): Promise<T> {
-    const { response, text } = await this.request(method, path, body, timeoutMs);
+  private async call<T>(method: string, path: string, body?: unknown, timeoutMs = this.timeoutMs, signal?: AbortSignal): Promise<T> {
+    const { response, text } = await this.request(method, path, body, timeoutMs, signal);
     if (response.status === 204 || text.length === 0) return undefined as T;
     const parsed = parseJson(text);
     if (parsed === undefined) throw new AgentUnreachableError(`agent sent a response that is not JSON (${method} ${this.baseUrl}${path})`);
@@ -122,7 +135,7 @@ export class AgentClient {
   }
 
   /** The response and its text; an error for no answer or an answer outside 2xx. */
-  private async request(method: string, path: string, body: unknown, timeoutMs: number): Promise<{ response: Response; text: string }> {
+  private async request(method: string, path: string, body: unknown, timeoutMs: number, signal?: AbortSignal): Promise<{ response: Response; text: string }> {
     const where = `${method} ${this.baseUrl}${path}`;
     let response: Response;
     let text: string;
@@ -134,7 +147,7 @@ export class AgentClient {
           ...(body === undefined ? {} : { 'content-type': 'application/json' }),
         },
         body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(timeoutMs),
+        signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]) : AbortSignal.timeout(timeoutMs),
       });
       text = await response.text();
     } catch (error) {

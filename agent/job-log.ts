@@ -2,7 +2,7 @@ import { closeSync, openSync, readSync, rmSync, writeSync } from 'node:fs';
 import { StringDecoder } from 'node:string_decoder';
 import type { LogEntry } from '../api/agent.js';
 import { LineAssembler } from './line-assembler.js';
-import { LogWaiters } from './log-waiters.js';
+import { Waiters } from './waiters.js';
 
 type Stream = LogEntry['stream'];
 
@@ -41,7 +41,7 @@ export class JobLog {
   private pending: string[] = [];
   private disposed = false;
   private ended = false;
-  private readonly waiters = new LogWaiters();
+  private readonly waiters = new Waiters();
   private readonly decoders: Record<Stream, StringDecoder> = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
   private readonly assemblers: Record<Stream, LineAssembler> = {
     stdout: new LineAssembler((text, ts) => this.append('stdout', text, ts)),

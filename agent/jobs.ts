@@ -6,6 +6,7 @@ import type { JobState, JobStatus, JobSubmission } from '../api/agent.js';
 import { DEFAULT_MAX_LOG_BYTES, JobLog, type RawEntries } from './job-log.js';
 import type { StopRequest } from './requests.js';
 import { JobStartError, type JobExecution, type JobRuntime } from './runtime.js';
+import { Waiters } from './waiters.js';
 
 export const DEFAULT_GRACE_SECONDS = 10;
 /** Most entries one logs page carries; the caller continues from `next`. */
@@ -36,6 +37,8 @@ export type RemoveOutcome = 'removed' | 'unknown' | 'running';
 export class JobManager {
   private readonly jobs = new Map<string, Job>();
   private closing = false;
+  /** Woken whenever a job changes state or is removed (`POST /api/jobs/changes` waits on it). */
+  readonly stateChanges = new Waiters();
 
   constructor(
     private readonly runtime: JobRuntime,
@@ -121,6 +124,7 @@ export class JobManager {
     if (!job) return 'unknown';
     if (!FINAL_STATES.includes(job.status.state)) return 'running';
     this.jobs.delete(jobId);
+    this.stateChanges.wakeAll();
     job.log.dispose();
     await this.runtime.remove(jobId);
     await rm(job.dir, { recursive: true, force: true });
@@ -160,7 +164,9 @@ export class JobManager {
         dir: job.dir,
         log: job.log,
         pulling: () => {
-          if (job.status.state === 'pending') job.status.state = 'pulling';
+          if (job.status.state !== 'pending') return;
+          job.status.state = 'pulling';
+          this.stateChanges.wakeAll();
         },
         cancelled: () => job.stopRequested || this.closing,
       });
@@ -182,6 +188,7 @@ export class JobManager {
     job.execution = execution;
     job.status.state = 'running';
     job.status.startedAt = execution.startedAt;
+    this.stateChanges.wakeAll();
     this.logger.info('job running', { jobId: job.status.jobId });
     execution.exited.then(
       ({ exitCode, finishedAt }) => {
@@ -207,6 +214,7 @@ export class JobManager {
     job.execution = null;
     job.status = { ...job.status, state, exitCode, finishedAt, ...(reason === undefined ? {} : { reason }) };
     job.log.close();
+    this.stateChanges.wakeAll();
     this.logger.info('job finished', { jobId: job.status.jobId, state, exitCode, reason });
   }
 }

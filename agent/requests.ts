@@ -1,6 +1,6 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
-import { JobSubmission, JobsWatchRequest } from '../api/agent.js';
+import { JobsChangesRequest, JobSubmission, JobsWatchRequest } from '../api/agent.js';
 import { HttpError } from './http-errors.js';
 
 /** Body of POST /api/jobs/:id/stop. */
@@ -16,6 +16,7 @@ export const JOB_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 const submissionCheck = TypeCompiler.Compile(JobSubmission);
 const stopCheck = TypeCompiler.Compile(StopRequest);
 const watchCheck = TypeCompiler.Compile(JobsWatchRequest);
+const changesCheck = TypeCompiler.Compile(JobsChangesRequest);
 
 function invalid(what: string, details: unknown): HttpError {
   return new HttpError(422, 'invalid_request', `invalid ${what}`, details);
@@ -41,6 +42,10 @@ export function parseStopRequest(body: unknown): StopRequest {
 
 export function parseJobsWatch(body: unknown): JobsWatchRequest {
   return checked('jobs watch request', watchCheck, body);
+}
+
+export function parseJobsChanges(body: unknown): JobsChangesRequest {
+  return checked('jobs changes request', changesCheck, body);
 }
 
 /** A non-negative integer query parameter, `fallback` when absent. */

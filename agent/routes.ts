@@ -8,8 +8,9 @@ import type { MetricsSampler } from './metrics.js';
 import type { MetricsHistory } from './metrics-history.js';
 import type { JobPorts, PortForward } from './port-forward.js';
 import { answerLogsPage, logsQuery } from './logs-page.js';
+import { jobsChangesAnswer } from './jobs-changes.js';
 import { jobsWatchAnswer } from './jobs-watch.js';
-import { parseJobsWatch, parseStopRequest, parseSubmission } from './requests.js';
+import { parseJobsChanges, parseJobsWatch, parseStopRequest, parseSubmission } from './requests.js';
 import type { RuntimeKind } from './runtime.js';
 import type { SshAccess } from './ssh/ssh-access.js';
 
@@ -54,6 +55,11 @@ export function agentRoutes({ jobs, metrics, history, ports, portForward, ssh, i
       const status = jobs.status(jobId);
       return status && { status: reported(status), page: (after, maxBytes) => jobs.page(jobId, after, maxBytes)! };
     });
+  });
+
+  router.post('/jobs/changes', async (ctx) => {
+    const request = parseJobsChanges(await readJsonBody(ctx));
+    ctx.body = await jobsChangesAnswer(request, (jobId) => jobs.status(jobId)?.state, jobs.stateChanges);
   });
 
   router.get('/jobs/:id', (ctx) => {

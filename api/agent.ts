@@ -190,6 +190,25 @@ export type WatchedJob = Static<typeof WatchedJob>;
 export const JobsWatch = Type.Object({ jobs: Type.Array(WatchedJob) });
 export type JobsWatch = Static<typeof JobsWatch>;
 
+/** The longest an agent holds `POST /api/jobs/changes` before answering that nothing changed. */
+export const MAX_CHANGES_WAIT_MS = 30_000;
+
+/** Body of `POST /api/jobs/changes`: jobs with the state the caller last saw each in, and how long to wait for one to leave it. */
+export const JobsChangesRequest = Type.Object({
+  jobs: Type.Array(Type.Object({
+    jobId: Type.String(),
+    state: JobState,
+  }, { additionalProperties: false }), { maxItems: 10_000 }),
+  waitMs: Type.Integer({ minimum: 0, maximum: MAX_CHANGES_WAIT_MS }),
+}, { additionalProperties: false });
+export type JobsChangesRequest = Static<typeof JobsChangesRequest>;
+
+/** The answer of `POST /api/jobs/changes`: the asked jobs whose state is not the one given (null: the agent has no such job). */
+export const JobsChanges = Type.Object({
+  changed: Type.Array(Type.Object({ jobId: Type.String(), state: Type.Union([JobState, Type.Null()]) })),
+});
+export type JobsChanges = Static<typeof JobsChanges>;
+
 export const LOG_LINES_HEADERS = { first: 'x-log-first', next: 'x-log-next', finished: 'x-log-finished' } as const;
 
 export const AgentHealth = Type.Object({

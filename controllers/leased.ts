@@ -76,6 +76,8 @@ export abstract class LeasedController<T> implements Controller {
   private readonly held = new HeldRows();
   /** Until when this server's lease of each row it holds runs, as it last claimed or renewed it (`holding`). */
   private readonly leasedUntil = new Map<string, number>();
+  /** Rows made due (`lookSoon`) while their reconcile ran: they are due at once when it ends. */
+  private readonly dueOnReturn = new Set<string>();
   /** When the earliest row nobody held fell due, as last read; rows change under it only with a NOTIFY or by our releases. */
   private nextDueAt = Number.NEGATIVE_INFINITY;
 
@@ -201,8 +203,21 @@ export abstract class LeasedController<T> implements Controller {
     while (this.inFlight.size > 0 || this.waiting.size > 0) await Promise.all([...this.inFlight.values(), ...this.waiting]);
     this.held.clear();
     this.leasedUntil.clear();
+    this.dueOnReturn.clear();
     if (this.wakeTimer) clearTimeout(this.wakeTimer);
     this.wakeTimer = null;
+  }
+
+  /**
+   * Makes rows this server holds due now, and the loop pass: something outside the table told that they changed. A
+   * row whose reconcile is running is due again as soon as that one ends.
+   */
+  protected lookSoon(ids: string[]): void {
+    for (const id of ids) {
+      if (this.held.makeDue(id)) continue;
+      if (this.inFlight.has(id)) this.dueOnReturn.add(id);
+    }
+    this.wakeLoop();
   }
 
   /** Claims up to `limit` due rows; a controller that looks at rows together claims them so (run-watch.ts). */
@@ -242,12 +257,14 @@ export abstract class LeasedController<T> implements Controller {
     const next = rows.flatMap((row, index) => {
       const outcome = outcomes[index]!;
       const id = row.id as string;
+      const madeDue = this.dueOnReturn.delete(id);
       if (outcome.status === 'rejected') {
         this.logger.warn(`${this.name} ${row.name ?? row.id}: ${(outcome.reason as Error).message}`);
         return [{ row, id, nextInMs: ERROR_RETRY_MS, keep: false }];
       }
       if (outcome.value === LEASE_GIVEN_BACK) return [];
-      return [{ row, id, nextInMs: outcome.value, keep: this.options.holding === true && this.holds(records[index]!, outcome.value) }];
+      const nextInMs = madeDue ? 0 : outcome.value;
+      return [{ row, id, nextInMs, keep: this.options.holding === true && this.holds(records[index]!, nextInMs) }];
     });
     if (next.length === 0) return;
     const now = Date.now();

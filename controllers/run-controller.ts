@@ -23,6 +23,11 @@ import { endRun, statusReason } from './run-end.js';
 import { UtilizationWatch } from './utilization-policy.js';
 
 export const RUNNING_POLL_MS = 1000;
+/**
+ * How often a running job is looked at while its instance's change feed (job-change-feeds.ts) follows it: the feed
+ * tells of its end at once, and a look is then needed only for its logs, its deadlines and its lease.
+ */
+export const FOLLOWED_POLL_MS = 5000;
 const REQUEUE_BACKOFF_MS = 5000;
 /** How often a node whose instance is up looks whether its siblings' instances are up too: all of them start at once. */
 const SIBLING_POLL_MS = 200;
@@ -42,6 +47,8 @@ export interface JobLook {
   status: JobStatus;
   /** False when the agent has lines of the job that the database does not hold yet: look again at once. */
   caughtUp: boolean;
+  /** A change feed follows the job: its end makes the run due without waiting for the next look. */
+  followed: boolean;
 }
 
 /**
@@ -73,9 +80,9 @@ export class RunController extends LeasedController<RunRecord> {
     return toRun(row);
   }
 
-  /** A running job's run stays leased to the watch between its looks, a second apart or less: a look writes nothing to it then. */
+  /** A running job's run stays leased to the watch between its looks, a few seconds apart at most: a look writes nothing to it then. */
   protected override holds(run: RunRecord, nextInMs: number): boolean {
-    return (run.status === 'running' || run.status === 'terminating') && nextInMs <= RUNNING_POLL_MS;
+    return (run.status === 'running' || run.status === 'terminating') && nextInMs <= FOLLOWED_POLL_MS;
   }
 
   /** Starts runs the scheduler of this server placed and leased to this loop, with the instance and fleet it read. */
@@ -146,7 +153,8 @@ export class RunController extends LeasedController<RunRecord> {
       await this.finishJob(run, instance, job);
       return RUNNING_POLL_MS;
     }
-    return run.status === 'terminating' ? 250 : pollDelay(run);
+    if (run.status === 'terminating') return 250;
+    return look?.followed ? followedDelay(run, maxSeconds, inactiveStopAt) : pollDelay(run);
   }
 
   /** `placedFleet`: the instance's fleet as the placing pass read it, when this server placed the run. */
@@ -295,6 +303,16 @@ export function agentOf(instance: InstanceRecord): AgentClient {
 function pollDelay(run: RunRecord): number {
   const age = run.startedAt ? Date.now() - run.startedAt.getTime() : 0;
   return Math.min(RUNNING_POLL_MS, 50 + age / 4);
+}
+
+/** A followed job's next look: FOLLOWED_POLL_MS, or sooner when its max_duration or its inactivity_duration runs out first. */
+function followedDelay(run: RunRecord, maxSeconds: number | null, inactiveStopAt: Date | null): number {
+  const now = Date.now();
+  const deadlines = [
+    maxSeconds !== null && run.startedAt ? run.startedAt.getTime() + maxSeconds * 1000 : Number.POSITIVE_INFINITY,
+    inactiveStopAt?.getTime() ?? Number.POSITIVE_INFINITY,
+  ];
+  return Math.max(0, Math.min(FOLLOWED_POLL_MS, ...deadlines.map((at) => at - now + 1)));
 }
 
 export function isFinished(job: JobStatus): boolean {

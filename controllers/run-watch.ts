@@ -8,8 +8,9 @@ import type { RunRecord } from '../store/runs.js';
 import { claimWatchedRuns, watchedRuns, type WatchedRun } from '../store/run-watch.js';
 import type { SecretBox } from '../store/secrets.js';
 import { BatchedCalls } from './batched-calls.js';
+import { JobChangeFeeds } from './job-change-feeds.js';
 import { recordLogsTruncated } from './log-copy.js';
-import { agentOf, isFinished, RunController, RUNNING_POLL_MS, type JobLook } from './run-controller.js';
+import { agentOf, FOLLOWED_POLL_MS, isFinished, RunController, RUNNING_POLL_MS, type JobLook } from './run-controller.js';
 
 /** How often a running job's new lines are stored while nothing else makes it due (storeDue). */
 const LOG_STORE_INTERVAL_MS = 5000;
@@ -42,8 +43,16 @@ export class RunWatchController extends RunController {
     return chunks.map((chunk) => stored.get(chunk.runId)!);
   }, (chunk) => chunk.runId);
 
+  /** A job no look asked about for three of its intervals has ended or left this server: its feed forgets it. */
+  private readonly feeds = new JobChangeFeeds((runIds) => this.lookSoon(runIds), 3 * FOLLOWED_POLL_MS);
+
   constructor(db: Db, owner: string, logger: Logger, maxLogBytes: number, secrets: SecretBox) {
     super(db, owner, logger, 'watch', maxLogBytes, secrets);
+  }
+
+  override async settle(): Promise<void> {
+    this.feeds.close();
+    await super.settle();
   }
 
   protected override claim(limit: number): Promise<Row[]> {
@@ -98,11 +107,13 @@ export class RunWatchController extends RunController {
       const outcome = stored.get(run.id)!;
       if (outcome.firstLoss) await recordLogsTruncated(this.db, run, outcome.droppedLines, this.maxLogBytes);
     }
+    const running = seen.filter(({ status }) => !isFinished(status));
+    const followed = this.feeds.follow(instance.id, () => agentOf(instance), running.map(({ run, status }) => ({ runId: run.id, jobId: run.jobId!, state: status.state })));
     return {
       instance,
       unreachable: false,
       looks: new Map(seen.map(({ run, status, log }) => [run.id, {
-        status, caughtUp: !log.more && (!stored.has(run.id) || stored.get(run.id)!.stored),
+        status, caughtUp: !log.more && (!stored.has(run.id) || stored.get(run.id)!.stored), followed: followed && !isFinished(status),
       }])),
     };
   }

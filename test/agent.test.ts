@@ -216,6 +216,29 @@ describe('agent (process runtime)', function () {
     expect((await refused.json()).error.code).to.equal('invalid_request');
   });
 
+  it('holds a changes call until one of the jobs leaves the state the caller saw, then names it; answers none after the wait', async () => {
+    const ending = submission({ commands: ['sleep 0.8'] });
+    const lasting = submission({ commands: ['sleep 30'] });
+    for (const job of [ending, lasting]) await client.submit(job);
+    for (const job of [ending, lasting]) await waitForState(client, job.jobId, ['running']);
+    const started = Date.now();
+    const changes = await client.jobChanges([{ jobId: ending.jobId, state: 'running' }, { jobId: lasting.jobId, state: 'running' }], 10_000);
+    expect(Date.now() - started, 'held until the job ended').to.be.within(300, 8000);
+    expect(changes).to.deep.equal({ changed: [{ jobId: ending.jobId, state: 'exited' }] });
+
+    const idleStart = Date.now();
+    expect(await client.jobChanges([{ jobId: lasting.jobId, state: 'running' }], 400)).to.deep.equal({ changed: [] });
+    expect(Date.now() - idleStart, 'the wait asked for').to.be.within(350, 3000);
+    expect(await client.jobChanges([{ jobId: lasting.jobId, state: 'pending' }, { jobId: 'no-such-job', state: 'running' }], 10_000))
+      .to.deep.equal({ changed: [{ jobId: lasting.jobId, state: 'running' }, { jobId: 'no-such-job', state: null }] });
+
+    const stopping = client.jobChanges([{ jobId: lasting.jobId, state: 'running' }], 10_000);
+    await client.stop(lasting.jobId, { abort: true });
+    expect(await stopping).to.deep.equal({ changed: [{ jobId: lasting.jobId, state: 'stopped' }] });
+    const refused = await fetch(`${agent.url}/api/jobs/changes`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: '{"jobs":[],"waitMs":60000}' });
+    expect(refused.status).to.equal(422);
+  });
+
   it('pages many jobs\' lines by size in one call: a job past the page says there is more, and nothing is lost', async () => {
     const long = submission({ commands: ["head -c 5000000 /dev/zero | tr '\\0' a"] });
     const short = submission({ commands: ['seq 1 3'] });

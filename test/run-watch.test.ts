@@ -71,17 +71,17 @@ for (const kind of DATABASE_KINDS) {
       const versions = new Set<string>();
       const owners = new Set<string | null>();
       const lookedAt = new Set<number | null>();
-      for (const started = Date.now(); Date.now() - started < 4000;) {
+      for (const started = Date.now(); Date.now() - started < 7000;) {
         const [row] = await server.db.query<{ version: string; lease_owner: string | null }>(`SELECT xmin::text AS version, lease_owner FROM runs WHERE name = 'held'`);
         versions.add(row!.version);
         owners.add(row!.lease_owner);
         lookedAt.add((await job())!.lastAskedAt);
         await new Promise((resolve) => setTimeout(resolve, 100));
       }
-      expect(lookedAt.size, 'looks at the job in 4 s').to.be.at.least(3);
+      expect(lookedAt.size, 'looks at the job in 7 s').to.be.at.least(2);
       expect([...owners], 'the lease all along').to.have.length(1).and.not.include(null);
-      // A claim and a release at each look would make two new versions of the row a second; a renewal of the 15 s lease is one in 7.5 s.
-      expect(versions.size, 'versions of the row in 4 s').to.be.at.most(2);
+      // A claim and a release at each look would make two new versions of the row a look; a renewal of the 15 s lease is one in 7.5 s.
+      expect(versions.size, 'versions of the row in 7 s').to.be.at.most(2);
       for (const current of await ended(['held'])) expect(current).to.include({ status: 'done', exitCode: 0 });
       await eventually(async () => (await server.db.query(`SELECT lease_owner FROM runs WHERE name = 'held'`))[0]!.lease_owner === null, 5000, 'the lease given back');
     });
@@ -108,6 +108,45 @@ for (const kind of DATABASE_KINDS) {
       for (const current of await ended(names)) expect(current).to.include({ status: 'done', exitCode: 0 });
       for (const name of names) {
         expect(await lines(name)).to.deep.equal(Array.from({ length: LINES }, (_, i) => `${name} ${i + 1}`));
+      }
+    });
+
+    /** The seconds between the watch's looks at the job of run `name` while it runs, and how long after its end the run ended. */
+    const looksAt = async (name: string, commands: string[]) => {
+      const agents = emulator.simulatedAgents!;
+      const intervals: number[] = [];
+      const asked = agents.onJobAsked;
+      agents.onJobAsked = (job, sinceLastMs) => {
+        if (job.submission.runName === name && sinceLastMs !== null && job.status.state === 'running') intervals.push(sinceLastMs);
+      };
+      try {
+        expect((await server.api('POST', '/api/projects/main/apply', { items: [{ spec: { type: 'task', name, fleets: ['shared'], commands } }] })).status).to.be.below(300);
+        const job = await eventually(async () => agents.jobs().find((found) => found.submission.runName === name && found.status.state === 'running'), 30_000, 'the job running');
+        const [finished] = await ended([name]);
+        expect(finished).to.include({ status: 'done', exitCode: 0 });
+        return { intervals, endSeenAfterMs: Date.parse(finished.finishedAt) - Date.parse(job.status.finishedAt!) };
+      } finally {
+        agents.onJobAsked = asked;
+      }
+    };
+
+    it('looks at a running job every few seconds while its agent tells of its changes, and sees its end at once', async () => {
+      const { intervals, endSeenAfterMs } = await looksAt('followed', ['sleep 12', 'echo done']);
+      // A look a second would be twelve.
+      expect(intervals.length, `looks while it ran, ${intervals.join(', ')} ms apart`).to.be.within(1, 6);
+      expect(Math.max(...intervals)).to.be.at.least(4000);
+      expect(endSeenAfterMs, 'the run ended after its job did').to.be.within(0, 2500);
+    });
+
+    it('looks every second at the jobs of an agent that tells of no changes', async () => {
+      emulator.simulatedAgents!.withoutChanges = true;
+      try {
+        const { intervals, endSeenAfterMs } = await looksAt('unfollowed', ['sleep 6', 'echo done']);
+        expect(intervals.length, `looks while it ran, ${intervals.join(', ')} ms apart`).to.be.at.least(4);
+        expect(Math.max(...intervals)).to.be.below(2500);
+        expect(endSeenAfterMs, 'the run ended after its job did').to.be.within(0, 2500);
+      } finally {
+        emulator.simulatedAgents!.withoutChanges = false;
       }
     });
 

@@ -11,10 +11,12 @@ import { readJsonBody } from '../../agent/json-body.js';
 import { agentCredential, refuseUpgrade } from '../../agent/port-forward.js';
 import { answerLogsPage, logsQuery } from '../../agent/logs-page.js';
 import { HISTORY_INTERVAL_MS, HISTORY_KEPT_MS } from '../../agent/metrics-history.js';
+import { jobsChangesAnswer } from '../../agent/jobs-changes.js';
 import { jobsWatchAnswer } from '../../agent/jobs-watch.js';
-import { parseJobsWatch, parseStopRequest, parseSubmission } from '../../agent/requests.js';
+import { parseJobsChanges, parseJobsWatch, parseStopRequest, parseSubmission } from '../../agent/requests.js';
 import { generateEd25519KeyPair } from '../../agent/ssh/key-pair.js';
 import { agentVersion } from '../../agent/version.js';
+import { Waiters } from '../../agent/waiters.js';
 import type { AgentProcess } from './agent-process.js';
 import { SimulatedJob, type SimulatedTimings } from './simulated-job.js';
 
@@ -37,9 +39,13 @@ export interface SimulatedMachine {
 interface Simulated {
   machine: SimulatedMachine;
   jobs: Map<string, SimulatedJob>;
+  /** Woken whenever one of its jobs changes state or is removed. */
+  stateChanges: Waiters;
   authorized: (credential: string | undefined) => boolean;
   /** Ends the agent's process as `how` says. */
   exit: (how: string) => void;
+  /** Settles once it has ended. */
+  exited: Promise<string>;
 }
 
 export const DEFAULT_SIMULATED_TIMINGS: SimulatedTimings = { startMs: 50, stopMs: 100 };
@@ -55,6 +61,8 @@ export class SimulatedAgents {
   onJobAsked: (job: SimulatedJob, sinceLastMs: number | null) => void = () => {};
   /** Answer as agents older than `POST /api/jobs/watch` do (405), to try a server against an older fleet. */
   olderAgents = false;
+  /** Answer as agents older than `POST /api/jobs/changes` do (405), which the server then looks at every second. */
+  withoutChanges = false;
   /** Requests the agents' API has answered (port forwards not counted). */
   requests = 0;
   private readonly agents = new Map<string, Simulated>();
@@ -80,7 +88,7 @@ export class SimulatedAgents {
     let exit: (how: string) => void = () => {};
     const exited = new Promise<string>((resolve) => { exit = resolve; });
     const simulated: Simulated = {
-      machine, jobs: new Map(), authorized: bearerCheck(machine.token),
+      machine, jobs: new Map(), stateChanges: new Waiters(), authorized: bearerCheck(machine.token), exited,
       exit: (how) => {
         if (this.agents.get(machine.instanceId) !== simulated) return;
         this.agents.delete(machine.instanceId);
@@ -151,7 +159,7 @@ export class SimulatedAgents {
     });
     router.post('/jobs', async (ctx) => {
       const submission = parseSubmission(await readJsonBody(ctx));
-      const { jobs } = ctx.state.agent;
+      const { jobs, stateChanges } = ctx.state.agent;
       const known = jobs.get(submission.jobId);
       if (known) {
         ctx.body = answer(known.status);
@@ -160,7 +168,7 @@ export class SimulatedAgents {
       const started = new SimulatedJob({
         ...submission,
         ...(submission.servicePort === undefined ? {} : { env: { ...submission.env, PORT: String(submission.servicePort) } }),
-      }, this.options.timings, this.options.maxLogLines);
+      }, this.options.timings, this.options.maxLogLines, () => stateChanges.wakeAll());
       jobs.set(submission.jobId, started);
       ctx.status = 201;
       ctx.body = answer(started.status);
@@ -183,6 +191,15 @@ export class SimulatedAgents {
         return found && { status: answer(asked(found).status), page: (after, maxBytes) => found.page(after, maxBytes) };
       });
     });
+    router.post('/jobs/changes', async (ctx) => {
+      if (this.olderAgents || this.withoutChanges) throw new HttpError(405, 'method_not_allowed', 'Method Not Allowed');
+      const request = parseJobsChanges(await readJsonBody(ctx));
+      const { jobs, stateChanges, exited } = ctx.state.agent;
+      const answer = await Promise.race([jobsChangesAnswer(request, (jobId) => jobs.get(jobId)?.status.state, stateChanges), exited.then(() => null)]);
+      // An agent that ended meanwhile drops the connection, as a real agent's process does.
+      if (!answer) return void ctx.req.socket.destroy();
+      ctx.body = answer;
+    });
     router.get('/jobs/:id/logs', async (ctx) => {
       const { after, wait } = logsQuery(ctx);
       answerLogsPage(ctx, await job(ctx.state.agent, ctx.params.id!).logs(after, wait));
@@ -198,6 +215,7 @@ export class SimulatedAgents {
       if (!found.finished) throw new HttpError(409, 'job_running', `job ${ctx.params.id} has not finished; stop it first`);
       found.dispose();
       ctx.state.agent.jobs.delete(ctx.params.id!);
+      ctx.state.agent.stateChanges.wakeAll();
       ctx.status = 204;
     });
     app.use(async (ctx, next) => {

@@ -1,6 +1,6 @@
 import type { JobState, JobStatus, JobSubmission, LogEntry } from '../../api/agent.js';
 import { DEFAULT_GRACE_SECONDS, MAX_LOG_PAGE_BYTES } from '../../agent/jobs.js';
-import { LogWaiters } from '../../agent/log-waiters.js';
+import { Waiters } from '../../agent/waiters.js';
 import type { StoredLogsPage } from '../../agent/logs-page.js';
 import type { StopRequest } from '../../agent/requests.js';
 import { jobEnvironment, signalExitCode } from '../../agent/runtime.js';
@@ -32,12 +32,14 @@ export class SimulatedJob {
   private firstSeq = 1;
   private lastSeq = 0;
   private ended = false;
-  private readonly waiters = new LogWaiters();
+  private readonly waiters = new Waiters();
   private readonly timers = new Set<NodeJS.Timeout>();
   private wakeSleep: (() => void) | null = null;
   private stopSignal: 'SIGTERM' | 'SIGKILL' | null = null;
 
-  constructor(readonly submission: JobSubmission, private readonly timings: SimulatedTimings, private readonly maxLogLines: number) {
+  /** `stateChanged` is called after each change of the job's state, as the agent wakes its `POST /api/jobs/changes` callers. */
+  constructor(readonly submission: JobSubmission, private readonly timings: SimulatedTimings, private readonly maxLogLines: number,
+    private readonly stateChanged: () => void = () => {}) {
     this.status = { jobId: submission.jobId, state: 'pending', exitCode: null, startedAt: null, finishedAt: null };
     void this.run();
   }
@@ -97,10 +99,14 @@ export class SimulatedJob {
     } catch (error) {
       script = (error as ScriptError).message;
     }
-    if (this.submission.image !== undefined) this.status.state = 'pulling';
+    if (this.submission.image !== undefined) {
+      this.status.state = 'pulling';
+      this.stateChanged();
+    }
     await this.sleep(this.timings.startMs).catch(() => undefined);
     if (this.finished || this.ended) return;
     this.status = { ...this.status, state: 'running', startedAt: new Date().toISOString() };
+    this.stateChanged();
     if (typeof script === 'string') {
       this.print('stderr', `sh: syntax error: ${script}`);
       this.end('exited', 2);
@@ -198,6 +204,7 @@ export class SimulatedJob {
     if (this.finished) return;
     const killed = this.stopSignal !== null && state === 'exited';
     this.status = { ...this.status, state: killed ? 'stopped' : state, exitCode, finishedAt: new Date().toISOString() };
+    this.stateChanged();
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
     this.ended = true;

@@ -1,5 +1,5 @@
-/** Readers waiting for a log to grow: each waits until woken or until its time runs out, whichever comes first. */
-export class LogWaiters {
+/** Callers waiting for something to happen (a log to grow, a job to change state): each waits until woken or until its time runs out, whichever comes first. */
+export class Waiters {
   private readonly waiting = new Set<() => void>();
 
   wait(ms: number): Promise<void> {
