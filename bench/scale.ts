@@ -11,7 +11,7 @@
  * - reconcile lag: the time between two looks of the run controller at a running job (as the simulated agent sees
  *   `POST /api/jobs/watch`) minus the 5 s the controller asks to wait while the instance's change feed follows the
  *   job: how late a due reconcile is done;
- * - a job's end seen after: for tasks that end 8 s after they start, the time from the simulated job's exit to the
+ * - a job's end seen after: for tasks that end 8–12.5 s after they start, the time from the simulated job's exit to the
  *   run's end in the server (with the change feed, the watch does not wait for its next look);
  * - API p50/p99 of `ps` (GET /runs), `logs` (GET /runs/:name/logs) and `apply` (POST /runs/apply of a short task);
  * - the server's CPU (share of one core over the window) and RSS; the database's size;
@@ -66,7 +66,7 @@ const LEVELS = process.argv.includes('--levels')
 const TOKEN = 'bench-scale-token';
 /** What the watch asks between two looks at a running job that its instance's change feed follows. */
 const POLL_INTERVAL_MS = FOLLOWED_POLL_MS;
-/** Tasks applied at each level's window that end this long after they start: how soon each end is seen. */
+/** Tasks applied at each level's window that end this long after they start (and half a second more each): how soon each end is seen. */
 const ENDERS = 10;
 const ENDER_SECONDS = 8;
 const GOALS = { lagP99Ms: 2000, apiP99Ms: 200, rssMb: 1024 };
@@ -240,7 +240,7 @@ async function main(): Promise<void> {
       const names = running().map((job) => job.submission.runName).filter((name) => name.startsWith('t'));
       const enders = Array.from({ length: ENDERS }, (_, index) => `end-${level}-${index}`);
       const endersApplied = await api('POST', '/apply', {
-        items: enders.map((name) => ({ spec: { type: 'task', name, commands: [`sleep ${ENDER_SECONDS}`, 'echo end'], resources: { gpu: 0 } } })),
+        items: enders.map((name, index) => ({ spec: { type: 'task', name, commands: [`sleep ${ENDER_SECONDS + index / 2}`, 'echo end'], resources: { gpu: 0 } } })),
       });
       if (endersApplied.status >= 300) throw new Error(`apply: ${JSON.stringify(endersApplied.body)}`);
       let probe = 0;
@@ -270,7 +270,7 @@ async function main(): Promise<void> {
       const apiP99 = Math.max(quantile(ps, 0.99), quantile(logs, 0.99), quantile(apply, 0.99));
       const size = await databaseMb();
       console.log(`reconcile lag of running jobs (${lags.length} looks in ${seconds.toFixed(0)} s): p50 ${ms(lagP50)}, p99 ${ms(lagP99)}; goal p99 ≤ ${ms(GOALS.lagP99Ms)}: ${verdict(lagP99, GOALS.lagP99Ms)}`);
-      console.log(`a job's end seen after (${endSeen.length} of ${ENDERS} tasks that ended ${ENDER_SECONDS} s after they started): p50 ${ms(quantile(endSeen, 0.5))}, max ${ms(Math.max(...endSeen))}`);
+      console.log(`a job's end seen after (${endSeen.length} of ${ENDERS} tasks that ended ${ENDER_SECONDS}–${ENDER_SECONDS + (ENDERS - 1) / 2} s after they started): p50 ${ms(quantile(endSeen, 0.5))}, max ${ms(Math.max(...endSeen))}`);
       console.log(`  of which services' replicas (${serviceLags.length} looks): p50 ${ms(quantile(serviceLags, 0.5))}, p99 ${ms(quantile(serviceLags, 0.99))}`);
       console.log(`  looks per second: ${(lags.length / seconds).toFixed(0)} (one a second per running job would be ${running().length}); agent calls per second: ${((agents.requests - agentCallsBefore) / seconds).toFixed(0)}`);
       const serverMsPerLook = ((after.cpuTicks - before.cpuTicks) / TICKS_PER_SECOND) * 1000 / lags.length;
