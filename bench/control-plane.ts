@@ -14,7 +14,7 @@
  * plane adds to), and beside dstack's published 1–2 s from apply to running on an idle instance, as a label only:
  * that figure was measured on other machines, so no ratio to ours is printed.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AgentClient } from '../agent/client.js';
@@ -113,6 +113,7 @@ async function applyToRunning(): Promise<void> {
     await Promise.all(burstNames.map((name) => api('POST', '/runs/apply', { spec: { type: 'task', name, commands: ['true'] } })));
     await allEnded(server.db, burstNames);
     console.log(`burst: ${TASKS} applied at once finish in ${((Date.now() - burstStart) / 1000).toFixed(1)} s on ${INSTANCES} instances`);
+    await printTurns(server.db, burstNames);
     cpu.print(TASKS);
     statements.print(TASKS);
     await api('DELETE', '/fleets/bench');
@@ -143,16 +144,64 @@ async function allEnded(db: Db, names: string[]): Promise<void> {
   }
 }
 
-/** The CPU this process spent since the last print (the server, on PGlite its database, the emulator; not the agents), a task. */
+/**
+ * The CPU spent since the last print, a task: this process (the server, on PGlite its database, the emulator), the
+ * agents' processes with the jobs they ran, and PostgreSQL's processes (all of the local cluster's). The agents share
+ * the machine's cores with the server here, where each would have its own machine.
+ */
 function cpuPerTask(): { print(tasks: number): void } {
+  const agents = (command: string) => command.includes('\0agent\0') && command.includes('--instance-id');
+  const postgresProcesses = (command: string) => command.startsWith('postgres');
   let since = process.cpuUsage();
+  let agentsSince = processesCpuMs(agents);
+  let postgresSince = processesCpuMs(postgresProcesses);
   return {
     print(tasks) {
       const used = process.cpuUsage(since);
+      const agentsNow = processesCpuMs(agents);
+      const postgresNow = processesCpuMs(postgresProcesses);
+      const of = (now: Map<number, number>, before: Map<number, number>) => [...now].reduce((sum, [pid, cpuMs]) => sum + cpuMs - (before.get(pid) ?? 0), 0) / tasks;
+      console.log(`  CPU a task: the server's process ${ms((used.user + used.system) / 1000 / tasks)}, the agents (their jobs included) ${ms(of(agentsNow, agentsSince))}, PostgreSQL's processes ${ms(of(postgresNow, postgresSince))}`);
       since = process.cpuUsage();
-      console.log(`  CPU of the server's process: ${ms((used.user + used.system) / 1000 / tasks)} a task`);
+      agentsSince = agentsNow;
+      postgresSince = postgresNow;
     },
   };
+}
+
+/** The CPU milliseconds (their reaped children's included) of each live process whose command line matches, by pid. */
+function processesCpuMs(matches: (command: string) => boolean): Map<number, number> {
+  const cpu = new Map<number, number>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (!matches(readFileSync(`/proc/${entry}/cmdline`, 'utf8'))) continue;
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const [utime, stime, cutime, cstime] = stat.slice(stat.lastIndexOf(')') + 2).split(' ').slice(11, 15).map(Number);
+      cpu.set(Number(entry), (utime! + stime! + cutime! + cstime!) * 10);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return cpu;
+}
+
+/**
+ * Where an instance's turn goes in the burst, p50 of each: placed → running (the start), running → ended (the job and
+ * the watch seeing its end), ended → the instance's next run placed.
+ */
+async function printTurns(db: Db, names: string[]): Promise<void> {
+  const rows = await db.query<{ instance_id: string; placed: Date; started_at: Date; finished_at: Date }>(
+    `SELECT r.instance_id, e.created_at AS placed, r.started_at, r.finished_at
+     FROM runs r JOIN events e ON e.object_id = r.id AND e.reason = 'Provisioning' WHERE r.name = ANY($1::text[]) AND r.started_at IS NOT NULL`, [names]);
+  const byInstance = new Map<string, typeof rows>();
+  for (const row of rows) byInstance.set(row.instance_id, [...(byInstance.get(row.instance_id) ?? []), row]);
+  const gaps = [...byInstance.values()].flatMap((turns) => {
+    const sorted = turns.sort((a, b) => a.placed.getTime() - b.placed.getTime());
+    return sorted.slice(1).map((turn, index) => turn.placed.getTime() - sorted[index]!.finished_at.getTime());
+  });
+  const p50 = (values: number[]) => ms(quantile(values, 0.5));
+  console.log(`  an instance's turn, p50: placed → running ${p50(rows.map((r) => r.started_at.getTime() - r.placed.getTime()))}, running → ended ${p50(rows.map((r) => r.finished_at.getTime() - r.started_at.getTime()))}, ended → its next run placed ${p50(gaps)} (p90 ${ms(quantile(gaps, 0.9))})`);
 }
 
 /**
