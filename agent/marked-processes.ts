@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { readdir, readFile } from 'node:fs/promises';
+import { readdirSync, readFileSync } from 'node:fs';
 import type { StopSignal } from './runtime.js';
 
 /**
@@ -11,6 +11,8 @@ export const JOB_MARKER_VARIABLE = 'ORCHESTRATOR_JOB_MARKER';
 
 /** Passes of a sweep at most: each kills what the one before missed (a child forked in between). */
 const MAX_SWEEPS = 20;
+/** Processes read between two turns of the event loop. */
+const SCAN_CHUNK = 64;
 
 export function newJobMarker(): string {
   return randomUUID();
@@ -18,21 +20,38 @@ export function newJobMarker(): string {
 
 /**
  * The live processes whose initial environment holds `JOB_MARKER_VARIABLE=marker`. Processes of other users
- * cannot be read and are never counted, nor zombies, which hold nothing any more.
+ * cannot be read and are never counted, nor zombies, which hold nothing any more. Read synchronously, a few dozen
+ * processes at a time between turns of the event loop: each read through the thread pool cost several times its
+ * work, and a machine's every process is read at each job's end.
  */
 export async function markedProcesses(marker: string): Promise<number[]> {
-  const entry = Buffer.from(`\0${JOB_MARKER_VARIABLE}=${marker}\0`);
-  const pids = (await readdir('/proc').catch(() => [] as string[])).filter((name) => /^\d+$/.test(name)).map(Number);
-  const marked = await Promise.all(pids.map(async (pid) => {
-    if (pid === process.pid) return false;
-    try {
-      const environ = Buffer.concat([Buffer.from('\0'), await readFile(`/proc/${pid}/environ`)]);
-      return environ.includes(entry) && !(await isZombie(pid));
-    } catch {
-      return false;
+  const entry = Buffer.from(`${JOB_MARKER_VARIABLE}=${marker}\0`);
+  let pids: number[];
+  try {
+    pids = readdirSync('/proc').filter((name) => /^\d+$/.test(name)).map(Number);
+  } catch {
+    return [];
+  }
+  const marked: number[] = [];
+  for (let start = 0; start < pids.length; start += SCAN_CHUNK) {
+    if (start > 0) await new Promise((resolve) => setImmediate(resolve));
+    for (const pid of pids.slice(start, start + SCAN_CHUNK)) {
+      if (pid !== process.pid && isMarked(pid, entry)) marked.push(pid);
     }
-  }));
-  return pids.filter((_, index) => marked[index]);
+  }
+  return marked;
+}
+
+function isMarked(pid: number, entry: Buffer): boolean {
+  try {
+    const environ = readFileSync(`/proc/${pid}/environ`);
+    for (let at = environ.indexOf(entry); at !== -1; at = environ.indexOf(entry, at + 1)) {
+      if (at === 0 || environ[at - 1] === 0) return !isZombie(pid);
+    }
+    return false;
+  } catch {
+    return false;
+  }
 }
 
 /** Sends `signal` to every process of the job once. */
@@ -55,8 +74,8 @@ export async function killMarked(marker: string): Promise<number> {
   return killed.size;
 }
 
-async function isZombie(pid: number): Promise<boolean> {
-  const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+function isZombie(pid: number): boolean {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   // The command name, in parentheses, may hold spaces and parentheses: the state follows the last ')'.
   return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) === 'Z';
 }
