@@ -31,6 +31,7 @@ import { insertRun } from '../store/runs.js';
 import { insertReplica } from '../store/services.js';
 import { startServer } from '../server/server.js';
 import { createScratchDatabase } from '../test/helpers/databases.js';
+import { statCpuSeconds } from './process-cpu.js';
 
 const flag = (name: string, fallback: number) => {
   const at = process.argv.indexOf(`--${name}`);
@@ -177,8 +178,7 @@ function processesCpuMs(matches: (command: string) => boolean): Map<number, numb
     try {
       if (!matches(readFileSync(`/proc/${entry}/cmdline`, 'utf8'))) continue;
       const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const [utime, stime, cutime, cstime] = stat.slice(stat.lastIndexOf(')') + 2).split(' ').slice(11, 15).map(Number);
-      cpu.set(Number(entry), (utime! + stime! + cutime! + cstime!) * 10);
+      cpu.set(Number(entry), (statCpuSeconds(stat) + statCpuSeconds(stat, 'children')) * 1000);
     } catch {
       // gone meanwhile
     }

@@ -23,9 +23,8 @@ interface Feed {
   live: boolean;
   /** Until when an agent older than the call is not asked again. */
   unsupportedUntil: number;
+  /** The call in flight; aborted to make it again with more jobs, or when the feeds close. */
   call: AbortController | null;
-  /** The call in flight is given up to be made again with more jobs. */
-  restarting: boolean;
 }
 
 /**
@@ -48,7 +47,7 @@ export class JobChangeFeeds {
     const now = Date.now();
     let feed = this.feeds.get(instanceId);
     const fresh = !feed;
-    feed ??= { agent: agent(), jobs: new Map(), live: false, unsupportedUntil: 0, call: null, restarting: false };
+    feed ??= { agent: agent(), jobs: new Map(), live: false, unsupportedUntil: 0, call: null };
     let added = false;
     for (const { runId, jobId, state } of jobs) {
       const known = feed.jobs.get(jobId);
@@ -58,9 +57,8 @@ export class JobChangeFeeds {
     if (fresh) {
       this.feeds.set(instanceId, feed);
       void this.run(instanceId, feed);
-    } else if (added && feed.call) {
-      feed.restarting = true;
-      feed.call.abort();
+    } else if (added) {
+      feed.call?.abort();
     }
     return feed.live;
   }
@@ -84,11 +82,11 @@ export class JobChangeFeeds {
         await pause(feed.unsupportedUntil - now);
         continue;
       }
-      feed.call = new AbortController();
-      feed.restarting = false;
+      const call = new AbortController();
+      feed.call = call;
       try {
         // A feed not yet live asks without waiting first: the answer says at once that the agent follows its jobs.
-        const answer = await feed.agent.jobChanges([...feed.jobs].map(([jobId, { state }]) => ({ jobId, state })), feed.live ? HOLD_MS : 0, feed.call.signal);
+        const answer = await feed.agent.jobChanges([...feed.jobs].map(([jobId, { state }]) => ({ jobId, state })), feed.live ? HOLD_MS : 0, call.signal);
         if (!answer) {
           feed.live = false;
           feed.unsupportedUntil = Date.now() + UNSUPPORTED_RETRY_MS;
@@ -105,7 +103,8 @@ export class JobChangeFeeds {
         }
         if (runIds.length > 0) this.changed(runIds);
       } catch {
-        if (feed.restarting || this.feeds.get(instanceId) !== feed) continue;
+        // Aborted by us: made again with more jobs, or the feeds closed (then the loop ends).
+        if (call.signal.aborted) continue;
         feed.live = false;
         await pause(RETRY_MS);
       } finally {
