@@ -5,7 +5,7 @@
  *
  *   npm run bench                 # embedded PGlite, as `orchestrator server` runs by default
  *   npm run bench -- --postgres   # against ORCHESTRATOR_TEST_POSTGRES_URL (default: local Postgres)
- *   npm run bench -- --listing-only   # the run list alone
+ *   npm run bench -- --listing-only   # the run list alone, and the views an apply of 100 runs answers with
  *   npm run bench -- --scheduler-only # the scheduling pass over 10 000 queued runs alone
  *   npm run bench -- --apply-only     # apply → running and the burst alone
  *   npm run bench -- --apply-only --trace   # and the server's statements per task, the most frequent first
@@ -26,7 +26,7 @@ import type { Db, Queryable } from '../store/db.js';
 import { applyFleet } from '../store/fleets.js';
 import { openDatabase } from '../store/open.js';
 import { upsertProject, upsertUser } from '../store/projects.js';
-import { listRunViews } from '../store/run-views.js';
+import { getRunView, listRunViews, runViewsOf } from '../store/run-views.js';
 import { insertRun } from '../store/runs.js';
 import { insertReplica } from '../store/services.js';
 import { startServer } from '../server/server.js';
@@ -40,6 +40,8 @@ const flag = (name: string, fallback: number) => {
 const INSTANCES = flag('instances', 50);
 const TASKS = flag('tasks', 500);
 const QUEUED = 10_000;
+/** Runs in one `POST /apply` whose answer's views are read beside the queue (bench/scale.ts applies 100 at a time). */
+const APPLIED = 100;
 const SERVICES = 200;
 const REPLICAS = 2;
 const PACED_INTERVAL_MS = 40;
@@ -339,6 +341,11 @@ async function listingRuns(): Promise<void> {
     const floor = await median(() => db.query(`SELECT * FROM runs WHERE project_id = $1 AND NOT deleted AND service_id IS NULL ORDER BY submitted_at DESC LIMIT 1000`, [project.id]));
     console.log(`the 1000 newest live runs, each with its queue position, replicas and SSH hosts: median of 5 ${ms(listed)}`);
     console.log(`  reference, same process: reading those 1000 rows alone: median ${ms(floor)} (ratio ${(listed / floor).toFixed(1)}x)`);
+    const applied = (await db.query<{ id: string }>(`SELECT id FROM runs WHERE project_id = $1 AND status = 'submitted' ORDER BY submitted_at DESC LIMIT ${APPLIED}`, [project.id])).map((r) => r.id);
+    const together = await median(() => runViewsOf(db, applied));
+    const alone = await median(() => Promise.all(applied.map((id) => getRunView(db, id))));
+    console.log(`the views an apply of ${APPLIED} queued runs answers with, read together: median of 5 ${ms(together)}`);
+    console.log(`  reference, same process: each view read alone (as apply read them before): median ${ms(alone)} (ratio ${(alone / together).toFixed(1)}x)`);
   } finally {
     await db.close();
     await scratch.drop();

@@ -133,6 +133,19 @@ for (const kind of DATABASE_KINDS) {
       await server.api('POST', '/api/projects/main/runs/racer/stop', { abort: true });
     });
 
+    it('answers each run of a batch with its own view, queued runs with their places in the queue', async () => {
+      const queued = (name: string, priority: number) => ({ spec: { type: 'task', name, priority, fleets: ['full'], commands: ['true'] } });
+      const response = await server.api('POST', '/api/projects/main/apply', {
+        items: [queued('low', 10), { spec: { type: 'fleet', name: 'full', backends: ['local'], nodes: '0..0' } }, queued('high', 90), queued('mid', 50)],
+      });
+      expect(response.status, JSON.stringify(response.body)).to.equal(201);
+      const views = (response.body as ApplyResult).items.flatMap((item) => (item.kind === 'run' ? [item.run] : []));
+      expect(views.map((run) => [run.name, run.priority, run.status, run.queuePosition])).to.deep.equal([
+        ['low', 10, 'submitted', 3], ['high', 90, 'submitted', 1], ['mid', 50, 'submitted', 2],
+      ]);
+      for (const name of ['low', 'high', 'mid']) await server.api('POST', `/api/projects/main/runs/${name}/stop`, { abort: true });
+    });
+
     it('never answers 5xx to random batches and plans, always in the one error shape', async () => {
       const spec = fc.oneof(
         fc.constantFrom<unknown>(LOCAL_FLEET, { ...LOCAL_FLEET, backends: ['gpucloud'] }, { type: 'task', commands: ['true'] }, sleeper('fuzz'), { type: 'service', port: 80, commands: ['true'] }),

@@ -3,7 +3,7 @@ import type { ApplyResult } from '../../api/objects.js';
 import { fleetView } from '../../store/fleets.js';
 import { gatewayView, listCertificates } from '../../store/gateways.js';
 import { listInstanceViews } from '../../store/instances.js';
-import { getRunView } from '../../store/run-views.js';
+import { runViewsOf } from '../../store/run-views.js';
 import { applyItems } from '../apply.js';
 import { projectFor, type AuthState } from '../auth.js';
 import type { ServerContext } from '../context.js';
@@ -22,9 +22,11 @@ export function applyRoutes(server: ServerContext): Router {
     const project = await projectFor(db, ctx, ctx.params.project);
     const items = checkedApplyItems(await readJsonObject(ctx), project);
     const written = await applyItems(db, project, (ctx.state as AuthState).user.id, items);
+    // One read for all the runs' views: each view alone read its project's whole queue for its position.
+    const runs = new Map((await runViewsOf(db, written.flatMap((w) => (w.kind === 'run' ? [w.run.id] : [])))).map((run) => [run.id, run]));
     const result: ApplyResult = {
       items: await Promise.all(written.map(async (w): Promise<ApplyResult['items'][number]> => {
-        if (w.kind === 'run') return { kind: 'run', run: await getRunView(db, w.run.id) };
+        if (w.kind === 'run') return { kind: 'run', run: runs.get(w.run.id)! };
         if (w.kind === 'gateway') return { kind: 'gateway', action: w.action, gateway: gatewayView(w.gateway, project.name, await listCertificates(db, w.gateway.id)) };
         return { kind: 'fleet', action: w.action, fleet: fleetView(w.fleet, project.name, await listInstanceViews(db, project.id, { fleetId: w.fleet.id, includeTerminated: false })) };
       })),
