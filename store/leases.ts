@@ -99,11 +99,6 @@ export async function releaseAllLeases(db: Queryable, owner: string): Promise<vo
   }
 }
 
-/** Makes a row due now, so the next pass (or the nudge) picks it up. */
-export async function markDue(db: Queryable, table: LeasedTable, id: string): Promise<void> {
-  await db.query(`UPDATE ${table} SET next_reconcile_at = now() WHERE id = $1`, [id]);
-}
-
 /** Writes the changes only while `owner` still holds the row's lease; false when it lost it. */
 export async function updateLeased<Column extends string>(db: Queryable, table: LeasedTable, id: string, owner: string, patch: Partial<Record<Column, unknown>>): Promise<boolean> {
   const columns = Object.keys(patch) as Column[];

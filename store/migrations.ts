@@ -600,6 +600,20 @@ ALTER TABLE cost_hours SET (fillfactor = 50);
 CREATE INDEX runs_blocks_held ON runs (project_id) WHERE blocks IS NOT NULL AND instance_id IS NOT NULL AND status NOT IN ('terminated', 'failed', 'done');
 `,
   },
+  {
+    version: 28,
+    name: 'runs: the rows each claim of the start loop, the service controller and the nodes controller looks for, indexed apart from the running jobs the watch holds',
+    sql: `
+-- These loops claimed through runs_active_due (or a scan of the table), walking every active run due by its
+-- next_reconcile_at, thousands of them held by the watch, to take the few that are theirs (bench/README.md, "Claims
+-- that no longer walk the watched runs"). Their conditions (controllers/run-controller.ts, service-controller.ts,
+-- nodes-controller.ts) imply each predicate, so each claim reads its own few rows.
+CREATE INDEX runs_provisioning_due ON runs (next_reconcile_at) WHERE status = 'provisioning';
+CREATE INDEX runs_service_parents_due ON runs (next_reconcile_at) WHERE kind = 'service' AND service_id IS NULL;
+CREATE INDEX runs_multi_node_parents_due ON runs (next_reconcile_at)
+  WHERE kind = 'task' AND service_id IS NULL AND coalesce((spec->>'nodes')::int, 1) > 1;
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;
