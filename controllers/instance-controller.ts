@@ -7,7 +7,7 @@ import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
 import { getFleetById, isClusterFleet, recordFleetCluster, type FleetCluster, type FleetRecord } from '../store/fleets.js';
-import { getInstance, idleSharedInstance, toInstance, updateInstance, type InstanceRecord } from '../store/instances.js';
+import { getInstance, idleSharedInstance, markInstanceReady, toInstance, updateInstance, type InstanceRecord } from '../store/instances.js';
 import { actingSpentBudget } from '../store/budgets.js';
 import { openAccrual } from '../store/ledger.js';
 import { getRun } from '../store/runs.js';
@@ -202,13 +202,11 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     if (remote.status !== 'running' || !remote.agentUrl) return 250;
     const health = await agentOf({ ...instance, agentUrl: remote.agentUrl }).health().catch(() => null);
     if (!health?.ok) return 250;
-    const status: InstanceStatus = instance.runId ? 'busy' : 'idle';
-    const written = await updateInstance(this.db, instance.id, this.owner, {
-      status, agent_url: remote.agentUrl, idle_since: status === 'idle' ? new Date() : null, status_message: '',
-      ssh_host_key: health.sshHostKey ?? null,
+    const status = await markInstanceReady(this.db, instance.id, this.owner, {
+      agent_url: remote.agentUrl, status_message: '', ssh_host_key: health.sshHostKey ?? null,
       ...(remote.offer ? { offer: remote.offer } : {}), ...(remote.internalIp ? { internal_ip: remote.internalIp } : {}),
     });
-    if (written) {
+    if (status) {
       await this.event(instance, 'Ready', `agent healthy at ${remote.agentUrl}; ${status}`);
       await this.db.notify(CHANNELS.runs);
     }

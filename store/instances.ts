@@ -117,6 +117,23 @@ export function updateInstance(db: Queryable, id: string, owner: string, patch: 
   return updateLeased<InstanceColumn>(db, 'instances', id, owner, patch);
 }
 
+/**
+ * A provisioned instance's agent answered: it is `busy` when a run holds it, else `idle`, as its row says when written.
+ * The scheduler gives a provisioning instance its run without waiting for it, so the caller's copy may not know of that
+ * run yet (written from it, the instance read idle and its run waited for it forever). Returns the status written; null
+ * when `owner` lost the lease.
+ */
+export async function markInstanceReady(db: Queryable, id: string, owner: string, patch: Partial<Record<InstanceColumn, unknown>>): Promise<InstanceStatus | null> {
+  const columns = Object.keys(patch) as InstanceColumn[];
+  const sets = columns.map((c, i) => `${c} = $${i + 3}, `).join('');
+  const [row] = await db.query<{ status: InstanceStatus }>(
+    `UPDATE instances SET ${sets}status = CASE WHEN run_id IS NULL THEN 'idle' ELSE 'busy' END,
+       idle_since = CASE WHEN run_id IS NULL THEN now() END, updated_at = now()
+     WHERE id = $1 AND lease_owner = $2 RETURNING status`,
+    [id, owner, ...columns.map((c) => patch[c])]);
+  return row?.status ?? null;
+}
+
 /** A busy instance goes back to idle once its run let go of it; only the run that holds it may free it. */
 export async function releaseInstanceFromRun(db: Queryable, instanceId: string, runId: string): Promise<boolean> {
   const rows = await db.query(`${RELEASE_INSTANCE} WHERE id = $1 AND run_id = $2 RETURNING id`, [instanceId, runId]);

@@ -7,6 +7,7 @@ import { migrate, MIGRATIONS } from '../store/migrations.js';
 import { openPglite } from '../store/pglite.js';
 import { openPostgres } from '../store/postgres.js';
 import { applyFleet } from '../store/fleets.js';
+import { markInstanceReady } from '../store/instances.js';
 import { upsertProject, upsertUser, userByToken } from '../store/projects.js';
 import { toRun, WATCHED_RUN_COLUMNS } from '../store/runs.js';
 import { createScratchDatabase, DATABASE_KINDS, type DatabaseKind } from './helpers/databases.js';
@@ -165,6 +166,25 @@ for (const kind of DATABASE_KINDS) {
       expect(await claimWatchedRuns(db, 'server-c', 60_000, 100, where, 0, 1000), 'a release by another owner changes nothing').to.have.length(0);
       await releaseLeases(db, 'runs', holder, [{ id: 'due', nextInMs: 0 }, { id: 'soon', nextInMs: 3000 }]);
       expect((await claimWatchedRuns(db, 'server-c', 60_000, 100, where, 0, 1000)).map((row) => row.id)).to.deep.equal(['due']);
+    });
+
+    it('marks a provisioned instance busy when a run was placed on it after its controller read it, idle when none was', async () => {
+      const project = await upsertProject(db, 'ready-race', [{ type: 'local' }]);
+      const { fleet } = await applyFleet(db, project.id, { name: 'r', spec: {}, requirement: REQUIREMENT, nodesMin: 0, nodesMax: 2, idleSeconds: 60, backends: ['local'] });
+      for (const id of ['placed-meanwhile', 'left-alone']) {
+        await db.query(`INSERT INTO instances (id, project_id, fleet_id, name, backend, requirement, agent_token, status, lease_owner, lease_expires_at)
+          VALUES ($1, $2, $3, $1, 'local', '{}', 't', 'provisioning', 'controller', now() + interval '1 minute')`, [id, project.id, fleet.id]);
+      }
+      // As the scheduler gives a provisioning instance its run, while the instance controller awaits the agent's health.
+      await db.query(`UPDATE instances SET run_id = 'job-1' WHERE id = 'placed-meanwhile' AND status IN ('pending', 'provisioning') AND run_id IS NULL`);
+      expect(await markInstanceReady(db, 'placed-meanwhile', 'controller', { agent_url: 'http://agent' })).to.equal('busy');
+      expect(await markInstanceReady(db, 'left-alone', 'controller', { agent_url: 'http://agent' })).to.equal('idle');
+      expect(await markInstanceReady(db, 'left-alone', 'another-server', { agent_url: 'http://other' }), 'without the lease').to.equal(null);
+      const rows = await db.query(`SELECT id, status, run_id, agent_url, idle_since IS NOT NULL AS idle FROM instances WHERE project_id = $1 ORDER BY id`, [project.id]);
+      expect(rows).to.deep.equal([
+        { id: 'left-alone', status: 'idle', run_id: null, agent_url: 'http://agent', idle: true },
+        { id: 'placed-meanwhile', status: 'busy', run_id: 'job-1', agent_url: 'http://agent', idle: false },
+      ]);
     });
 
     it('gives a look at a running run every field of its record but the files and repos its job started with', async () => {
