@@ -1,5 +1,5 @@
 import type { Logger } from 'winston';
-import type { InstanceStatus, InstanceTerminationReason } from '../api/status.js';
+import type { InstanceTerminationReason } from '../api/status.js';
 import { formatDollars, type Offer } from '../api/offer.js';
 import { offerSatisfies, priceRefusal } from '../api/resources.js';
 import { BackendAuthError, BackendError, NoCapacityError, type Backend, type BackendInstance } from '../backends/backend.js';
