@@ -5,13 +5,17 @@ import { dirname, join } from 'node:path';
 import { nodeCommandFor } from '../agent/launch.js';
 import { lockDataDir } from './data-dir-lock.js';
 import type { Db, Queryable, Row } from './db.js';
+import { KeptStatements } from './pglite-statements.js';
 import { PriorityGate } from './query-priority.js';
 
 /**
  * Settings the embedded database starts with, over initdb's: shared buffers are taken from the process's memory
  * at start whether used or not, and initdb's 128 MB would make most of the server's footprint (bench/README.md).
+ * Statements are kept parsed (store/pglite-statements.ts) but planned at each run with its values, as before: the
+ * embedded database is never analysed, and the generic plans PostgreSQL chose from its default estimates made the
+ * run list and the climb to 10 000 runs slower (bench/README.md, "Statements kept parsed").
  */
-const STARTUP_SETTINGS = ['shared_buffers=16MB'];
+const STARTUP_SETTINGS = ['shared_buffers=16MB', 'plan_cache_mode=force_custom_plan'];
 
 /** The data directory holds files but no database: something else's folder, which a new database must not be mixed into. */
 export class DataDirWithoutDatabaseError extends Error {
@@ -36,20 +40,28 @@ export async function openPglite(dataDir?: string, settings = STARTUP_SETTINGS):
     unlock();
     throw error;
   });
-  const queryable = (runner: PGlite | Transaction): Queryable => ({
-    query: async <T extends Row>(text: string, params: unknown[] = []) =>
-      (await runner.query<T>(text, params)).rows,
+  const statements = new KeptStatements(pg);
+  const inTransaction = (tx: Transaction): Queryable => ({
+    query: async <T extends Row>(text: string, params: unknown[] = []) => {
+      if (tx.closed) throw new Error('Transaction is closed');
+      return statements.query<T>(text, params, true);
+    },
   });
   // PGlite runs one statement at a time in arrival order; the gate picks which goes next instead.
   const gate = new PriorityGate();
-  const direct = queryable(pg);
   return {
     driver: 'pglite',
-    query: (text, params) => gate.run(() => direct.query(text, params)),
-    exec: (text) => gate.run(async () => { await pg.exec(text); }),
-    transaction: (fn) => gate.run(() => pg.transaction((tx) => fn(queryable(tx)))),
+    query: (text, params = []) => gate.run(() => statements.query(text, params, false)),
+    exec: (text) => gate.run(async () => {
+      try {
+        await pg.exec(text);
+      } finally {
+        statements.forget();
+      }
+    }),
+    transaction: (fn) => gate.run(() => pg.transaction((tx) => fn(inTransaction(tx)))),
     listen: (channel, onNotify) => pg.listen(channel, onNotify),
-    notify: (channel, payload = '') => gate.run(async () => { await pg.query('SELECT pg_notify($1, $2)', [channel, payload]); }),
+    notify: (channel, payload = '') => gate.run(async () => { await statements.query('SELECT pg_notify($1, $2)', [channel, payload], false); }),
     close: async () => {
       await pg.close();
       unlock();

@@ -1,0 +1,116 @@
+import { parse, protocol, type messages, type PGlite } from '@electric-sql/pglite';
+import type { Row } from './db.js';
+
+/** How many statements the embedded database keeps parsed at once; past it, the least recently run is closed. */
+const KEPT_STATEMENTS = 256;
+
+/** SQLSTATEs of a kept statement that no longer matches the schema (its result's columns changed) or is gone. */
+const STALE_STATEMENT = new Set(['0A000', '26000']);
+
+/**
+ * Statements worth keeping: those that read or write rows. Any other (DDL, LISTEN, SET) runs unnamed, and may
+ * change what a kept statement returns, so all are forgotten after it.
+ */
+const KEPT_KINDS = /^\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b/i;
+
+interface Kept {
+  name: string;
+  parameterTypes: number[];
+  /** Its result's columns as the database described them when it parsed it; none for a statement without rows. */
+  columns: messages.RowDescriptionMessage | undefined;
+}
+
+/**
+ * Runs statements on PGlite as named prepared statements, kept by their text, as postgres.js does on PostgreSQL.
+ * PGlite's own `query` sends each statement as six protocol messages, six calls into the database, and parses its
+ * text every time; a kept statement is bound and executed in one call, with the result's columns as described when
+ * it was parsed (bench/README.md, "Statements kept parsed"). How it is planned is `plan_cache_mode`'s choice
+ * (store/pglite.ts).
+ */
+export class KeptStatements {
+  private readonly kept = new Map<string, Kept>();
+  /** Names of statements forgotten here and still to be closed in the database, with the next statement prepared. */
+  private readonly toClose: string[] = [];
+  private named = 0;
+
+  constructor(private readonly pg: PGlite) {}
+
+  /** Runs one statement; `inTransaction` says it belongs to an open transaction (nothing to sync to disk yet). */
+  async query<T extends Row>(text: string, params: readonly unknown[], inTransaction: boolean): Promise<T[]> {
+    const rows = await this.pg.runExclusive(async () => {
+      try {
+        return await this.run<T>(text, params);
+      } catch (error) {
+        if (!isStale(error)) throw error;
+        this.kept.delete(text);
+        if (inTransaction) throw error;
+        return this.run<T>(text, params);
+      }
+    });
+    if (!inTransaction) await this.pg.syncToFs();
+    return rows;
+  }
+
+  /** Forgets every kept statement: for after statements that may change the schema. */
+  forget(): void {
+    for (const { name } of this.kept.values()) this.toClose.push(name);
+    this.kept.clear();
+  }
+
+  private async run<T extends Row>(text: string, params: readonly unknown[]): Promise<T[]> {
+    const keep = KEPT_KINDS.test(text);
+    const statement = (keep && this.kept.get(text)) || await this.prepare(text, keep ? `kept_${this.named++}` : '');
+    if (keep) {
+      this.kept.delete(text);
+      this.kept.set(text, statement);
+    }
+    const values = params.map((value, i) => {
+      if (value === null || value === undefined) return null;
+      const serialize = this.pg.serializers[statement.parameterTypes[i]];
+      return serialize ? serialize(value) : String(value);
+    });
+    const { serialize } = protocol;
+    try {
+      const answer = await this.pg.execProtocolStream(joined([
+        serialize.bind({ statement: statement.name, values }),
+        serialize.execute({}),
+        serialize.sync(),
+      ]), { syncToFs: false });
+      return parse.parseResults(statement.columns ? [statement.columns, ...answer] : answer, this.pg.parsers)[0].rows as T[];
+    } finally {
+      if (!keep) this.forget();
+    }
+  }
+
+  /** Parses a statement under `name` ('' for the unnamed statement) and learns its parameters' types. */
+  private async prepare(text: string, name: string): Promise<Kept> {
+    const { serialize } = protocol;
+    if (name && this.kept.size >= KEPT_STATEMENTS) {
+      const [leastRecent, { name: closing }] = this.kept.entries().next().value!;
+      this.kept.delete(leastRecent);
+      this.toClose.push(closing);
+    }
+    const messages = this.toClose.splice(0).map((closing) => serialize.close({ type: 'S', name: closing }));
+    messages.push(serialize.parse({ name, text }), serialize.describe({ type: 'S', name }), serialize.sync());
+    const described = await this.pg.execProtocolStream(joined(messages), { syncToFs: false });
+    return {
+      name,
+      parameterTypes: parse.parseDescribeStatementResults(described),
+      columns: described.find((message): message is messages.RowDescriptionMessage => message.name === 'rowDescription'),
+    };
+  }
+}
+
+function isStale(error: unknown): boolean {
+  return STALE_STATEMENT.has((error as { code?: string }).code ?? '');
+}
+
+function joined(parts: Uint8Array[]): Uint8Array {
+  const whole = new Uint8Array(parts.reduce((length, part) => length + part.length, 0));
+  let offset = 0;
+  for (const part of parts) {
+    whole.set(part, offset);
+    offset += part.length;
+  }
+  return whole;
+}
