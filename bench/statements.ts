@@ -1,0 +1,98 @@
+/**
+ * What one statement costs on the embedded database, kept parsed (store/pglite-statements.ts) and through PGlite's own
+ * `query` (the reference, as the server ran them before), in the same process:
+ *
+ *   npm run bench:statements
+ *
+ * Two in-memory databases, migrated alike and holding 2 000 running jobs that another server holds and 20 runs
+ * provisioning, run the same store functions in turn: a run read by id, the start loop's claim finding nothing due, a
+ * step written under the lease, a NOTIFY, and a transaction of a read and a write. Each prints the median wall time
+ * and the server thread's CPU a statement, beside the reference's.
+ */
+import { PGlite, type Transaction } from '@electric-sql/pglite';
+import { normalizeResources } from '../api/resources.js';
+import type { Db, Queryable, Row } from '../store/db.js';
+import { claimDue, updateLeased } from '../store/leases.js';
+import { migrate } from '../store/migrations.js';
+import { openPglite } from '../store/pglite.js';
+import { upsertProject, upsertUser } from '../store/projects.js';
+import { getRun, insertRun } from '../store/runs.js';
+
+const ROUNDS = 5;
+const CALLS = 400;
+
+/** The embedded database as the server opened it before statements were kept: every statement through PGlite's `query`. */
+async function throughPgliteQuery(): Promise<Db> {
+  const pg = await PGlite.create(undefined, { startParams: [...PGlite.defaultStartParams, '-c', 'shared_buffers=16MB'] });
+  const queryable = (runner: PGlite | Transaction): Queryable => ({
+    query: async <T extends Row>(text: string, params: unknown[] = []) => (await runner.query<T>(text, params)).rows,
+  });
+  return {
+    driver: 'pglite',
+    query: queryable(pg).query,
+    exec: async (text) => { await pg.exec(text); },
+    transaction: (fn) => pg.transaction((tx) => fn(queryable(tx))),
+    listen: (channel, onNotify) => pg.listen(channel, onNotify),
+    notify: async (channel, payload = '') => { await pg.query('SELECT pg_notify($1, $2)', [channel, payload]); },
+    close: () => pg.close(),
+  };
+}
+
+/** Fills a database alike, and answers the statements to time on it. */
+async function prepared(db: Db): Promise<Record<string, (i: number) => Promise<unknown>>> {
+  await migrate(db);
+  const project = await upsertProject(db, 'main', [{ type: 'local', runtime: 'process' }]);
+  const user = await upsertUser(db, 'bench', 'bench-token', 'admin');
+  const template = await insertRun(db, { projectId: project.id, userId: user.id, name: 'template', kind: 'task', spec: { type: 'task', commands: ['true'] }, files: [], requirement: normalizeResources(undefined, 'run'), priority: 0 });
+  const copies = (count: number, prefix: string, fields: Record<string, unknown>) => db.query(
+    `INSERT INTO runs SELECT (jsonb_populate_record(r, $2::jsonb || jsonb_build_object('id', $3 || i, 'name', $3 || i))).*
+     FROM runs r, generate_series(1, $4) i WHERE r.id = $1`, [template!.id, fields, prefix, count]);
+  await copies(2_000, 'held-', { status: 'running', lease_owner: 'bench', lease_expires_at: new Date(Date.now() + 3_600_000), next_reconcile_at: new Date(Date.now() + 3_600_000) });
+  await copies(20, 'provisioning-', { status: 'provisioning', next_reconcile_at: new Date(Date.now() + 3_600_000) });
+  const held = (i: number) => `held-${1 + (i % 2_000)}`;
+  return {
+    'a run read by id (getRun)': (i) => getRun(db, held(i)),
+    'the start loop\'s claim, nothing due (claimDue)': () => claimDue(db, 'runs', 'bench', 15_000, 64, `status = 'provisioning'`),
+    'a step written under the lease (updateLeased)': (i) => updateLeased(db, 'runs', held(i), 'bench', { status_message: `look ${i}` }),
+    'a NOTIFY (notify)': () => db.notify('bench', 'x'),
+    'a transaction: a run read, then written': (i) => db.transaction(async (tx) => {
+      await getRun(tx, held(i));
+      await updateLeased(tx, 'runs', held(i), 'bench', { status_message: `step ${i}` });
+    }),
+  };
+}
+
+interface Figure { wallUs: number; cpuUs: number }
+
+async function timed(statement: (i: number) => Promise<unknown>): Promise<Figure> {
+  for (let i = 0; i < 50; i++) await statement(i);
+  const cpu = process.cpuUsage();
+  const started = performance.now();
+  for (let i = 0; i < CALLS; i++) await statement(i);
+  const used = process.cpuUsage(cpu);
+  return { wallUs: (performance.now() - started) * 1000 / CALLS, cpuUs: (used.user + used.system) / CALLS };
+}
+
+const median = (values: number[]) => values.sort((a, b) => a - b)[values.length >> 1]!;
+
+const kept = await openPglite();
+const reference = await throughPgliteQuery();
+try {
+  console.log(`# one statement on the embedded database: kept parsed, against PGlite's own query (the reference), same process`);
+  const statements = { kept: await prepared(kept), reference: await prepared(reference) };
+  for (const name of Object.keys(statements.kept)) {
+    const figures = { kept: [] as Figure[], reference: [] as Figure[] };
+    for (let round = 0; round < ROUNDS; round++) {
+      figures.kept.push(await timed(statements.kept[name]!));
+      figures.reference.push(await timed(statements.reference[name]!));
+    }
+    const [wall, cpu] = (['wallUs', 'cpuUs'] as const).map((field) => ({
+      kept: median(figures.kept.map((f) => f[field])), reference: median(figures.reference.map((f) => f[field])),
+    }));
+    console.log(`${name}, median of ${ROUNDS} rounds of ${CALLS}: ${wall!.kept.toFixed(0)} µs (CPU ${cpu!.kept.toFixed(0)} µs); `
+      + `reference ${wall!.reference.toFixed(0)} µs (CPU ${cpu!.reference.toFixed(0)} µs); ratio ${(wall!.reference / wall!.kept).toFixed(1)}x`);
+  }
+} finally {
+  await kept.close();
+  await reference.close();
+}
