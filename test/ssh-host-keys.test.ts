@@ -1,38 +1,27 @@
 import { expect } from 'chai';
 import type { Db } from '../store/db.js';
 import { applyFleet } from '../store/fleets.js';
-import { openPglite } from '../store/pglite.js';
-import { openPostgres } from '../store/postgres.js';
 import { upsertProject } from '../store/projects.js';
 import { forgetHostKeys, knownHostKey, recordHostKey } from '../store/ssh-host-keys.js';
 import { normalizeResources } from '../api/resources.js';
-import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
+import { DATABASE_KINDS, openScratchDb } from './helpers/databases.js';
 import { migrate } from '../store/migrations.js';
 
 for (const kind of DATABASE_KINDS) {
   describe(`SSH fleets' host keys on ${kind}`, () => {
     let db: Db;
-    let drop: (() => Promise<void>) | undefined;
+    let close: (() => Promise<void>) | undefined;
     let fleetId: string;
 
     before(async () => {
-      if (kind === 'postgres') {
-        const scratch = await createScratchDatabase();
-        drop = scratch.drop;
-        db = openPostgres(scratch.url);
-      } else {
-        db = await openPglite();
-      }
+      ({ db, close } = await openScratchDb(kind));
       await migrate(db);
       const project = await upsertProject(db, 'keys', []);
       ({ fleet: { id: fleetId } } = await applyFleet(db, project.id, {
         name: 'own', spec: { ssh_config: { hosts: ['10.0.0.5'] } }, requirement: normalizeResources(undefined, 'fleet'), nodesMin: 1, nodesMax: 1, idleSeconds: null, backends: ['ssh'],
       }));
     });
-    after(async () => {
-      await db?.close();
-      await drop?.();
-    });
+    after(() => close?.());
 
     it('keeps the first key a host showed: a later one does not replace it, and forgetting the host makes the next contact a first one', async () => {
       expect(await knownHostKey(db, fleetId, '10.0.0.5:22')).to.equal(null);

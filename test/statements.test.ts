@@ -1,30 +1,20 @@
 import { expect } from 'chai';
 import type { Db } from '../store/db.js';
 import { openPglite } from '../store/pglite.js';
-import { openPostgres } from '../store/postgres.js';
-import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
+import { DATABASE_KINDS, openScratchDb } from './helpers/databases.js';
 
 /** The embedded database keeps statements parsed by their text (store/pglite-statements.ts); these hold on both. */
 for (const kind of DATABASE_KINDS) {
   describe(`statements run again and again on ${kind}`, function () {
     let db: Db;
-    let drop: (() => Promise<void>) | undefined;
+    let close: () => Promise<void>;
 
     before(async () => {
-      if (kind === 'postgres') {
-        const scratch = await createScratchDatabase();
-        drop = scratch.drop;
-        db = openPostgres(scratch.url);
-      } else {
-        db = await openPglite();
-      }
+      ({ db, close } = await openScratchDb(kind));
       await db.exec(`CREATE TABLE items (id text PRIMARY KEY, spec jsonb NOT NULL, tags text[] NOT NULL, ready boolean,
         size integer, at timestamptz)`);
     });
-    after(async () => {
-      await db.close();
-      await drop?.();
-    });
+    after(() => close());
 
     it('carries each parameter by its type and reads each row back by its own values, every time', async () => {
       const insert = 'INSERT INTO items (id, spec, tags, ready, size, at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id';

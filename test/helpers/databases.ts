@@ -1,5 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import postgres from 'postgres';
+import type { Db } from '../../store/db.js';
+import { openPglite } from '../../store/pglite.js';
+import { openPostgres } from '../../store/postgres.js';
 
 export type DatabaseKind = 'pglite' | 'postgres';
 
@@ -28,6 +31,23 @@ export async function createScratchDatabase(): Promise<{ url: string; drop(): Pr
       const again = postgres(POSTGRES_ADMIN_URL, { max: 1, onnotice: () => {} });
       await again.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
       await again.end();
+    },
+  };
+}
+
+/** An empty database of `kind` for one suite, opened; `close()` closes it and drops a PostgreSQL one. */
+export async function openScratchDb(kind: DatabaseKind): Promise<{ db: Db; close(): Promise<void> }> {
+  if (kind === 'pglite') {
+    const db = await openPglite();
+    return { db, close: () => db.close() };
+  }
+  const scratch = await createScratchDatabase();
+  const db = openPostgres(scratch.url);
+  return {
+    db,
+    close: async () => {
+      await db.close();
+      await scratch.drop();
     },
   };
 }
