@@ -7,7 +7,7 @@ import type { ResourceRequirement } from '../api/resources.js';
 import type { FleetSpec } from '../api/spec.js';
 import type { InstanceStatus, InstanceTerminationReason } from '../api/status.js';
 import type { Db, Queryable, Row } from './db.js';
-import { updateLeased } from './leases.js';
+import { assignments, updateLeased } from './leases.js';
 
 export interface InstanceRecord {
   id: string;
@@ -124,13 +124,11 @@ export function updateInstance(db: Queryable, id: string, owner: string, patch: 
  * when `owner` lost the lease.
  */
 export async function markInstanceReady(db: Queryable, id: string, owner: string, patch: Partial<Record<InstanceColumn, unknown>>): Promise<InstanceStatus | null> {
-  const columns = Object.keys(patch) as InstanceColumn[];
-  const sets = columns.map((c, i) => `${c} = $${i + 3}, `).join('');
+  const params: unknown[] = [id, owner];
+  const sets = [...assignments(patch, params), `status = CASE WHEN run_id IS NULL THEN 'idle' ELSE 'busy' END`,
+    'idle_since = CASE WHEN run_id IS NULL THEN now() END', 'updated_at = now()'];
   const [row] = await db.query<{ status: InstanceStatus }>(
-    `UPDATE instances SET ${sets}status = CASE WHEN run_id IS NULL THEN 'idle' ELSE 'busy' END,
-       idle_since = CASE WHEN run_id IS NULL THEN now() END, updated_at = now()
-     WHERE id = $1 AND lease_owner = $2 RETURNING status`,
-    [id, owner, ...columns.map((c) => patch[c])]);
+    `UPDATE instances SET ${sets.join(', ')} WHERE id = $1 AND lease_owner = $2 RETURNING status`, params);
   return row?.status ?? null;
 }
 

@@ -101,10 +101,14 @@ export async function releaseAllLeases(db: Queryable, owner: string): Promise<vo
 
 /** Writes the changes only while `owner` still holds the row's lease; false when it lost it. */
 export async function updateLeased<Column extends string>(db: Queryable, table: LeasedTable, id: string, owner: string, patch: Partial<Record<Column, unknown>>): Promise<boolean> {
-  const columns = Object.keys(patch) as Column[];
-  const sets = columns.map((c, i) => `${c} = $${i + 3}`).join(', ');
+  const params: unknown[] = [id, owner];
   const rows = await db.query(
-    `UPDATE ${table} SET ${sets}, updated_at = now() WHERE id = $1 AND lease_owner = $2 RETURNING id`,
-    [id, owner, ...columns.map((c) => patch[c])]);
+    `UPDATE ${table} SET ${assignments(patch, params).join(', ')}, updated_at = now() WHERE id = $1 AND lease_owner = $2 RETURNING id`,
+    params);
   return rows.length > 0;
+}
+
+/** A patch as SQL assignments (`column = $n`), each value pushed onto `params`, which numbers it. */
+export function assignments(patch: Partial<Record<string, unknown>>, params: unknown[]): string[] {
+  return Object.entries(patch).map(([column, value]) => `${column} = $${params.push(value)}`);
 }

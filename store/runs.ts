@@ -6,7 +6,7 @@ import type { RunStatus, RunTerminationReason } from '../api/status.js';
 import type { Queryable, Row } from './db.js';
 import { eventParams, INSERT_EVENT, type EventInput } from './events.js';
 import { RELEASE_INSTANCE } from './instances.js';
-import { updateLeased } from './leases.js';
+import { assignments, updateLeased } from './leases.js';
 
 export type RunDesire = 'run' | 'stop' | 'abort';
 
@@ -185,9 +185,8 @@ export interface RunStepOptions {
  * one's work, so a step that took three to five statements (a transaction's two included) takes one.
  */
 export async function writeRunStep(db: Queryable, id: string, owner: string, patch: Partial<Record<RunColumn, unknown>>, event: EventInput, options: RunStepOptions = {}): Promise<boolean> {
-  const columns = Object.keys(patch) as RunColumn[];
-  const params: unknown[] = [id, owner, ...eventParams(event), ...columns.map((c) => patch[c])];
-  const sets = [...columns.map((c, i) => `${c} = $${i + 9}`), ...(options.handOver ? ['lease_owner = NULL, lease_expires_at = NULL, next_reconcile_at = now()'] : [])];
+  const params: unknown[] = [id, owner, ...eventParams(event)];
+  const sets = [...assignments(patch, params), ...(options.handOver ? ['lease_owner = NULL, lease_expires_at = NULL, next_reconcile_at = now()'] : [])];
   const release = options.releaseInstance
     ? `, released AS (${RELEASE_INSTANCE} WHERE id = $${params.push(options.releaseInstance)} AND run_id = $1 AND EXISTS (SELECT 1 FROM written))`
     : '';
