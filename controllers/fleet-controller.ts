@@ -6,7 +6,7 @@ import type { Db, Row } from '../store/db.js';
 import { actingSpentBudget } from '../store/budgets.js';
 import { recordEvent } from '../store/events.js';
 import { forgetFleetCluster, provisionTargetReached, setFleetStatus, toFleet, type FleetRecord } from '../store/fleets.js';
-import { insertInstance, listFleetInstances } from '../store/instances.js';
+import { insertInstance, listFleetInstances, makeFleetInstancesDue } from '../store/instances.js';
 import type { BackendPool } from './backend-pool.js';
 import { LeasedController } from './leased.js';
 import { reconcileSshHosts } from './ssh-fleet-hosts.js';
@@ -38,7 +38,7 @@ export class FleetController extends LeasedController<FleetRecord> {
         }
         return 60_000;
       }
-      await this.db.query(`UPDATE instances SET next_reconcile_at = now() WHERE fleet_id = $1 AND status <> 'terminated'`, [fleet.id]);
+      await makeFleetInstancesDue(this.db, fleet.id);
       await this.db.notify(CHANNELS.instances);
       const busy = live.filter((i) => i.runId !== null).length;
       await setFleetStatus(this.db, fleet.id, this.owner, 'terminating', busy ? `waiting for ${busy} busy instance${busy === 1 ? '' : 's'} to finish` : 'terminating instances');

@@ -5,12 +5,13 @@ import { offerSatisfies, priceRefusal } from '../api/resources.js';
 import { BackendAuthError, BackendError, NoCapacityError, type Backend, type BackendInstance } from '../backends/backend.js';
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
-import { recordEvent } from '../store/events.js';
+import { msSinceLastEvent, recordEvent } from '../store/events.js';
 import { getFleetById, isClusterFleet, recordFleetCluster, type FleetCluster, type FleetRecord } from '../store/fleets.js';
-import { getInstance, idleSharedInstance, markInstanceReady, toInstance, updateInstance, type InstanceRecord } from '../store/instances.js';
+import { getInstance, idleInstanceOfEndedRun, idleSharedInstance, liveInstanceCount, markInstanceReady, stopIdleInstance, toInstance, updateInstance, type InstanceRecord } from '../store/instances.js';
 import { actingSpentBudget } from '../store/budgets.js';
 import { openAccrual } from '../store/ledger.js';
 import { getRun } from '../store/runs.js';
+import { listProjectIds } from '../store/projects.js';
 import type { BackendPool } from './backend-pool.js';
 import { LeasedController } from './leased.js';
 import { agentOf } from './run-controller.js';
@@ -242,7 +243,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     if (instance.status === 'busy') {
       const run = instance.runId ? await getRun(this.db, instance.runId) : null;
       if (!run || FINISHED_RUN.includes(run.status)) {
-        await this.db.query(`UPDATE instances SET status = 'idle', run_id = NULL, idle_since = now() WHERE id = $1 AND lease_owner = $2 AND run_id IS NOT DISTINCT FROM $3`, [instance.id, this.owner, instance.runId]);
+        await idleInstanceOfEndedRun(this.db, instance.id, this.owner, instance.runId);
         await this.db.notify(CHANNELS.runs);
         return 0;
       }
@@ -255,7 +256,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     if (fleet.status !== 'active') return this.stopIdle(instance, 'fleet_deleted', `fleet ${fleet.name} was deleted`);
     const stopping = await this.budgetStopsAll(instance);
     if (stopping) return this.stopIdle(instance, 'budget_exceeded', stopping);
-    const [{ live }] = await this.db.query<{ live: number }>(`SELECT count(*)::int AS live FROM instances WHERE fleet_id = $1 AND status NOT IN ('terminated', 'terminating')`, [fleet.id]);
+    const live = await liveInstanceCount(this.db, fleet.id);
     // An SSH fleet's instances are its hosts, each kept while it is listed: a host being replaced is not one too many.
     if (!instance.sshHost && fleet.nodesMax !== null && live > fleet.nodesMax) return this.stopIdle(instance, 'above_max_nodes', `fleet ${fleet.name} allows at most ${fleet.nodesMax} nodes`);
     if (fleet.idleSeconds === null || live <= fleet.nodesMin) return this.timings.healthIntervalMs;
@@ -267,10 +268,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
 
   /** Idle → terminating only while no run has taken the instance in the meantime. */
   private async stopIdle(instance: InstanceRecord, reason: InstanceTerminationReason, message: string): Promise<number> {
-    const rows = await this.db.query(
-      `UPDATE instances SET status = 'terminating', termination_reason = $3, status_message = $4, updated_at = now()
-       WHERE id = $1 AND lease_owner = $2 AND status = 'idle' AND run_id IS NULL RETURNING id`, [instance.id, this.owner, reason, message]);
-    if (rows.length === 0) return 0;
+    if (!(await stopIdleInstance(this.db, instance.id, this.owner, reason, message))) return 0;
     await this.event(instance, 'Terminating', `${reason}: ${message}`);
     return this.terminate({ ...instance, status: 'terminating' });
   }
@@ -312,9 +310,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
       this.logger.warn(`instance ${instance.name}: ${message}`);
       return REFUSED_RETRY_MIN_MS;
     }
-    const [{ ms }] = await this.db.query<{ ms: number | null }>(
-      `SELECT (EXTRACT(EPOCH FROM now() - max(created_at)) * 1000)::float8 AS ms FROM events
-       WHERE project_id = $1 AND object_id = $2 AND reason = 'BackendRefused'`, [instance.projectId, instance.id]);
+    const ms = await msSinceLastEvent(this.db, instance.projectId, instance.id, 'BackendRefused');
     return Math.min(REFUSED_RETRY_MAX_MS, Math.max(REFUSED_RETRY_MIN_MS, ms ?? 0));
   }
 
@@ -342,8 +338,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
 
   /** Backend instances whose record is already terminated (a crash between the two) are terminated again. */
   private async sweepOrphans(): Promise<void> {
-    const projects = await this.db.query<{ id: string }>('SELECT id FROM projects');
-    for (const { id: projectId } of projects) {
+    for (const projectId of await listProjectIds(this.db)) {
       const backends = await this.pool.forProject(projectId).catch(() => new Map<string, Backend>());
       for (const [type, backend] of backends) {
         const remote = await backend.list().catch(() => []);

@@ -3,7 +3,7 @@ import { FINISHED_RUN_STATUSES, stopReason, type RunStatus, type RunTerminationR
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
-import { listNodes, MULTI_NODE_PARENT } from '../store/nodes.js';
+import { dropNodes, listNodes, MULTI_NODE_PARENT } from '../store/nodes.js';
 import { requestRunStop, toRun, updateRun, type RunRecord } from '../store/runs.js';
 import { LeasedController } from './leased.js';
 import { endRun, statusReason } from './run-end.js';
@@ -100,7 +100,7 @@ export class NodesController extends LeasedController<RunRecord> {
   private async requeue(run: RunRecord, message: string): Promise<void> {
     const requeued = await this.db.transaction(async (tx) => {
       if (!(await updateRun(tx, run.id, this.owner, { status: 'submitted', status_message: message, fleet_id: null }))) return false;
-      await tx.query('UPDATE runs SET deleted = true WHERE service_id = $1', [run.id]);
+      await dropNodes(tx, run.id);
       await recordEvent(tx, runEvent(run, 'Requeued', message));
       return true;
     });

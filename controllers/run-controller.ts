@@ -13,7 +13,7 @@ import { recordEvent, runEvent } from '../store/events.js';
 import { getFleetById, type FleetRecord } from '../store/fleets.js';
 import { getInstance, releaseInstanceFromRun, type InstanceRecord } from '../store/instances.js';
 import { instanceAddress, isNodeJob, MULTI_NODE_PARENT, nodeAddresses, startupWait } from '../store/nodes.js';
-import { toRun, updateRun, WATCHED_RUN_COLUMNS, writeRunStep, type RunRecord } from '../store/runs.js';
+import { requeueRun, toRun, updateRun, WATCHED_RUN_COLUMNS, writeRunStep, type RunRecord } from '../store/runs.js';
 import { requiredSecrets, type SecretBox } from '../store/secrets.js';
 import { SERVICE_PARENT } from '../store/services.js';
 import { LEASE_GIVEN_BACK, LeasedController } from './leased.js';
@@ -238,11 +238,7 @@ export class RunController extends LeasedController<RunRecord> {
   }
 
   private async requeue(run: RunRecord, message: string): Promise<void> {
-    const rows = await this.db.query(
-      `UPDATE runs SET status = 'submitted', status_message = $3, instance_id = NULL, fleet_id = NULL, blocks = NULL,
-         next_reconcile_at = now() + $4 * interval '1 millisecond', updated_at = now()
-       WHERE id = $1 AND lease_owner = $2 RETURNING id`, [run.id, this.owner, message, REQUEUE_BACKOFF_MS]);
-    if (rows.length === 0) return;
+    if (!(await requeueRun(this.db, run.id, this.owner, message, REQUEUE_BACKOFF_MS))) return;
     await recordEvent(this.db, runEvent(run, 'Requeued', message));
   }
 

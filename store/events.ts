@@ -82,3 +82,11 @@ export async function listEvents(db: Queryable, projectId: string, filter: Event
     createdAt: r.created_at.toISOString(),
   }));
 }
+
+/** Milliseconds since an object's last event of `reason`; null when it has none. */
+export async function msSinceLastEvent(db: Queryable, projectId: string, objectId: string, reason: string): Promise<number | null> {
+  const [{ ms }] = await db.query<{ ms: number | null }>(
+    `SELECT (EXTRACT(EPOCH FROM now() - max(created_at)) * 1000)::float8 AS ms FROM events
+     WHERE project_id = $1 AND object_id = $2 AND reason = $3`, [projectId, objectId, reason]);
+  return ms;
+}

@@ -132,6 +132,32 @@ export async function markInstanceReady(db: Queryable, id: string, owner: string
   return row?.status ?? null;
 }
 
+/**
+ * A busy instance whose run ended goes idle, while `owner` holds its lease and it still belongs to that run (`runId`,
+ * or none): a run placed on it meanwhile keeps it. False when nothing was written.
+ */
+export async function idleInstanceOfEndedRun(db: Queryable, id: string, owner: string, runId: string | null): Promise<boolean> {
+  const rows = await db.query(
+    `UPDATE instances SET status = 'idle', run_id = NULL, idle_since = now() WHERE id = $1 AND lease_owner = $2 AND run_id IS NOT DISTINCT FROM $3 RETURNING id`,
+    [id, owner, runId]);
+  return rows.length > 0;
+}
+
+/** An idle instance starts terminating, while `owner` holds its lease and no run has taken it; false when one has. */
+export async function stopIdleInstance(db: Queryable, id: string, owner: string, reason: InstanceTerminationReason, message: string): Promise<boolean> {
+  const rows = await db.query(
+    `UPDATE instances SET status = 'terminating', termination_reason = $3, status_message = $4, updated_at = now()
+     WHERE id = $1 AND lease_owner = $2 AND status = 'idle' AND run_id IS NULL RETURNING id`, [id, owner, reason, message]);
+  return rows.length > 0;
+}
+
+/** How many of a fleet's instances are up or on their way (neither terminating nor terminated). */
+export async function liveInstanceCount(db: Queryable, fleetId: string): Promise<number> {
+  const [{ live }] = await db.query<{ live: number }>(
+    `SELECT count(*)::int AS live FROM instances WHERE fleet_id = $1 AND status NOT IN ('terminated', 'terminating')`, [fleetId]);
+  return live;
+}
+
 /** A busy instance goes back to idle once its run let go of it; only the run that holds it may free it. */
 export async function releaseInstanceFromRun(db: Queryable, instanceId: string, runId: string): Promise<boolean> {
   const rows = await db.query(`${RELEASE_INSTANCE} WHERE id = $1 AND run_id = $2 RETURNING id`, [instanceId, runId]);
@@ -155,4 +181,9 @@ export async function idleSharedInstance(db: Db, id: string, owner: string): Pro
     await tx.query(`UPDATE instances SET status = 'idle', idle_since = now(), updated_at = now() WHERE id = $1`, [id]);
     return true;
   });
+}
+
+/** Every live instance of a fleet falls due now (the fleet is going away: each is to look at its own end). */
+export async function makeFleetInstancesDue(db: Queryable, fleetId: string): Promise<void> {
+  await db.query(`UPDATE instances SET next_reconcile_at = now() WHERE fleet_id = $1 AND status <> 'terminated'`, [fleetId]);
 }

@@ -100,3 +100,8 @@ export async function nodeViews(db: Queryable, parentId: string): Promise<RunNod
     };
   });
 }
+
+/** Drops a multi-node task's node runs (all ended), as when the task goes back to the queue. */
+export async function dropNodes(db: Queryable, parentId: string): Promise<void> {
+  await db.query('UPDATE runs SET deleted = true WHERE service_id = $1', [parentId]);
+}

@@ -57,6 +57,11 @@ export async function getProjectById(db: Queryable, id: string): Promise<Project
   return toProject(rows[0]);
 }
 
+/** Every project's id. */
+export async function listProjectIds(db: Queryable): Promise<string[]> {
+  return (await db.query<{ id: string }>('SELECT id FROM projects')).map((row) => row.id);
+}
+
 export async function listProjectsOf(db: Queryable, user: UserRecord): Promise<ProjectRecord[]> {
   const rows = user.globalRole === 'admin'
     ? await db.query('SELECT * FROM projects ORDER BY name')

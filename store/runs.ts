@@ -211,3 +211,15 @@ export async function blocksHeld(db: Queryable, projectId: string): Promise<Bloc
   for (const row of rows) held.set(row.instance_id, [...(held.get(row.instance_id) ?? []), ...row.blocks]);
   return held;
 }
+
+/**
+ * A run goes back to the queue, as before it was placed (no instance, fleet or blocks), to be placed again after
+ * `backoffMs`, while `owner` holds its lease; false when it lost it.
+ */
+export async function requeueRun(db: Queryable, id: string, owner: string, message: string, backoffMs: number): Promise<boolean> {
+  const rows = await db.query(
+    `UPDATE runs SET status = 'submitted', status_message = $3, instance_id = NULL, fleet_id = NULL, blocks = NULL,
+       next_reconcile_at = now() + $4 * interval '1 millisecond', updated_at = now()
+     WHERE id = $1 AND lease_owner = $2 RETURNING id`, [id, owner, message, backoffMs]);
+  return rows.length > 0;
+}
