@@ -141,7 +141,7 @@ describe('agent lifetime without a server', function () {
   });
 
   it('keeps a running job past the orphan timeout and ends once it has finished', async () => {
-    const { child, client, workDir } = await agent('busy', { orphanTimeoutSeconds: 1 });
+    const { child, client } = await agent('busy', { orphanTimeoutSeconds: 1 });
     const pidFile = join(scratch, 'busy-job.pid');
     const doneFile = join(scratch, 'busy-job.done');
     await client.submit(submission({ commands: [`echo $$ > ${pidFile}`, 'sleep 4', `touch ${doneFile}`] }));

@@ -153,6 +153,7 @@ for (const kind of DATABASE_KINDS) {
           return instances.length === 3 && terminated.length === 2 ? terminated : null;
         }, 60_000, 'three instances, then the idle ones above nodes.min released');
         expect(ended.map((i) => i.terminationReason)).to.deep.equal(['idle_timeout', 'idle_timeout']);
+        expect(await live(), 'nodes.min kept').to.have.length(1);
         const created = (await server.api('GET', '/api/projects/main/events')).body.filter((e: { reason: string; objectKind: string }) => e.reason === 'Created' && e.objectKind === 'instance');
         expect(created.map((e: { message: string }) => e.message)).to.deep.equal(Array(3).fill('created to bring fleet cloud to nodes.target=3'));
         // The same spec again changes nothing: target is provisioned when the fleet is created or changed, as in dstack.

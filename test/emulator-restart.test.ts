@@ -7,7 +7,7 @@ import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'nod
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import type { Fleet, Instance, Run } from '../api/objects.js';
+import type { Instance, Run } from '../api/objects.js';
 import { AgentClient } from '../agent/client.js';
 import { GpucloudBackend } from '../backends/gpucloud/client.js';
 import { isProcessAlive } from '../backends/processes.js';

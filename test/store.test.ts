@@ -10,7 +10,7 @@ import { applyFleet } from '../store/fleets.js';
 import { markInstanceReady } from '../store/instances.js';
 import { upsertProject, upsertUser, userByToken } from '../store/projects.js';
 import { toRun, WATCHED_RUN_COLUMNS } from '../store/runs.js';
-import { createScratchDatabase, DATABASE_KINDS, type DatabaseKind } from './helpers/databases.js';
+import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
 
 const REQUIREMENT = { gpu: { models: null, memoryMib: { min: null, max: null }, count: { min: 0, max: null } }, cpus: { min: null, max: null }, memoryMib: { min: null, max: null }, diskMib: { min: null, max: null }, shmSizeMib: null };
 

@@ -6,7 +6,7 @@ import { DECLARED_GPU_UTILIZATION_FILE } from '../../api/agent.js';
 import { adoptAgent, type AgentLauncher, type AgentProcess } from './agent-process.js';
 import type { CreateClusterBody, CreateInstanceBody, ErrorCode, GpuModel, GpucloudCluster, GpucloudInstance, GpucloudOffer, InstanceUsage, UsageList } from './api.js';
 import { buildCatalog, GPU_SHAPES, NO_GPU_MODEL, REGIONS, type CatalogOffer } from './catalog.js';
-import type { SavedInstance, SavedState } from './emulator-state.js';
+import type { SavedState } from './emulator-state.js';
 import { FaultControl } from './faults.js';
 
 /** An answer the API gives instead of a result: HTTP status, error code and message. */

@@ -13,7 +13,6 @@ import { FINISHED_RUN_STATUSES } from '../../api/status.js';
 import { AgentClient } from '../../agent/client.js';
 import { fixedJobRuntime } from '../../backends/registry.js';
 import { CHANNELS, runChange } from '../../store/channels.js';
-import { agentOf } from '../../controllers/run-controller.js';
 import { retryDecision } from '../../controllers/retry-policy.js';
 import { newInstances, place, placeNodes } from '../../controllers/scheduler.js';
 import type { OfferListing } from '../../controllers/backend-pool.js';
@@ -41,7 +40,7 @@ const AGENT_QUESTION_TIMEOUT_MS = 1000;
 type Placement = ReturnType<typeof placeNodes>;
 
 export function runRoutes(server: ServerContext): Router {
-  const { db, pool } = server;
+  const { db } = server;
   const router = new Router({ prefix: '/api/projects/:project/runs' });
 
   router.post('/plan', async (ctx) => {

@@ -1,5 +1,5 @@
 import type { ModelList } from '../../../api/gateway.js';
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { csrfHeader } from '../api.js';
 
 interface ChatMessage {
