@@ -8,9 +8,9 @@ import { CHANNELS, concerns, runChange, type ChangedRun } from '../store/channel
 import type { Db, Queryable, Row } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
 import { listActiveFleets, type FleetRecord } from '../store/fleets.js';
-import { insertInstance, toInstance, type InstanceRecord } from '../store/instances.js';
+import { giveInstanceTo, insertInstance, liveProjectInstances, lockFreeInstances, takeBlocksOf, type InstanceRecord } from '../store/instances.js';
 import { insertNode } from '../store/nodes.js';
-import { markPlaced, projectsQueued, writeQueueReasons, type QueueReason, type RunPlace } from '../store/run-queue.js';
+import { finishUnplaced, markNodesPlaced, markPlaced, projectsQueued, setQueuedRunMessage, trySchedulerLock, writeQueueReasons, type QueueReason, type RunPlace } from '../store/run-queue.js';
 import { blocksHeld, type BlocksHeld } from '../store/runs.js';
 import type { BackendPool, OfferListing } from './backend-pool.js';
 import { BudgetGate, type NewInstance } from './budget-gate.js';
@@ -19,9 +19,6 @@ import type { Controller } from './manager.js';
 import { chooseFleets, describeSelectors, targetedInstances, type RunPlaces } from './placement-filter.js';
 import { QueuedRuns, type QueuedRun } from './queued-runs.js';
 import { retryDecision } from './retry-policy.js';
-
-
-const SCHEDULER_LOCK = 4_243_002;
 
 type NodeChoice =
   | { kind: 'instance'; fleet: FleetRecord; instance: InstanceRecord; ready: boolean }
@@ -95,8 +92,7 @@ export class Scheduler implements Controller {
     this.changedRuns = [];
     this.startHere = [];
     const changed = await this.db.transaction(async (tx) => {
-      const [{ locked }] = await tx.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock($1) AS locked', [SCHEDULER_LOCK]);
-      if (!locked) return false;
+      if (!(await trySchedulerLock(tx))) return false;
       // Read under the lock: another server may have placed some of these runs since, and one placed twice runs twice.
       const queued = await this.queue.read(tx);
       let any = false;
@@ -113,8 +109,7 @@ export class Scheduler implements Controller {
 
   private async scheduleProject(tx: Queryable, projectId: string, runs: QueuedRun[], offers: Map<string, OfferListing>): Promise<boolean> {
     const fleets = await listActiveFleets(tx, projectId);
-    const instances = (await tx.query(
-      `SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [projectId])).map(toInstance);
+    const instances = await liveProjectInstances(tx, projectId);
     const held = await blocksHeld(tx, projectId);
     let changed = false;
     const reasons: QueueReason[] = [];
@@ -175,12 +170,7 @@ export class Scheduler implements Controller {
   private async take(tx: Queryable, projectId: string, run: QueuedRun, choice: NodeChoice, jobId: string, instances: InstanceRecord[]): Promise<{ instance: InstanceRecord; message: string } | null> {
     if (choice.kind === 'instance') {
       const { instance, ready } = choice;
-      const taken = ready
-        ? await tx.query(`UPDATE instances SET status = 'busy', run_id = $2, idle_since = NULL, updated_at = now()
-                          WHERE id = $1 AND status = 'idle' AND run_id IS NULL RETURNING id`, [instance.id, jobId])
-        : await tx.query(`UPDATE instances SET run_id = $2, updated_at = now()
-                          WHERE id = $1 AND status IN ('pending', 'provisioning') AND run_id IS NULL RETURNING id`, [instance.id, jobId]);
-      if (taken.length === 0) return null;
+      if (!(await giveInstanceTo(tx, instance.id, jobId, ready))) return null;
       instance.runId = jobId;
       if (ready) instance.status = 'busy';
       return { instance, message: ready ? `starting on ${instance.name}` : `waiting for ${instance.name} to be provisioned` };
@@ -197,9 +187,7 @@ export class Scheduler implements Controller {
   /** Gives the run blocks of a shared instance, which turns busy while any are held. */
   private async takeBlocks(tx: Queryable, projectId: string, run: QueuedRun, placement: Extract<SinglePlacement, { kind: 'blocks' }>, held: BlocksHeld): Promise<boolean> {
     const { instance, blocks, fleet } = placement;
-    const taken = await tx.query(
-      `UPDATE instances SET status = 'busy', idle_since = NULL, updated_at = now() WHERE id = $1 AND status IN ('idle', 'busy') AND run_id IS NULL RETURNING id`, [instance.id]);
-    if (taken.length === 0) return false;
+    if (!(await takeBlocksOf(tx, instance.id))) return false;
     instance.status = 'busy';
     held.set(instance.id, [...(held.get(instance.id) ?? []), ...blocks]);
     const total = blockCount(fleet.spec, instance.offer!.gpu.count, instance.sshHost?.name ?? null);
@@ -216,7 +204,7 @@ export class Scheduler implements Controller {
     instances.push(instance);
     this.createdInstances = true;
     await recordEvent(tx, { projectId, objectKind: 'instance', objectId: instance.id, objectName: instance.name, reason: 'Created', message: `created for run ${run.name} on ${choice.backend}; fleet ${choice.fleet.name} shares it in blocks` });
-    await tx.query(`UPDATE runs SET status_message = $2, updated_at = now() WHERE id = $1`, [run.id, sharedWait(instance, choice.fleet)]);
+    await setQueuedRunMessage(tx, run.id, sharedWait(instance, choice.fleet));
     return true;
   }
 
@@ -226,9 +214,7 @@ export class Scheduler implements Controller {
    */
   private async startNodes(tx: Queryable, projectId: string, run: QueuedRun, placement: Extract<Placement, { kind: 'nodes' }>, instances: InstanceRecord[]): Promise<boolean> {
     const chosen = placement.nodes.flatMap((node) => (node.kind === 'instance' ? [node.instance.id] : []));
-    const free = await tx.query(
-      `SELECT id FROM instances WHERE id = ANY($1::text[]) AND run_id IS NULL AND status IN ('idle', 'pending', 'provisioning') FOR UPDATE`, [chosen]);
-    if (free.length < chosen.length) return false;
+    if ((await lockFreeInstances(tx, chosen)) < chosen.length) return false;
     const names: string[] = [];
     for (const [rank, choice] of placement.nodes.entries()) {
       const id = randomUUID();
@@ -238,9 +224,7 @@ export class Scheduler implements Controller {
       names.push(taken.instance.name);
     }
     const message = `${placement.nodes.length} nodes on ${names.join(', ')}`;
-    await tx.query(
-      `UPDATE runs SET status = 'provisioning', status_message = $2, fleet_id = $3, next_reconcile_at = now(), updated_at = now() WHERE id = $1`,
-      [run.id, message, placement.fleet.id]);
+    await markNodesPlaced(tx, run.id, message, placement.fleet.id);
     await recordEvent(tx, runEvent({ ...run, projectId }, 'Provisioning', `fleet ${placement.fleet.name}: ${message}`));
     this.changedRuns.push({ ...run, status: 'provisioning' });
     return true;
@@ -260,9 +244,7 @@ export class Scheduler implements Controller {
   }
 
   private async finishUnplaced(tx: Queryable, projectId: string, run: QueuedRun, status: 'failed' | 'terminated', reason: string, message: string): Promise<void> {
-    await tx.query(
-      `UPDATE runs SET status = $2, termination_reason = $3, status_message = $4, finished_at = now(), updated_at = now() WHERE id = $1`,
-      [run.id, status, reason, message]);
+    await finishUnplaced(tx, run.id, status, reason, message);
     await recordEvent(tx, runEvent({ ...run, projectId }, status === 'failed' ? 'Failed' : 'Terminated', `${reason}: ${message}`));
     this.changedRuns.push({ ...run, status });
   }

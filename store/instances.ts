@@ -187,3 +187,36 @@ export async function idleSharedInstance(db: Db, id: string, owner: string): Pro
 export async function makeFleetInstancesDue(db: Queryable, fleetId: string): Promise<void> {
   await db.query(`UPDATE instances SET next_reconcile_at = now() WHERE fleet_id = $1 AND status <> 'terminated'`, [fleetId]);
 }
+
+/** A project's instances that are not terminated, oldest first: where its scheduling pass may place runs. */
+export async function liveProjectInstances(db: Queryable, projectId: string): Promise<InstanceRecord[]> {
+  const rows = await db.query(`SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [projectId]);
+  return rows.map(toInstance);
+}
+
+/**
+ * Gives an instance to a job (a run, or a node of one) while no other holds it: one that is up (`ready`) turns busy, one
+ * still coming up keeps its status and the job waits for it. False when another took it first.
+ */
+export async function giveInstanceTo(db: Queryable, id: string, jobId: string, ready: boolean): Promise<boolean> {
+  const rows = ready
+    ? await db.query(`UPDATE instances SET status = 'busy', run_id = $2, idle_since = NULL, updated_at = now()
+                      WHERE id = $1 AND status = 'idle' AND run_id IS NULL RETURNING id`, [id, jobId])
+    : await db.query(`UPDATE instances SET run_id = $2, updated_at = now()
+                      WHERE id = $1 AND status IN ('pending', 'provisioning') AND run_id IS NULL RETURNING id`, [id, jobId]);
+  return rows.length > 0;
+}
+
+/** An instance shared in blocks turns busy as a run takes some; false when it is not up, or is a run's own. */
+export async function takeBlocksOf(db: Queryable, id: string): Promise<boolean> {
+  const rows = await db.query(
+    `UPDATE instances SET status = 'busy', idle_since = NULL, updated_at = now() WHERE id = $1 AND status IN ('idle', 'busy') AND run_id IS NULL RETURNING id`, [id]);
+  return rows.length > 0;
+}
+
+/** Locks, until the transaction ends, those of `ids` that no job holds and that are up or coming up; how many it locked. */
+export async function lockFreeInstances(tx: Queryable, ids: readonly string[]): Promise<number> {
+  const rows = await tx.query(
+    `SELECT id FROM instances WHERE id = ANY($1::text[]) AND run_id IS NULL AND status IN ('idle', 'pending', 'provisioning') FOR UPDATE`, [ids]);
+  return rows.length;
+}

@@ -121,3 +121,31 @@ export async function markPlaced(db: Queryable, id: string, place: RunPlace, lea
     [id, place.message, place.fleetId, place.instanceId, place.blocks, lease?.owner ?? null, lease?.ms ?? 0, ...eventParams(event)]);
   return row!;
 }
+
+/** The scheduler's lock: one scheduling pass at a time across servers. */
+const SCHEDULER_LOCK = 4_243_002;
+
+/** Takes the scheduler's lock for the rest of the transaction; false when another server's pass holds it. */
+export async function trySchedulerLock(tx: Queryable): Promise<boolean> {
+  const [{ locked }] = await tx.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock($1) AS locked', [SCHEDULER_LOCK]);
+  return locked;
+}
+
+/** Says why a queued run waits, as its status message. */
+export async function setQueuedRunMessage(db: Queryable, id: string, message: string): Promise<void> {
+  await db.query(`UPDATE runs SET status_message = $2, updated_at = now() WHERE id = $1`, [id, message]);
+}
+
+/** A multi-node task whose nodes were all placed is provisioning, on `fleetId`, and due at once. */
+export async function markNodesPlaced(db: Queryable, id: string, message: string, fleetId: string): Promise<void> {
+  await db.query(
+    `UPDATE runs SET status = 'provisioning', status_message = $2, fleet_id = $3, next_reconcile_at = now(), updated_at = now() WHERE id = $1`,
+    [id, message, fleetId]);
+}
+
+/** A queued run ends without being placed: it cannot be (failed), or was stopped first (terminated). */
+export async function finishUnplaced(db: Queryable, id: string, status: 'failed' | 'terminated', reason: string, message: string): Promise<void> {
+  await db.query(
+    `UPDATE runs SET status = $2, termination_reason = $3, status_message = $4, finished_at = now(), updated_at = now() WHERE id = $1`,
+    [id, status, reason, message]);
+}
