@@ -29,7 +29,7 @@ interface GatewayState {
 const keyName = (gateway: GatewayRecord, what: string) => `gateway:${gateway.id}:${what}`;
 
 /** Whether the gateway publishes the service: the one it names, or, naming none, the project's default gateway. */
-export function publishes(gateway: GatewayRecord, route: ServiceRoute): boolean {
+function publishes(gateway: GatewayRecord, route: ServiceRoute): boolean {
   return route.projectId === gateway.projectId && (route.gateway === gateway.name || (route.gateway === null && gateway.isDefault));
 }
 
@@ -37,7 +37,7 @@ export function publishes(gateway: GatewayRecord, route: ServiceRoute): boolean 
  * The hostnames that need a certificate from the ACME server: every published service that HTTPS is not off for, and
  * the model endpoint `gateway.<domain>` while a published service declares a model.
  */
-export function certificateHostnames(gateway: GatewayRecord, routes: ServiceRoute[]): string[] {
+function certificateHostnames(gateway: GatewayRecord, routes: ServiceRoute[]): string[] {
   if ((gateway.spec.certificate?.type ?? 'lets-encrypt') !== 'lets-encrypt') return [];
   const services = routes.filter((route) => route.https !== false).map((route) => `${route.run}.${gateway.base}`);
   return routes.some((route) => route.model !== null) ? [...services, `${GATEWAY_MODELS_NAME}.${gateway.base}`] : services;

@@ -9,7 +9,7 @@ import type { ServerContext } from '../context.js';
 import { serviceFigures } from '../service-figures.js';
 
 /** Services are measured over the last minute at each scrape: a rate Prometheus can graph without keeping counters of its own. */
-export const METRICS_WINDOW_SECONDS = 60;
+const METRICS_WINDOW_SECONDS = 60;
 
 async function adminOnly(ctx: Context, next: Next): Promise<void> {
   requireAdmin(ctx);

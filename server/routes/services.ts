@@ -11,7 +11,7 @@ import { badRequest, conflict, HttpError } from '../http-errors.js';
 import { serviceFigures } from '../service-figures.js';
 import { runFor } from './runs.js';
 
-export const DEFAULT_STATS_WINDOW_SECONDS = 300;
+const DEFAULT_STATS_WINDOW_SECONDS = 300;
 /** Statistics are kept for an hour (store/service-stats.ts); a window under 10 s says little. */
 const STATS_WINDOW_RANGE = { min: 10, max: 3600 };
 

@@ -11,7 +11,7 @@ import { HttpError, notFound, readJsonObject } from '../http-errors.js';
 const invalidKey = (message: string) => new HttpError(422, 'invalid_ssh_key', message);
 
 /** The key as stored and sent to agents (its own line, comment kept), and its fingerprint as `ssh-keygen -l` prints it. */
-export function checkedPublicKey(text: string): { publicKey: string; fingerprint: string } {
+function checkedPublicKey(text: string): { publicKey: string; fingerprint: string } {
   const line = text.trim();
   const match = PUBLIC_KEY_LINE.exec(line);
   if (!match) throw invalidKey('publicKey: expected one line of OpenSSH public key form, such as the contents of ~/.ssh/id_ed25519.pub ("ssh-ed25519 AAAA... comment")');
