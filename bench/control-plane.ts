@@ -32,6 +32,7 @@ import { insertReplica } from '../store/services.js';
 import { startServer } from '../server/server.js';
 import { createScratchDatabase } from '../test/helpers/databases.js';
 import { statCpuSeconds } from './process-cpu.js';
+import { quantile } from './quantiles.js';
 
 const flag = (name: string, fallback: number) => {
   const at = process.argv.indexOf(`--${name}`);
@@ -49,11 +50,6 @@ const DSTACK_APPLY_TO_RUNNING_S = '1–2';
 
 const usePostgres = process.argv.includes('--postgres');
 const TRACE = process.argv.includes('--trace');
-
-function quantile(values: number[], q: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
-}
 
 const ms = (n: number) => `${n.toFixed(1)} ms`;
 const sleep = (n: number) => new Promise((r) => setTimeout(r, n));

@@ -32,6 +32,7 @@ import { insertRun } from '../store/runs.js';
 import { createScratchDatabase } from '../test/helpers/databases.js';
 import { freePort } from '../test/helpers/ports.js';
 import { startEmbeddedPostgres } from './embedded-postgres.js';
+import { median } from './quantiles.js';
 
 const flag = (name: string) => {
   const at = process.argv.indexOf(`--${name}`);
@@ -48,7 +49,6 @@ const CLI = join(HERE, '..', 'cli', 'main.js');
 const HOLDER = join(HERE, 'embedded-holder.js');
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 const mb = (kb: number) => `${Math.round(kb / 1024)} MB`;
 
 function statusField(pid: number, field: string): number {

@@ -32,6 +32,7 @@ import type { Answer, Question, ServerReady } from './gateway-server.js';
 import { startNginx } from './gateway-nginx.js';
 import { cpuSeconds, listenerPid } from './process-cpu.js';
 import { wrk, type WrkFigures, type WrkLoad } from './gateway-wrk.js';
+import { median, quantile } from './quantiles.js';
 
 const flag = (name: string, fallback: number) => {
   const at = process.argv.indexOf(`--${name}`);
@@ -76,11 +77,6 @@ createServer((req, res) => {
 `;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const median = (values: number[]) => quantile(values, 0.5);
-function quantile(values: number[], q: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
-}
 const fixed = (n: number, digits = 2) => n.toFixed(digits);
 const verdict = (met: boolean) => (met ? 'met' : 'NOT met');
 const pad = (text: string, width: number) => text.padEnd(width);

@@ -15,6 +15,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../test/helpers/ports.js';
 import { cpuSeconds } from './process-cpu.js';
+import { median } from './quantiles.js';
 
 const flag = (name: string) => {
   const at = process.argv.indexOf(`--${name}`);
@@ -28,7 +29,6 @@ const TOKEN = 'idle-bench-token';
 const UPSTREAM = `require('node:http').createServer((q, s) => s.end('ok')).listen(Number(process.env.PORT))`;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 
 async function until(what: string, check: () => Promise<boolean>, timeoutMs = 180_000): Promise<void> {
   for (const deadline = Date.now() + timeoutMs; !(await check().catch(() => false));) {

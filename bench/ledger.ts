@@ -19,6 +19,7 @@ import { accrue, rollDays } from '../store/ledger.js';
 import { openDatabase } from '../store/open.js';
 import { upsertProject, upsertUser } from '../store/projects.js';
 import { createScratchDatabase } from '../test/helpers/databases.js';
+import { median } from './quantiles.js';
 
 const INSTANCES = 1000;
 const RUNS = 100_000;
@@ -88,7 +89,7 @@ async function accrualPerMinute(db: Db): Promise<void> {
   const cpuMs = (cpu.user + cpu.system) / 1000;
   // PGlite runs in this process, so its CPU is ours; PostgreSQL's runs in its own, so the wall time stands for both.
   const perMinute = usePostgres ? wall : cpuMs;
-  console.log(`1. ledger counts of ${INSTANCES} running instances: ${COUNTS_PER_MINUTE} a minute (every ${DEFAULT_ACCRUAL_INTERVAL_MS / 1000} s), median ${ms(times.sort((a, b) => a - b)[Math.floor(times.length / 2)]!)} each, and ${60 - COUNTS_PER_MINUTE} looks for ended ones, ${ms(looks / (60 - COUNTS_PER_MINUTE))} each`);
+  console.log(`1. ledger counts of ${INSTANCES} running instances: ${COUNTS_PER_MINUTE} a minute (every ${DEFAULT_ACCRUAL_INTERVAL_MS / 1000} s), median ${ms(median(times))} each, and ${60 - COUNTS_PER_MINUTE} looks for ended ones, ${ms(looks / (60 - COUNTS_PER_MINUTE))} each`);
   console.log(`   ${usePostgres ? 'wall time (this process and the database)' : 'CPU (this process, the database included)'} per minute: ${ms(perMinute)} = ${((perMinute / 60_000) * 100).toFixed(2)}% of one core   (goal: under 1%)`);
 }
 
@@ -109,7 +110,6 @@ async function costByRun(url: string, token: string, all: boolean): Promise<void
     rows = (JSON.parse(text) as { rows: unknown[] }).rows.length;
     bytes = text.length;
   }
-  const median = (values: number[]) => values.sort((a, b) => a - b)[2]!;
   const command = `cost --by run --month ${MONTH}${all ? ' --limit 0' : ''}`;
   // On PGlite the server and its database run in this process: its CPU time is the request's work, however loaded the machine.
   const cpu = usePostgres ? '' : `, CPU ${ms(median(cpuTimes))}`;

@@ -32,6 +32,7 @@ import { startEmulator } from '../backends/gpucloud/emulator.js';
 import { FOLLOWED_POLL_MS } from '../controllers/run-controller.js';
 import type { SimulatedJob } from '../backends/gpucloud/simulated-job.js';
 import { createScratchDatabase } from '../test/helpers/databases.js';
+import { quantile } from './quantiles.js';
 
 const flag = (name: string, fallback: number) => {
   const at = process.argv.indexOf(`--${name}`);
@@ -89,11 +90,6 @@ async function watchCatchesUp(running: () => SimulatedJob[]): Promise<number | n
   }
   return null;
 }
-const quantile = (values: number[], q: number) => {
-  if (values.length === 0) return NaN;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
-};
 const ms = (n: number) => (Number.isNaN(n) ? 'n/a' : n >= 10_000 ? `${(n / 1000).toFixed(1)} s` : `${Math.round(n)} ms`);
 const verdict = (value: number, goal: number) => (value <= goal ? 'met' : 'NOT met');
 

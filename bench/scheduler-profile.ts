@@ -16,13 +16,13 @@ import { upsertProject, upsertUser } from '../store/projects.js';
 import { queueOrder } from '../store/run-queue.js';
 import { insertRun } from '../store/runs.js';
 import { createScratchDatabase } from '../test/helpers/databases.js';
+import { median } from './quantiles.js';
 
 const QUEUED = 10_000;
 const PASSES = 5;
 const QUEUE_READ = `SELECT id, project_id, name, kind, replica, requirement, desired, status_message, spec, coalesce(first_submitted_at, submitted_at) AS first_submitted_at
   FROM runs WHERE status = 'submitted' AND NOT deleted AND next_reconcile_at <= now() ORDER BY priority DESC, submitted_at, id`;
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 const scratch = process.argv.includes('--postgres') ? await createScratchDatabase() : null;
 const db = await openDatabase({ url: scratch?.url });
 try {

@@ -10,13 +10,13 @@
  * and the server thread's CPU a statement, beside the reference's.
  */
 import { PGlite, type Transaction } from '@electric-sql/pglite';
-import { normalizeResources } from '../api/resources.js';
 import type { Db, Queryable, Row } from '../store/db.js';
 import { claimDue, updateLeased } from '../store/leases.js';
 import { migrate } from '../store/migrations.js';
 import { openPglite } from '../store/pglite.js';
-import { upsertProject, upsertUser } from '../store/projects.js';
-import { getRun, insertRun } from '../store/runs.js';
+import { getRun } from '../store/runs.js';
+import { median } from './quantiles.js';
+import { runCopier } from './run-copies.js';
 
 const ROUNDS = 5;
 const CALLS = 400;
@@ -41,12 +41,7 @@ async function throughPgliteQuery(): Promise<Db> {
 /** Fills a database alike, and answers the statements to time on it. */
 async function prepared(db: Db): Promise<Record<string, (i: number) => Promise<unknown>>> {
   await migrate(db);
-  const project = await upsertProject(db, 'main', [{ type: 'local', runtime: 'process' }]);
-  const user = await upsertUser(db, 'bench', 'bench-token', 'admin');
-  const template = await insertRun(db, { projectId: project.id, userId: user.id, name: 'template', kind: 'task', spec: { type: 'task', commands: ['true'] }, files: [], requirement: normalizeResources(undefined, 'run'), priority: 0 });
-  const copies = (count: number, prefix: string, fields: Record<string, unknown>) => db.query(
-    `INSERT INTO runs SELECT (jsonb_populate_record(r, $2::jsonb || jsonb_build_object('id', $3 || i, 'name', $3 || i))).*
-     FROM runs r, generate_series(1, $4) i WHERE r.id = $1`, [template!.id, fields, prefix, count]);
+  const copies = await runCopier(db);
   await copies(2_000, 'held-', { status: 'running', lease_owner: 'bench', lease_expires_at: new Date(Date.now() + 3_600_000), next_reconcile_at: new Date(Date.now() + 3_600_000) });
   await copies(20, 'provisioning-', { status: 'provisioning', next_reconcile_at: new Date(Date.now() + 3_600_000) });
   const held = (i: number) => `held-${1 + (i % 2_000)}`;
@@ -72,8 +67,6 @@ async function timed(statement: (i: number) => Promise<unknown>): Promise<Figure
   const used = process.cpuUsage(cpu);
   return { wallUs: (performance.now() - started) * 1000 / CALLS, cpuUs: (used.user + used.system) / CALLS };
 }
-
-const median = (values: number[]) => values.sort((a, b) => a - b)[values.length >> 1]!;
 
 const kept = await openPglite();
 const reference = await throughPgliteQuery();
