@@ -71,7 +71,7 @@ export class KeptStatements {
     });
     const { serialize } = protocol;
     try {
-      const answer = await this.pg.execProtocolStream(joined([
+      const answer = await this.pg.execProtocolStream(Buffer.concat([
         serialize.bind({ statement: statement.name, values }),
         serialize.execute({}),
         serialize.sync(),
@@ -92,7 +92,7 @@ export class KeptStatements {
     }
     const messages = this.toClose.splice(0).map((closing) => serialize.close({ type: 'S', name: closing }));
     messages.push(serialize.parse({ name, text }), serialize.describe({ type: 'S', name }), serialize.sync());
-    const described = await this.pg.execProtocolStream(joined(messages), { syncToFs: false });
+    const described = await this.pg.execProtocolStream(Buffer.concat(messages), { syncToFs: false });
     return {
       name,
       parameterTypes: parse.parseDescribeStatementResults(described),
@@ -103,14 +103,4 @@ export class KeptStatements {
 
 function isStale(error: unknown): boolean {
   return STALE_STATEMENT.has((error as { code?: string }).code ?? '');
-}
-
-function joined(parts: Uint8Array[]): Uint8Array {
-  const whole = new Uint8Array(parts.reduce((length, part) => length + part.length, 0));
-  let offset = 0;
-  for (const part of parts) {
-    whole.set(part, offset);
-    offset += part.length;
-  }
-  return whole;
 }

@@ -7,7 +7,7 @@ import { migrate, MIGRATIONS } from '../store/migrations.js';
 import { openPglite } from '../store/pglite.js';
 import { openPostgres } from '../store/postgres.js';
 import { applyFleet } from '../store/fleets.js';
-import { markInstanceReady } from '../store/instances.js';
+import { giveInstanceTo, markInstanceReady } from '../store/instances.js';
 import { upsertProject, upsertUser, userByToken } from '../store/projects.js';
 import { toRun, WATCHED_RUN_COLUMNS } from '../store/runs.js';
 import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
@@ -176,7 +176,7 @@ for (const kind of DATABASE_KINDS) {
           VALUES ($1, $2, $3, $1, 'local', '{}', 't', 'provisioning', 'controller', now() + interval '1 minute')`, [id, project.id, fleet.id]);
       }
       // As the scheduler gives a provisioning instance its run, while the instance controller awaits the agent's health.
-      await db.query(`UPDATE instances SET run_id = 'job-1' WHERE id = 'placed-meanwhile' AND status IN ('pending', 'provisioning') AND run_id IS NULL`);
+      await giveInstanceTo(db, 'placed-meanwhile', 'job-1', false);
       expect(await markInstanceReady(db, 'placed-meanwhile', 'controller', { agent_url: 'http://agent' })).to.equal('busy');
       expect(await markInstanceReady(db, 'left-alone', 'controller', { agent_url: 'http://agent' })).to.equal('idle');
       expect(await markInstanceReady(db, 'left-alone', 'another-server', { agent_url: 'http://other' }), 'without the lease').to.equal(null);
