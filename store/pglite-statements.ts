@@ -42,7 +42,7 @@ export class KeptStatements {
         return await this.run<T>(text, params);
       } catch (error) {
         if (!isStale(error)) throw error;
-        this.kept.delete(text);
+        this.close(text);
         if (inTransaction) throw error;
         return this.run<T>(text, params);
       }
@@ -53,8 +53,15 @@ export class KeptStatements {
 
   /** Forgets every kept statement: for after statements that may change the schema. */
   forget(): void {
-    for (const { name } of this.kept.values()) this.toClose.push(name);
-    this.kept.clear();
+    for (const text of this.kept.keys()) this.close(text);
+  }
+
+  /** Forgets one kept statement; the database closes it with the next statement parsed. */
+  private close(text: string): void {
+    const statement = this.kept.get(text);
+    if (!statement) return;
+    this.kept.delete(text);
+    this.toClose.push(statement.name);
   }
 
   private async run<T extends Row>(text: string, params: readonly unknown[]): Promise<T[]> {
@@ -85,11 +92,7 @@ export class KeptStatements {
   /** Parses a statement under `name` ('' for the unnamed statement) and learns its parameters' types. */
   private async prepare(text: string, name: string): Promise<Kept> {
     const { serialize } = protocol;
-    if (name && this.kept.size >= KEPT_STATEMENTS) {
-      const [leastRecent, { name: closing }] = this.kept.entries().next().value!;
-      this.kept.delete(leastRecent);
-      this.toClose.push(closing);
-    }
+    if (name && this.kept.size >= KEPT_STATEMENTS) this.close(this.kept.keys().next().value!);
     const messages = this.toClose.splice(0).map((closing) => serialize.close({ type: 'S', name: closing }));
     messages.push(serialize.parse({ name, text }), serialize.describe({ type: 'S', name }), serialize.sync());
     const described = await this.pg.execProtocolStream(Buffer.concat(messages), { syncToFs: false });

@@ -81,6 +81,14 @@ describe('statements kept parsed by the embedded database', function () {
     expect(inTransaction).to.deep.equal({ id: 'item-1', owner: null, note: null });
   });
 
+  it('answers a kept statement anew when its table changed where nothing said so (DDL inside a function)', async () => {
+    await db.exec(`CREATE FUNCTION add_label() RETURNS void LANGUAGE plpgsql AS $$ BEGIN ALTER TABLE items ADD COLUMN label text; END $$`);
+    const read = 'SELECT * FROM items WHERE id = $1';
+    expect(Object.keys((await db.query(read, ['item-1']))[0]!)).to.not.include('label');
+    await db.query('SELECT add_label()');
+    expect((await db.query(read, ['item-1']))[0]).to.include({ id: 'item-1', label: null });
+  });
+
   it('holds a bounded number of parsed statements however many distinct ones it runs', async () => {
     for (let i = 0; i < 400; i++) await db.query(`SELECT $1::int + ${i} AS sum`, [1]);
     const [{ kept }] = await db.query<{ kept: number }>('SELECT count(*)::int AS kept FROM pg_prepared_statements');
