@@ -1,5 +1,6 @@
 import { parse, protocol, type messages, type PGlite } from '@electric-sql/pglite';
 import type { Row } from './db.js';
+import { readAnswer, type Notification } from './pglite-answer.js';
 
 /** How many statements the embedded database keeps parsed at once; past it, the least recently run is closed. */
 const KEPT_STATEMENTS = 256;
@@ -33,7 +34,8 @@ export class KeptStatements {
   private readonly toClose: string[] = [];
   private named = 0;
 
-  constructor(private readonly pg: PGlite) {}
+  /** `notified`: told of each notification that comes with a statement's answer, which PGlite's listeners never see. */
+  constructor(private readonly pg: PGlite, private readonly notified: (notification: Notification) => void) {}
 
   /** Runs one statement; `inTransaction` says it belongs to an open transaction (nothing to sync to disk yet). */
   async query<T extends Row>(text: string, params: readonly unknown[], inTransaction: boolean): Promise<T[]> {
@@ -77,13 +79,17 @@ export class KeptStatements {
       return serialize ? serialize(value) : String(value);
     });
     const { serialize } = protocol;
+    const chunks: Buffer[] = [];
     try {
-      const answer = await this.pg.execProtocolStream(Buffer.concat([
+      await this.pg.execProtocolRawStream(Buffer.concat([
         serialize.bind({ statement: statement.name, values }),
         serialize.execute({}),
         serialize.sync(),
-      ]), { syncToFs: false });
-      return parse.parseResults(statement.columns ? [statement.columns, ...answer] : answer, this.pg.parsers)[0].rows as T[];
+      ]), { syncToFs: false, onRawData: (data) => chunks.push(Buffer.from(data)) });
+      const { rows, error, notifications } = readAnswer(Buffer.concat(chunks), statement.columns, this.pg.parsers);
+      for (const notification of notifications) this.notified(notification);
+      if (error) throw error;
+      return rows as T[];
     } finally {
       if (!keep) this.forget();
     }

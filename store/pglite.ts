@@ -40,7 +40,12 @@ export async function openPglite(dataDir?: string, settings = STARTUP_SETTINGS):
     unlock();
     throw error;
   });
-  const statements = new KeptStatements(pg);
+  // A notification that comes with a kept statement's answer is dispatched here; one that comes with PGlite's own
+  // statements (a transaction's COMMIT, `exec`) by PGlite, to the same listeners.
+  const listeners = new Map<string, Set<(payload: string) => void>>();
+  const statements = new KeptStatements(pg, ({ channel, payload }) => {
+    for (const onNotify of listeners.get(channel) ?? []) queueMicrotask(() => onNotify(payload));
+  });
   const inTransaction = (tx: Transaction): Queryable => ({
     query: async <T extends Row>(text: string, params: unknown[] = []) => {
       if (tx.closed) throw new Error('Transaction is closed');
@@ -60,7 +65,15 @@ export async function openPglite(dataDir?: string, settings = STARTUP_SETTINGS):
       }
     }),
     transaction: (fn) => gate.run(() => pg.transaction((tx) => fn(inTransaction(tx)))),
-    listen: (channel, onNotify) => pg.listen(channel, onNotify),
+    listen: async (channel, onNotify) => {
+      const unlisten = await pg.listen(channel, onNotify);
+      if (!listeners.has(channel)) listeners.set(channel, new Set());
+      listeners.get(channel)!.add(onNotify);
+      return async () => {
+        listeners.get(channel)?.delete(onNotify);
+        await unlisten();
+      };
+    },
     notify: (channel, payload = '') => gate.run(async () => { await statements.query('SELECT pg_notify($1, $2)', [channel, payload], false); }),
     close: async () => {
       await pg.close();

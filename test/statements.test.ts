@@ -48,6 +48,40 @@ for (const kind of DATABASE_KINDS) {
       expect(await db.query('SELECT id FROM items WHERE id = $1', ['item-new'])).to.deep.equal([{ id: 'item-new' }]);
     });
 
+    it('reads text back as it was written: many-byte characters, a leading byte-order mark, empty and null, and rows of 300 kB', async () => {
+      const texts = ['grüße 日本語 🚀', '\uFEFFstarts with a byte-order mark', '', 'x'.repeat(300_000) + 'é'];
+      for (const [i, text] of texts.entries()) {
+        await db.query('INSERT INTO items (id, spec, tags) VALUES ($1, $2, $3)', [`text-${i}`, { text }, [text, '']]);
+      }
+      await db.query('INSERT INTO items (id, spec, tags) VALUES ($1, $2, $3)', ['text-null', {}, []]);
+      const rows = await db.query<{ id: string; spec: { text?: string }; tags: string[]; ready: null }>(
+        `SELECT id, spec, tags, ready FROM items WHERE id LIKE 'text-%' ORDER BY id`);
+      expect(rows.map((row) => row.spec.text)).to.deep.equal([...texts, undefined]);
+      expect(rows.map((row) => row.tags)).to.deep.equal([...texts.map((text) => [text, '']), []]);
+      expect(rows.every((row) => row.ready === null)).to.equal(true);
+    });
+
+    it('reads a thousand rows of one answer, each its own', async () => {
+      const rows = await db.query<{ n: number; label: string }>(`SELECT n, 'row ' || n AS label FROM generate_series(1, $1::int) AS n`, [1000]);
+      expect(rows).to.have.length(1000);
+      expect(rows.every((row, i) => row.n === i + 1 && row.label === `row ${i + 1}`)).to.equal(true);
+    });
+
+    it('tells a listener of each notification once, sent by a statement alone or by a transaction, and no more once it stops listening', async () => {
+      const heard: string[] = [];
+      const unlisten = await db.listen('orchestrator_statements_test', (payload) => heard.push(payload));
+      await db.notify('orchestrator_statements_test', 'alone');
+      await db.query(`SELECT pg_notify('orchestrator_statements_test', $1)`, ['by a query']);
+      await db.transaction(async (tx) => {
+        await tx.query(`SELECT pg_notify('orchestrator_statements_test', $1)`, ['in a transaction']);
+      });
+      for (let waited = 0; heard.length < 3 && waited < 2000; waited += 10) await new Promise((resolve) => setTimeout(resolve, 10));
+      await unlisten();
+      await db.notify('orchestrator_statements_test', 'after');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(heard).to.deep.equal(['alone', 'by a query', 'in a transaction']);
+    });
+
     it('runs more distinct statements than it keeps, and each still answers for itself', async () => {
       for (let round = 0; round < 2; round++) {
         for (let i = 0; i < 400; i++) {
