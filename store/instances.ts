@@ -90,6 +90,12 @@ export async function getInstance(db: Queryable, id: string): Promise<InstanceRe
   return rows[0] ? toInstance(rows[0]) : null;
 }
 
+/** The instances with these ids, by id, in one query; an id with no instance is absent. */
+export async function instancesByIds(db: Queryable, ids: readonly string[]): Promise<Map<string, InstanceRecord>> {
+  const rows = await db.query('SELECT * FROM instances WHERE id = ANY($1::text[])', [ids]);
+  return new Map(rows.map((row) => [row.id as string, toInstance(row)]));
+}
+
 export async function listFleetInstances(db: Queryable, fleetId: string): Promise<InstanceRecord[]> {
   return (await db.query(`SELECT * FROM instances WHERE fleet_id = $1 AND status <> 'terminated' ORDER BY created_at`, [fleetId])).map(toInstance);
 }

@@ -66,8 +66,15 @@ export function replicaState(r: Pick<ReplicaRecord, 'status' | 'readyAt' | 'drai
 
 /** Every replica of a service that has not been deleted, oldest first. */
 export async function listReplicas(db: Queryable, serviceId: string): Promise<ReplicaRecord[]> {
-  const rows = await db.query(`SELECT * FROM runs WHERE service_id = $1 AND NOT deleted ORDER BY replica, submitted_at`, [serviceId]);
-  return rows.map(toReplica);
+  return (await replicasOfServices(db, [serviceId])).get(serviceId)!;
+}
+
+/** As listReplicas for each of several services, by service id, in one query. */
+export async function replicasOfServices(db: Queryable, serviceIds: readonly string[]): Promise<Map<string, ReplicaRecord[]>> {
+  const replicas = new Map<string, ReplicaRecord[]>(serviceIds.map((id) => [id, []]));
+  const rows = await db.query(`SELECT * FROM runs WHERE service_id = ANY($1::text[]) AND NOT deleted ORDER BY replica, submitted_at`, [serviceIds]);
+  for (const row of rows) replicas.get(row.service_id as string)!.push(toReplica(row));
+  return replicas;
 }
 
 /**

@@ -9,7 +9,8 @@ import { openPostgres } from '../store/postgres.js';
 import { applyFleet } from '../store/fleets.js';
 import { giveInstanceTo, markInstanceReady } from '../store/instances.js';
 import { upsertProject, upsertUser, userByToken } from '../store/projects.js';
-import { toRun, WATCHED_RUN_COLUMNS } from '../store/runs.js';
+import { insertRun, toRun, WATCHED_RUN_COLUMNS } from '../store/runs.js';
+import { insertReplica, replicasOfServices } from '../store/services.js';
 import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
 
 const REQUIREMENT = { gpu: { models: null, memoryMib: { min: null, max: null }, count: { min: 0, max: null } }, cpus: { min: null, max: null }, memoryMib: { min: null, max: null }, diskMib: { min: null, max: null }, shmSizeMib: null };
@@ -294,6 +295,19 @@ for (const kind of DATABASE_KINDS) {
         await old.close();
         await scratch?.drop();
       }
+    });
+
+    it('reads the replicas of several services in one query: each service its own, oldest first, and none for a service without', async () => {
+      const project = await upsertProject(db, 'replicas', [{ type: 'local' }]);
+      const user = await upsertUser(db, 'replica-owner', 'replica-owner-token', 'user');
+      const service = (name: string) => insertRun(db, { projectId: project.id, userId: user.id, name, kind: 'service', spec: { type: 'service', port: 80, commands: ['serve'] }, files: [], requirement: REQUIREMENT, priority: 0 });
+      const [web, api, idle] = await Promise.all(['web', 'api', 'idle'].map(service));
+      for (const replica of [1, 0]) await insertReplica(db, web!, replica, null);
+      await insertReplica(db, api!, 0, null);
+      const replicas = await replicasOfServices(db, [web!.id, api!.id, idle!.id]);
+      expect(replicas.get(web!.id)!.map((r) => [r.serviceId, r.replica])).to.deep.equal([[web!.id, 0], [web!.id, 1]]);
+      expect(replicas.get(api!.id)!.map((r) => [r.serviceId, r.replica])).to.deep.equal([[api!.id, 0]]);
+      expect(replicas.get(idle!.id)).to.deep.equal([]);
     });
 
     it('delivers NOTIFY to a listener', async () => {
