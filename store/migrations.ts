@@ -614,6 +614,18 @@ CREATE INDEX runs_multi_node_parents_due ON runs (next_reconcile_at)
   WHERE kind = 'task' AND service_id IS NULL AND coalesce((spec->>'nodes')::int, 1) > 1;
 `,
   },
+  {
+    version: 29,
+    name: 'log_chunks: no foreign key of their own to runs; their run is checked through log_totals',
+    sql: `
+-- Its check locked the run's row (FOR KEY SHARE, a write to the row and to the WAL) for every chunk stored: half of
+-- each log store's time (bench/README.md, "Log stores without a lock on their run"). Chunks are written only by
+-- store/logs.ts#appendLogChunks, in the statement that upserts the run's log_totals row, whose own foreign key checks
+-- the run when that row is made; a store for a run that does not exist fails whole. Runs are never deleted (a deleted
+-- run is marked so), so nothing cascaded through it.
+ALTER TABLE log_chunks DROP CONSTRAINT log_chunks_run_id_fkey;
+`,
+  },
 ];
 
 const MIGRATION_LOCK = 4_243_001;

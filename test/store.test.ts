@@ -106,6 +106,20 @@ for (const kind of DATABASE_KINDS) {
       expect(await logTotals(db, 'r1')).to.include({ lastSeq: 5, droppedLines: 0 });
     });
 
+    it('refuses lines for a run that does not exist, alone or beside another run\'s, and keeps none of them', async () => {
+      const project = await upsertProject(db, 'log-orphans', [{ type: 'local' }]);
+      const user = await upsertUser(db, 'erin', 'erin-token', 'user');
+      await db.query(`INSERT INTO runs (id, project_id, user_id, name, kind, spec, requirement, status) VALUES ('o1', $1, $2, 'o1', 'task', '{}', '{}', 'running')`, [project.id, user.id]);
+      const page = (runId: string) => ({ runId, after: 0, first: 1, last: 1, jsonLines: JSON.stringify({ seq: 1, ts: new Date().toISOString(), stream: 'stdout', text: 'hello' }) });
+      const alone = await appendLogChunks(db, [page('no-such-run')], 1e9).catch((error: unknown) => error);
+      expect(alone).to.include({ code: '23503' });
+      const beside = await appendLogChunks(db, [page('o1'), page('no-such-run')], 1e9).catch((error: unknown) => error);
+      expect(beside).to.include({ code: '23503' });
+      const kept = await db.query(`SELECT run_id FROM log_chunks WHERE run_id IN ('o1', 'no-such-run') UNION ALL SELECT run_id FROM log_totals WHERE run_id IN ('o1', 'no-such-run')`);
+      expect(kept).to.deep.equal([]);
+      expect((await appendLogChunks(db, [page('o1')], 1e9)).get('o1')).to.include({ stored: true });
+    });
+
     it('keeps a page of a line or two as it is and compresses longer ones, small or large, and reads all back', async () => {
       const project = await upsertProject(db, 'log-encodings', [{ type: 'local' }]);
       const user = await upsertUser(db, 'dave', 'dave-token', 'user');
