@@ -66,7 +66,7 @@ async function prepared(db: Db): Promise<Record<string, (i: number) => Promise<u
 
 interface Figure { wallUs: number; cpuUs: number }
 
-/** A statement's median figures over `calls` runs after a few to warm up (fewer for a statement that reads many rows). */
+/** A statement's wall and CPU time a call, over `calls` calls after a few to warm up. */
 async function timed(statement: (i: number) => Promise<unknown>, calls: number): Promise<Figure> {
   for (let i = 0; i < Math.min(50, calls); i++) await statement(i);
   const cpu = process.cpuUsage();

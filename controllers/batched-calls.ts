@@ -54,3 +54,11 @@ export class BatchedCalls<In, Out> {
     }
   }
 }
+
+/** Reads of one row by id, gathered into reads of many ids that answer by id; an id the read did not find gives undefined. */
+export function batchedReads<Out>(read: (ids: string[]) => Promise<Map<string, Out>>): BatchedCalls<string, Out | undefined> {
+  return new BatchedCalls(async (ids) => {
+    const found = await read(ids);
+    return ids.map((id) => found.get(id));
+  }, (id) => id);
+}

@@ -5,9 +5,9 @@ import type { Db, Row } from '../store/db.js';
 import type { InstanceRecord } from '../store/instances.js';
 import { appendLogChunks, type LogAppend, type LogChunk } from '../store/logs.js';
 import type { RunRecord } from '../store/runs.js';
-import { claimWatchedRuns, watchedRuns, type WatchedRun } from '../store/run-watch.js';
+import { claimWatchedRuns, watchedRuns } from '../store/run-watch.js';
 import type { SecretBox } from '../store/secrets.js';
-import { BatchedCalls } from './batched-calls.js';
+import { BatchedCalls, batchedReads } from './batched-calls.js';
 import { JobChangeFeeds } from './job-change-feeds.js';
 import { recordLogsTruncated } from './log-copy.js';
 import { agentOf, FOLLOWED_POLL_MS, isFinished, RunController, RUNNING_POLL_MS, type JobLook } from './run-controller.js';
@@ -34,10 +34,7 @@ interface InstanceLook {
  * job, as before.
  */
 export class RunWatchController extends RunController {
-  private readonly reads = new BatchedCalls<string, WatchedRun | undefined>(async (runIds) => {
-    const watched = await watchedRuns(this.db, runIds);
-    return runIds.map((runId) => watched.get(runId));
-  }, (runId) => runId);
+  private readonly reads = batchedReads((runIds) => watchedRuns(this.db, runIds));
   private readonly appends = new BatchedCalls<LogChunk & { runId: string }, LogAppend>(async (chunks) => {
     const stored = await appendLogChunks(this.db, chunks, this.maxLogBytes);
     return chunks.map((chunk) => stored.get(chunk.runId)!);

@@ -7,7 +7,7 @@ import { AgentClient } from '../agent/client.js';
 import { CHANNELS } from '../store/channels.js';
 import type { Db, Row } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
-import { getInstance, instancesByIds, type InstanceRecord } from '../store/instances.js';
+import { getInstance, instancesByIds } from '../store/instances.js';
 import { requestRunStop, updateRun } from '../store/runs.js';
 import { pruneServiceStats, serviceWindows, type ServiceWindow } from '../store/service-stats.js';
 import {
@@ -15,7 +15,7 @@ import {
   setDesiredReplicas, setGroupReplicas, setReplicaFailures, setRolloutStall, setRunningReplicaMessage, setStableGeneration, startReplicaDrain, toService,
   replicasOfServices, type GroupScale, type ReplicaRecord, type ServiceRecord,
 } from '../store/services.js';
-import { BatchedCalls } from './batched-calls.js';
+import { batchedReads } from './batched-calls.js';
 import { desiredReplicas } from './autoscaler.js';
 import { LeasedController } from './leased.js';
 import { probeReplica } from './service-probes.js';
@@ -58,16 +58,10 @@ export class ServiceController extends LeasedController<ServiceRecord> {
   private lastPrune = 0;
   /**
    * The services looked at together read their replicas in one statement, and the replicas probed together their
-   * instances: at 500 services, a statement each was a tenth of the embedded database's time (bench/README.md).
+   * instances: at 500 services, a statement each was about 6% of the embedded database's time (bench/README.md).
    */
-  private readonly replicaReads = new BatchedCalls<string, ReplicaRecord[]>(async (serviceIds) => {
-    const replicas = await replicasOfServices(this.db, serviceIds);
-    return serviceIds.map((id) => replicas.get(id)!);
-  }, (id) => id);
-  private readonly instanceReads = new BatchedCalls<string, InstanceRecord | null>(async (ids) => {
-    const instances = await instancesByIds(this.db, ids);
-    return ids.map((id) => instances.get(id) ?? null);
-  }, (id) => id);
+  private readonly replicaReads = batchedReads((serviceIds) => replicasOfServices(this.db, serviceIds));
+  private readonly instanceReads = batchedReads((ids) => instancesByIds(this.db, ids));
 
   constructor(db: Db, owner: string, logger: Logger, private readonly secrets: SecretBox) {
     super(db, owner, logger, {
@@ -84,7 +78,7 @@ export class ServiceController extends LeasedController<ServiceRecord> {
   protected async reconcile(service: ServiceRecord): Promise<number> {
     await this.pruneNow();
     const settings = serviceSettings(service.spec as ServiceSpec);
-    const replicas = await this.replicaReads.call(service.id);
+    const replicas = (await this.replicaReads.call(service.id))!;
     const live = replicas.filter((r) => !isFinished(r.status));
     if (service.desired !== 'run') return this.stopping(service, live, settings);
     if (service.status === 'submitted') {

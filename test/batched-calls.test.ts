@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { BatchedCalls } from '../controllers/batched-calls.js';
+import { BatchedCalls, batchedReads } from '../controllers/batched-calls.js';
 
 /** A batch function that records each batch it was given and answers when `release` is called. */
 function recorder() {
@@ -19,6 +19,17 @@ function recorder() {
 }
 
 describe('batched calls: the statements of the watch loop gathered', () => {
+  it('answers reads by id gathered into one read of all their ids, each its own row, and nothing for an id not found', async () => {
+    const reads: string[][] = [];
+    const rows = batchedReads(async (ids) => {
+      reads.push(ids);
+      return new Map(ids.filter((id) => id !== 'gone').map((id) => [id, { id, name: `row ${id}` }]));
+    });
+    const answers = await Promise.all(['a', 'gone', 'b'].map((id) => rows.call(id)));
+    expect(answers).to.deep.equal([{ id: 'a', name: 'row a' }, undefined, { id: 'b', name: 'row b' }]);
+    expect(reads).to.deep.equal([['a', 'gone', 'b']]);
+  });
+
   it('makes the calls of one turn of the event loop in one batch, and answers each its own output', async () => {
     const { batches, calls, release } = recorder();
     const outputs = Promise.all([1, 2, 3].map((input) => calls.call(input)));
