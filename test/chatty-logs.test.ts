@@ -88,6 +88,27 @@ for (const kind of DATABASE_KINDS) {
         expect(totals.dropped_lines).to.equal(0);
       });
 
+      it('sends a follower the stored lines of a job gone quiet at once, page after page, not each after a wait for its next line', async () => {
+        await server.api('POST', '/api/projects/main/runs/apply', task('quiet', ['seq 1 12000', 'sleep 600']));
+        await runReaches(server, 'quiet', ['running']);
+        await eventually(async () => (await server.api('GET', '/api/projects/main/runs/quiet/logs')).body.last === 12_000, 30_000, 'every line stored');
+        const opened = Date.now();
+        const response = await fetch(`${server.url}/api/projects/main/runs/quiet/logs?follow=true`, { headers: { authorization: `Bearer ${server.adminToken}` } });
+        const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+        let received = 0;
+        let rest = '';
+        while (received < 12_000) {
+          const parts = (rest + (await reader.read()).value!).split('\n');
+          rest = parts.pop()!;
+          received += parts.filter((part) => part.includes('"type":"log"')).length;
+        }
+        // Three pages of 5 000 lines; the agent waits 5 s for a next line that does not come.
+        expect(Date.now() - opened, 'the last stored line before any wait at the agent ran out').to.be.below(5000);
+        await reader.cancel();
+        await server.api('POST', '/api/projects/main/runs/quiet/stop', { abort: true });
+        await runReaches(server, 'quiet', FINISHED);
+      });
+
       it('keeps at most logs.max_size_per_run, drops the oldest lines and says so in logs and events', async () => {
         await server.api('POST', '/api/projects/main/runs/apply', task('capped', ['seq 1 200000']));
         await runReaches(server, 'capped', FINISHED);

@@ -152,6 +152,9 @@ async function follow(server: ServerContext, runId: string, sources: (now: RunRe
     if (!stream.write(`${JSON.stringify(item)}\n`)) full = true;
   };
   const cursors = new Map<number, number>();
+  // The agent is waited on for a job's next line only once the stored lines are all written: a follow opened on a
+  // quiet job with thousands of lines stored otherwise sent each page of them 5 s after the last.
+  let caughtUp = false;
   let lastStatus = '';
   const writeStatus = (run: RunRecord) => {
     const status = `${run.status}|${run.statusMessage}`;
@@ -168,13 +171,14 @@ async function follow(server: ServerContext, runId: string, sources: (now: RunRe
     const round: LogLine[][] = [];
     for (const job of jobs) {
       const rank = job.node ?? 0;
-      pulled += finished ? 0 : (await pullFromAgent(server, job.run, jobs.length === 1 ? AGENT_WAIT_MS : 0))?.copied ?? 0;
+      pulled += finished ? 0 : (await pullFromAgent(server, job.run, jobs.length === 1 && caughtUp ? AGENT_WAIT_MS : 0))?.copied ?? 0;
       const lines = await readLogs(server.db, job.run.id, cursors.get(rank) ?? after(rank));
       round.push(job.node === undefined ? lines : lines.map((line) => ({ ...line, node: job.node })));
       if (lines.length) cursors.set(rank, lines[lines.length - 1].seq);
     }
     // The nodes' lines of one round go out in time order, and at the same moment in rank order.
     const read = round.reduce((count, lines) => count + lines.length, 0);
+    caughtUp = read === 0;
     for await (const line of mergeByTime(round.map((lines) => lines[Symbol.iterator]()))) {
       write({ type: 'log', line });
       if (full) {
