@@ -10,6 +10,7 @@ import { applyFleet } from '../store/fleets.js';
 import { giveInstanceTo, markInstanceReady } from '../store/instances.js';
 import { upsertProject, upsertUser, userByToken } from '../store/projects.js';
 import { insertRun, toRun, WATCHED_RUN_COLUMNS } from '../store/runs.js';
+import { listRunViews } from '../store/run-views.js';
 import { insertReplica, replicasOfServices } from '../store/services.js';
 import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
 
@@ -322,6 +323,26 @@ for (const kind of DATABASE_KINDS) {
       expect(replicas.get(web!.id)!.map((r) => [r.serviceId, r.replica])).to.deep.equal([[web!.id, 0], [web!.id, 1]]);
       expect(replicas.get(api!.id)!.map((r) => [r.serviceId, r.replica])).to.deep.equal([[api!.id, 0]]);
       expect(replicas.get(idle!.id)).to.deep.equal([]);
+    });
+
+    it('lists the newest runs first: active ones past newer finished ones, all of them up to the limit, never replicas or deleted runs', async () => {
+      const project = await upsertProject(db, 'lists', [{ type: 'local' }]);
+      const user = await upsertUser(db, 'list-owner', 'list-owner-token', 'user');
+      const names = ['a1', 'a2', 'a3', 'a4', 'gone', 'f1', 'f2', 'web'];
+      const runs = [];
+      for (const name of names) {
+        runs.push(await insertRun(db, { projectId: project.id, userId: user.id, name, kind: name === 'web' ? 'service' : 'task', spec: name === 'web' ? { type: 'service', port: 80, commands: ['serve'] } : { type: 'task', commands: ['true'] }, files: [], requirement: REQUIREMENT, priority: 0 }));
+      }
+      await insertReplica(db, runs[7]!, 0, null);
+      // Submitted a minute apart in the order above; the replica is the newest row of all.
+      await db.query(`UPDATE runs SET submitted_at = now() - interval '1 hour' + (array_position($2::text[], name) * interval '1 minute')
+        WHERE project_id = $1 AND service_id IS NULL`, [project.id, names]);
+      await db.query(`UPDATE runs SET status = 'done' WHERE project_id = $1 AND name IN ('f1', 'f2')`, [project.id]);
+      await db.query(`UPDATE runs SET deleted = true WHERE project_id = $1 AND name = 'gone'`, [project.id]);
+      const listed = async (includeFinished: boolean, limit: number) => (await listRunViews(db, project.id, includeFinished, limit)).map((r) => r.name);
+      expect(await listed(false, 3)).to.deep.equal(['web', 'a4', 'a3']);
+      expect(await listed(false, 10)).to.deep.equal(['web', 'a4', 'a3', 'a2', 'a1']);
+      expect(await listed(true, 4)).to.deep.equal(['web', 'f2', 'f1', 'a4']);
     });
 
     it('delivers NOTIFY to a listener', async () => {
