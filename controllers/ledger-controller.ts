@@ -1,7 +1,7 @@
 import type { Logger } from 'winston';
 import { CHANNELS } from '../store/channels.js';
 import type { Db } from '../store/db.js';
-import { accrue, rollDays } from '../store/ledger.js';
+import { accrue, accrueAll, rollAllDays } from '../store/ledger.js';
 import type { Controller } from './manager.js';
 
 /**
@@ -11,9 +11,9 @@ import type { Controller } from './manager.js';
 export const DEFAULT_ACCRUAL_INTERVAL_MS = 15_000;
 
 /**
- * Writes the ledger: every `everyMs` it counts each instance's time since the last count (store/ledger.ts#accrue) and adds
- * the hours it is done with to their days (rollDays, for reports), and at each pass between that follows a NOTIFY on
- * instances it settles the instances that have just ended.
+ * Writes the ledger: every `everyMs` it counts each instance's time since the last count (store/ledger.ts#accrueAll, a
+ * batch of accounts a statement) and adds the hours it is done with to their days (rollAllDays, for reports), and at each
+ * pass between that follows a NOTIFY on instances it settles the instances that have just ended.
  * Any number of servers may run it on one database: each count moves an instance's account under its row lock.
  */
 export class LedgerController implements Controller {
@@ -31,8 +31,8 @@ export class LedgerController implements Controller {
       return dueInMs;
     }
     this.lastAccrual = Date.now();
-    const counted = await accrue(this.db);
-    const rolled = await rollDays(this.db);
+    const counted = await accrueAll(this.db);
+    const rolled = await rollAllDays(this.db);
     this.logger.debug(`ledger: counted ${counted} instances, rolled the finished hours of ${rolled} into their days`);
     return this.everyMs;
   }

@@ -24,17 +24,38 @@ export async function openAccrual(db: Queryable, instanceId: string, pricePerHou
  * accounts of terminated instances: a cheap look that settles an instance's cost as soon as it ends (with none due, ledger_count
  * is not called). Returns how many were counted.
  */
-export async function accrue(db: Queryable, options: { endedOnly?: boolean; limit?: number } = {}): Promise<number> {
+export async function accrue(db: Queryable, options: { endedOnly?: boolean; limit?: number; countedBefore?: Date } = {}): Promise<number> {
   const [row] = await db.query<{ counted: number }>(
     `WITH due AS (
        SELECT a.instance_id, i.run_id FROM instance_accruals a JOIN instances i ON i.id = a.instance_id
-       WHERE NOT a.closed AND (NOT $2 OR i.status = 'terminated')
+       WHERE NOT a.closed AND (NOT $2 OR i.status = 'terminated') AND ($3::timestamptz IS NULL OR a.accrued_until < $3)
        ORDER BY a.accrued_until LIMIT $1
        FOR UPDATE OF a SKIP LOCKED
      )
      SELECT ledger_count(array_agg(instance_id), array_agg(run_id)) AS counted FROM due HAVING count(*) > 0`,
-    [options.limit ?? 10_000, options.endedOnly === true]);
+    [options.limit ?? 10_000, options.endedOnly === true, options.countedBefore ?? null]);
   return row?.counted ?? 0;
+}
+
+/**
+ * How many accounts one statement counts or rolls. PGlite runs a statement in the server's own thread: one count of
+ * 1 000 busy instances held it, and with it every request, for about a second at 10 000 active runs (bench/README.md,
+ * "The ledger's count a batch at a time").
+ */
+export const LEDGER_BATCH = 50;
+
+/**
+ * Counts every open account as accrue does, `batch` accounts a statement, each once: a batch moves the accounts it
+ * counts past the moment this count began, and the next takes only those still before it. Returns how many were counted.
+ */
+export async function accrueAll(db: Queryable, batch = LEDGER_BATCH): Promise<number> {
+  const [{ began }] = await db.query<{ began: Date }>('SELECT now() AS began');
+  let counted = 0;
+  for (;;) {
+    const inBatch = await accrue(db, { limit: batch, countedBefore: began });
+    counted += inBatch;
+    if (inBatch < batch) return counted;
+  }
 }
 
 /**
@@ -67,6 +88,16 @@ export async function rollDays(db: Queryable, limit = 10_000): Promise<number> {
      )
      SELECT count(*)::int AS rolled FROM due`, [limit]);
   return row?.rolled ?? 0;
+}
+
+/** Rolls every account as rollDays does, `batch` accounts a statement: a rolled account is done until its next hour. */
+export async function rollAllDays(db: Queryable, batch = LEDGER_BATCH): Promise<number> {
+  let rolled = 0;
+  for (;;) {
+    const inBatch = await rollDays(db, batch);
+    rolled += inBatch;
+    if (inBatch < batch) return rolled;
+  }
 }
 
 /** Dollars of each run so far (a service's and a multi-node task's: their replicas' or nodes'), by the runs' ids. */

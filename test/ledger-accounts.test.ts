@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import type { Db } from '../store/db.js';
-import { accrue } from '../store/ledger.js';
+import { accrue, accrueAll } from '../store/ledger.js';
 import { openDatabase } from '../store/open.js';
 import { upsertProject } from '../store/projects.js';
 
@@ -46,5 +46,12 @@ describe('the ledger\'s accounts on pglite', function () {
     expect(await bytesPerRow('cost_hours')).to.be.at.most(afterFirst.pieces * 1.25);
     const [account] = await db.query<{ seconds: number }>(`SELECT seconds FROM instance_accruals WHERE instance_id = 'i-1'`);
     expect(account!.seconds).to.be.greaterThan(0);
+  });
+
+  it('counts every account once when it counts a few at a time', async () => {
+    const [{ last }] = await db.query<{ last: Date }>('SELECT max(accrued_until) AS last FROM instance_accruals');
+    expect(await accrueAll(db, 7)).to.equal(INSTANCES);
+    const [{ behind }] = await db.query<{ behind: number }>('SELECT count(*)::int AS behind FROM instance_accruals WHERE accrued_until <= $1', [last]);
+    expect(behind).to.equal(0);
   });
 });

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { COST_GROUPS, type CostReport } from '../api/costs.js';
 import type { Db } from '../store/db.js';
-import { accrue, costReport, projectSpent, rollDays } from '../store/ledger.js';
+import { accrue, costReport, projectSpent, rollAllDays, rollDays } from '../store/ledger.js';
 import { openDatabase } from '../store/open.js';
 import { upsertProject, upsertUser } from '../store/projects.js';
 import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
@@ -101,7 +101,7 @@ for (const kind of DATABASE_KINDS) {
 
     it('reports each window, whole days or not, as the hourly pieces say, a retried run\'s time under its one name', async () => {
       await expectReportsFromHours();
-      expect(await rollDays(db)).to.equal(2);
+      expect(await rollAllDays(db, 1)).to.equal(2);
       expect(await rollDays(db)).to.equal(0);
       await expectReportsFromHours();
       const october = await costReport(db, project, 'run', at('2026-10-01T00:00Z'), at('2026-11-01T00:00Z'), 0);
