@@ -42,7 +42,17 @@ export async function accrue(db: Queryable, options: { endedOnly?: boolean; limi
  * 1 000 busy instances held it, and with it every request, for about a second at 10 000 active runs (bench/README.md,
  * "The ledger's count a batch at a time").
  */
-export const LEDGER_BATCH = 50;
+const LEDGER_BATCH = 50;
+
+/** Runs `step` on up to `batch` accounts at a time until one takes fewer; returns how many all of them took. */
+async function inBatches(batch: number, step: (limit: number) => Promise<number>): Promise<number> {
+  let total = 0;
+  for (;;) {
+    const taken = await step(batch);
+    total += taken;
+    if (taken < batch) return total;
+  }
+}
 
 /**
  * Counts every open account as accrue does, `batch` accounts a statement, each once: a batch moves the accounts it
@@ -50,12 +60,7 @@ export const LEDGER_BATCH = 50;
  */
 export async function accrueAll(db: Queryable, batch = LEDGER_BATCH): Promise<number> {
   const [{ began }] = await db.query<{ began: Date }>('SELECT now() AS began');
-  let counted = 0;
-  for (;;) {
-    const inBatch = await accrue(db, { limit: batch, countedBefore: began });
-    counted += inBatch;
-    if (inBatch < batch) return counted;
-  }
+  return inBatches(batch, (limit) => accrue(db, { limit, countedBefore: began }));
 }
 
 /**
@@ -92,12 +97,7 @@ export async function rollDays(db: Queryable, limit = 10_000): Promise<number> {
 
 /** Rolls every account as rollDays does, `batch` accounts a statement: a rolled account is done until its next hour. */
 export async function rollAllDays(db: Queryable, batch = LEDGER_BATCH): Promise<number> {
-  let rolled = 0;
-  for (;;) {
-    const inBatch = await rollDays(db, batch);
-    rolled += inBatch;
-    if (inBatch < batch) return rolled;
-  }
+  return inBatches(batch, (limit) => rollDays(db, limit));
 }
 
 /** Dollars of each run so far (a service's and a multi-node task's: their replicas' or nodes'), by the runs' ids. */
