@@ -280,6 +280,8 @@ for (const kind of DATABASE_KINDS) {
       writeFileSync(join(dir, 'v1.yml'), JSON.stringify(serviceSpec('v1')));
       const first = await cli(['apply', '-f', 'v1.yml', '-y']);
       expect(first.code, show(first)).to.equal(0);
+      // The apply returns once one replica serves; a generation 1 replica not yet ready would be replaced by the rollout.
+      await eventually(async () => (await api('GET', `/api/projects/main/runs/${NAME}`) as Run).service!.replicas.filter((r) => r.state === 'ready').length === 2, 60_000, 'two ready replicas');
       writeFileSync(join(dir, 'v2.yml'), JSON.stringify(serviceSpec('v2', { commands: ['exit 1'] })));
       const broken = await cli(['apply', '-f', 'v2.yml', '-y']);
       expect(broken.code, show(broken)).to.equal(1);
