@@ -8,12 +8,13 @@ import { CHANNELS, concerns, runChange, type ChangedRun } from '../store/channel
 import type { Db, Queryable, Row } from '../store/db.js';
 import { recordEvent, runEvent } from '../store/events.js';
 import { listActiveFleets, type FleetRecord } from '../store/fleets.js';
-import { giveInstanceTo, insertInstance, liveProjectInstances, lockFreeInstances, takeBlocksOf, type InstanceRecord } from '../store/instances.js';
+import { giveInstanceTo, insertInstance, lockFreeInstances, takeBlocksOf, type InstanceRecord } from '../store/instances.js';
 import { insertNode } from '../store/nodes.js';
 import { finishUnplaced, markNodesPlaced, markPlaced, projectsQueued, setQueuedRunMessage, trySchedulerLock, writeQueueReasons, type QueueReason, type RunPlace } from '../store/run-queue.js';
 import { blocksHeld, type BlocksHeld } from '../store/runs.js';
 import type { BackendPool, OfferListing } from './backend-pool.js';
 import { BudgetGate, type NewInstance } from './budget-gate.js';
+import { LiveInstances } from './live-instances.js';
 import { isDraining, sshFleetShortfall } from './ssh-placement.js';
 import type { Controller } from './manager.js';
 import { chooseFleets, describeSelectors, targetedInstances, type RunPlaces } from './placement-filter.js';
@@ -72,6 +73,7 @@ export class Scheduler implements Controller {
   /** The runs this pass placed and leased to `starter`, which starts them once the pass has committed. */
   private startHere: PlacedRun[] = [];
   private readonly queue = new QueuedRuns();
+  private readonly instances = new LiveInstances();
 
   constructor(private readonly db: Db, private readonly pool: BackendPool, private readonly starter?: PlacedRunStarter) {}
 
@@ -109,7 +111,7 @@ export class Scheduler implements Controller {
 
   private async scheduleProject(tx: Queryable, projectId: string, runs: QueuedRun[], offers: Map<string, OfferListing>): Promise<boolean> {
     const fleets = await listActiveFleets(tx, projectId);
-    const instances = await liveProjectInstances(tx, projectId);
+    const instances = await this.instances.read(tx, projectId);
     const held = await blocksHeld(tx, projectId);
     let changed = false;
     const reasons: QueueReason[] = [];

@@ -194,10 +194,22 @@ export async function makeFleetInstancesDue(db: Queryable, fleetId: string): Pro
   await db.query(`UPDATE instances SET next_reconcile_at = now() WHERE fleet_id = $1 AND status <> 'terminated'`, [fleetId]);
 }
 
-/** A project's instances that are not terminated, oldest first: where its scheduling pass may place runs. */
-export async function liveProjectInstances(db: Queryable, projectId: string): Promise<InstanceRecord[]> {
-  const rows = await db.query(`SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [projectId]);
-  return rows.map(toInstance);
+/** A row's version: any write to the row changes it. */
+export interface InstanceVersion {
+  id: string;
+  version: string;
+}
+
+/** A project's instances that are not terminated, oldest first, each with its row's version (`xmin`). */
+export async function liveProjectInstanceVersions(db: Queryable, projectId: string): Promise<InstanceVersion[]> {
+  return db.query<InstanceVersion & Row>(
+    `SELECT id, xmin::text AS version FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [projectId]);
+}
+
+/** The instances with these ids, each with its row's version as read with it. */
+export async function versionedInstances(db: Queryable, ids: readonly string[]): Promise<Array<{ version: string; instance: InstanceRecord }>> {
+  const rows = await db.query('SELECT *, xmin::text AS version FROM instances WHERE id = ANY($1::text[])', [ids]);
+  return rows.map((row) => ({ version: row.version as string, instance: toInstance(row) }));
 }
 
 /**
