@@ -1,5 +1,5 @@
 import type { Queryable } from '../store/db.js';
-import { liveProjectInstanceVersions, versionedInstances, type InstanceRecord } from '../store/instances.js';
+import { liveProjectInstanceVersions, versionedInstances, type InstanceRecord, type VersionedInstance } from '../store/instances.js';
 
 /**
  * Each project's live instances as the scheduler reads them every pass: their order and row versions are read each
@@ -7,14 +7,14 @@ import { liveProjectInstanceVersions, versionedInstances, type InstanceRecord } 
  * copies, which its placements change as they take instances.
  */
 export class LiveInstances {
-  private readonly kept = new Map<string, Map<string, { version: string; instance: InstanceRecord }>>();
+  private readonly kept = new Map<string, Map<string, VersionedInstance>>();
 
   async read(db: Queryable, projectId: string): Promise<InstanceRecord[]> {
     const versions = await liveProjectInstanceVersions(db, projectId);
-    const before = this.kept.get(projectId) ?? new Map<string, { version: string; instance: InstanceRecord }>();
+    const before = this.kept.get(projectId) ?? new Map<string, VersionedInstance>();
     const stale = versions.filter(({ id, version }) => before.get(id)?.version !== version).map(({ id }) => id);
     const fresh = new Map(stale.length === 0 ? [] : (await versionedInstances(db, stale)).map((read) => [read.instance.id, read]));
-    const kept = new Map<string, { version: string; instance: InstanceRecord }>();
+    const kept = new Map<string, VersionedInstance>();
     const instances: InstanceRecord[] = [];
     for (const { id } of versions) {
       const found = fresh.get(id) ?? before.get(id);

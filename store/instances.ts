@@ -206,8 +206,14 @@ export async function liveProjectInstanceVersions(db: Queryable, projectId: stri
     `SELECT id, xmin::text AS version FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [projectId]);
 }
 
-/** The instances with these ids, each with its row's version as read with it. */
-export async function versionedInstances(db: Queryable, ids: readonly string[]): Promise<Array<{ version: string; instance: InstanceRecord }>> {
+/** An instance with its row's version as read with it. */
+export interface VersionedInstance {
+  version: string;
+  instance: InstanceRecord;
+}
+
+/** The instances with these ids, each with its row's version. */
+export async function versionedInstances(db: Queryable, ids: readonly string[]): Promise<VersionedInstance[]> {
   const rows = await db.query('SELECT *, xmin::text AS version FROM instances WHERE id = ANY($1::text[])', [ids]);
   return rows.map((row) => ({ version: row.version as string, instance: toInstance(row) }));
 }
