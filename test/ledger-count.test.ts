@@ -1,8 +1,8 @@
 import { expect } from 'chai';
 import type { Db, Queryable } from '../store/db.js';
-import { openDatabase } from '../store/open.js';
+import { migrate } from '../store/migrations.js';
 import { upsertProject, upsertUser } from '../store/projects.js';
-import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
+import { DATABASE_KINDS, openScratchDb } from './helpers/databases.js';
 
 const offer = (gpus: number) => ({ backend: 'gpucloud', offerId: `x${gpus}`, gpu: { name: 'H100', memoryMib: 81920, count: gpus }, cpus: 8, memoryMib: 65536, diskMib: 100000, region: 'r', pricePerHour: gpus * 2, availability: 'available' });
 
@@ -16,12 +16,11 @@ for (const kind of DATABASE_KINDS) {
   describe(`the ledger's count on ${kind}`, function () {
     this.timeout(60_000);
     let db: Db;
-    let drop: (() => Promise<void>) | undefined;
+    let close: () => Promise<void>;
 
     before(async () => {
-      const scratch = kind === 'postgres' ? await createScratchDatabase() : undefined;
-      drop = scratch?.drop;
-      db = await openDatabase({ url: scratch?.url });
+      ({ db, close } = await openScratchDb(kind));
+      await migrate(db);
       const project = (await upsertProject(db, 'main', [{ type: 'local', runtime: 'process' }])).id;
       const user = (await upsertUser(db, 'u', 'u-token-0123456789', 'admin')).id;
       const fleets: [string, object][] = [
@@ -74,10 +73,7 @@ for (const kind of DATABASE_KINDS) {
           [id, project, user, id === 's-service' ? 'service' : 'task', requirement, status, instanceId, fleet, blocks, serviceId]);
       }
     });
-    after(async () => {
-      await db.close();
-      await drop?.();
-    });
+    after(() => close());
 
     interface Counted { counted: number; accounts: unknown[]; pieces: unknown[] }
     const read = async (tx: Queryable, counted: number): Promise<Counted> => ({
