@@ -1,3 +1,5 @@
+import type { IncomingHttpHeaders } from 'node:http';
+import { request, type Dispatcher } from 'undici';
 import { fillSecrets, secretNamesIn } from '../api/interpolation.js';
 import type { ProbeSettings } from '../api/service-settings.js';
 import { AgentClient } from '../agent/client.js';
@@ -32,24 +34,28 @@ export async function probeReplica(instance: InstanceRecord, jobId: string, port
   const access = new AgentClient(instance.agentUrl!, instance.agentToken).portAccess(jobId, port, probe.url);
   const headers: Record<string, string> = { ...access.headers };
   for (const { name, value } of probeOwnHeaders) headers[name] = value;
-  let response: Response;
+  let status: number;
+  let text: string;
+  let answerHeaders: IncomingHttpHeaders;
   try {
-    response = await fetch(access.url, {
-      method: probe.method, headers, body: probe.body, signal: AbortSignal.timeout(probe.timeoutMs), redirect: 'manual',
+    // undici's request rather than fetch, as the agent client (agent/client.ts); it follows no redirect either.
+    const response = await request(access.url, {
+      method: probe.method as Dispatcher.HttpMethod, headers, body: probe.body, signal: AbortSignal.timeout(probe.timeoutMs),
     });
+    ({ statusCode: status, headers: answerHeaders } = response);
+    text = await response.body.text().catch(() => '');
   } catch (error) {
     const reason = (error as Error).name === 'TimeoutError' ? `no answer within ${probe.timeoutMs / 1000}s` : (error as Error).message;
     return { ok: false, reason: `${probe.method} ${probe.url}: ${reason}` };
   }
-  const text = await response.text().catch(() => '');
-  const agentError = forwardError(response, text);
+  const agentError = forwardError(status, answerHeaders, text);
   if (agentError) return { ok: false, reason: `${probe.method} ${probe.url}: ${agentError}` };
-  if (probe.anyAnswer || (response.status >= 200 && response.status < 300)) return { ok: true };
-  return { ok: false, reason: `${probe.method} ${probe.url} answered ${response.status}` };
+  if (probe.anyAnswer || (status >= 200 && status < 300)) return { ok: true };
+  return { ok: false, reason: `${probe.method} ${probe.url} answered ${status}` };
 }
 
-function forwardError(response: Response, text: string): string | null {
-  if (![404, 409, 502, 504].includes(response.status) || !response.headers.get('content-type')?.includes('json')) return null;
+function forwardError(status: number, headers: IncomingHttpHeaders, text: string): string | null {
+  if (![404, 409, 502, 504].includes(status) || !headers['content-type']?.includes('json')) return null;
   try {
     const body = JSON.parse(text) as { error?: { code?: string; message?: string } };
     return body.error?.code && AGENT_FORWARD_ERRORS.has(body.error.code) ? body.error.message ?? body.error.code : null;
