@@ -130,7 +130,12 @@ for (const kind of DATABASE_KINDS) {
       await page.getByLabel('Object').fill('evented');
       await page.getByLabel('Object').press('Enter');
       await page.getByLabel('Time').selectOption('1h');
-      await page.waitForURL(`${server.url}/projects/main/events?kind=run&object=evented&within=1h`);
+      const filteredPath = '/projects/main/events?kind=run&object=evented&within=1h';
+      await eventually(async () => {
+        const path = await page.evaluate(() => location.pathname + location.search);
+        if (path !== filteredPath) throw new Error(`the page is at ${path}`);
+        return true;
+      }, WAIT_MS, `the filters in the URL, ${filteredPath}`);
       await eventually(async () => {
         const objects = await table.locator('tbody td:nth-child(3)').allTextContents();
         return objects.length > 0 && objects.every((text) => text === 'evented');

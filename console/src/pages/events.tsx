@@ -45,8 +45,12 @@ export function EventsPage({ project, query, live }: { project: string; query: U
           <option value="">any</option>
           {KINDS.map((value) => <option value={value}>{value}</option>)}
         </select></label>
-        <form class="inline" onSubmit={(event) => { event.preventDefault(); setQueryFilters({ object: objectText.trim() }); }}>
-          <label>Object <input type="search" placeholder="run, fleet or instance name" value={objectText}
+        <form class="inline" onSubmit={(event) => {
+          event.preventDefault();
+          // The field as it stands, not the state of the last drawing, which an Enter pressed at once may precede.
+          setQueryFilters({ object: ((event.currentTarget as HTMLFormElement).elements.namedItem('object') as HTMLInputElement).value.trim() });
+        }}>
+          <label>Object <input type="search" name="object" placeholder="run, fleet or instance name" value={objectText}
             onInput={(event) => setObjectText((event.target as HTMLInputElement).value)}
             onChange={(event) => setQueryFilters({ object: (event.target as HTMLInputElement).value.trim() })} /></label>
         </form>
