@@ -14,3 +14,16 @@ export interface Db extends Queryable {
   notify(channel: string, payload?: string): Promise<void>;
   close(): Promise<void>;
 }
+
+/**
+ * Ends a statement whose best plan is the same for any values and any size of its tables: its rows are found by their
+ * keys. The embedded database plans every other statement again at each run, with its values, since it is never
+ * analysed and a plan kept from its tables' first sizes could turn slow as they grow; a statement so marked it plans
+ * once and keeps (store/pglite-statements.ts; test/planned-once.test.ts holds each to using its keys). PostgreSQL
+ * chooses for itself, as for any statement.
+ */
+export const PLANNED_ONCE = '\n/* planned once */';
+
+export function plannedOnce(sql: string): string {
+  return sql + PLANNED_ONCE;
+}

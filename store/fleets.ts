@@ -4,7 +4,7 @@ import type { Fleet, Instance } from '../api/objects.js';
 import type { BackendType } from '../api/offer.js';
 import type { ResourceRequirement } from '../api/resources.js';
 import type { FleetStatus } from '../api/status.js';
-import type { Queryable, Row } from './db.js';
+import { plannedOnce, type Queryable, type Row } from './db.js';
 
 export interface FleetRecord {
   id: string;
@@ -65,7 +65,7 @@ export async function getLiveFleet(db: Queryable, projectId: string, name: strin
 }
 
 export async function getFleetById(db: Queryable, id: string): Promise<FleetRecord> {
-  return toFleet((await db.query('SELECT * FROM fleets WHERE id = $1', [id]))[0]);
+  return toFleet((await db.query(plannedOnce('SELECT * FROM fleets WHERE id = $1'), [id]))[0]);
 }
 
 export async function listFleets(db: Queryable, projectId: string, includeEnded: boolean): Promise<FleetRecord[]> {

@@ -6,7 +6,7 @@ import type { SshHost } from '../api/ssh-fleet.js';
 import type { ResourceRequirement } from '../api/resources.js';
 import type { FleetSpec } from '../api/spec.js';
 import type { InstanceStatus, InstanceTerminationReason } from '../api/status.js';
-import type { Db, Queryable, Row } from './db.js';
+import { plannedOnce, type Db, type Queryable, type Row } from './db.js';
 import { assignments, updateLeased } from './leases.js';
 
 export interface InstanceRecord {
@@ -224,10 +224,10 @@ export async function versionedInstances(db: Queryable, ids: readonly string[]):
  */
 export async function giveInstanceTo(db: Queryable, id: string, jobId: string, ready: boolean): Promise<boolean> {
   const rows = ready
-    ? await db.query(`UPDATE instances SET status = 'busy', run_id = $2, idle_since = NULL, updated_at = now()
-                      WHERE id = $1 AND status = 'idle' AND run_id IS NULL RETURNING id`, [id, jobId])
-    : await db.query(`UPDATE instances SET run_id = $2, updated_at = now()
-                      WHERE id = $1 AND status IN ('pending', 'provisioning') AND run_id IS NULL RETURNING id`, [id, jobId]);
+    ? await db.query(plannedOnce(`UPDATE instances SET status = 'busy', run_id = $2, idle_since = NULL, updated_at = now()
+                      WHERE id = $1 AND status = 'idle' AND run_id IS NULL RETURNING id`), [id, jobId])
+    : await db.query(plannedOnce(`UPDATE instances SET run_id = $2, updated_at = now()
+                      WHERE id = $1 AND status IN ('pending', 'provisioning') AND run_id IS NULL RETURNING id`), [id, jobId]);
   return rows.length > 0;
 }
 

@@ -1,4 +1,4 @@
-import type { Queryable, Row } from './db.js';
+import { plannedOnce, type Queryable, type Row } from './db.js';
 
 export type LeasedTable = 'fleets' | 'instances' | 'runs' | 'gateways';
 
@@ -35,10 +35,10 @@ export async function nextDueInMs(db: Queryable, table: LeasedTable, where: stri
 
 /** Gives the row back and says when it wants its next look; a no-op when the lease was lost. */
 export async function releaseLease(db: Queryable, table: LeasedTable, id: string, owner: string, nextInMs: number): Promise<void> {
-  await db.query(
+  await db.query(plannedOnce(
     `UPDATE ${table} SET lease_owner = NULL, lease_expires_at = NULL,
        next_reconcile_at = now() + $3 * interval '1 millisecond'
-     WHERE id = $1 AND lease_owner = $2`,
+     WHERE id = $1 AND lease_owner = $2`),
     [id, owner, nextInMs]);
 }
 
@@ -103,7 +103,7 @@ export async function releaseAllLeases(db: Queryable, owner: string): Promise<vo
 export async function updateLeased<Column extends string>(db: Queryable, table: LeasedTable, id: string, owner: string, patch: Partial<Record<Column, unknown>>): Promise<boolean> {
   const params: unknown[] = [id, owner];
   const rows = await db.query(
-    `UPDATE ${table} SET ${assignments(patch, params).join(', ')}, updated_at = now() WHERE id = $1 AND lease_owner = $2 RETURNING id`,
+    plannedOnce(`UPDATE ${table} SET ${assignments(patch, params).join(', ')}, updated_at = now() WHERE id = $1 AND lease_owner = $2 RETURNING id`),
     params);
   return rows.length > 0;
 }

@@ -1,5 +1,5 @@
 import { parse, protocol, type messages, type PGlite } from '@electric-sql/pglite';
-import type { Row } from './db.js';
+import { PLANNED_ONCE, type Row } from './db.js';
 import { readAnswer, type Notification } from './pglite-answer.js';
 
 /** How many statements the embedded database keeps parsed at once; past it, the least recently run is closed. */
@@ -13,6 +13,9 @@ const STALE_STATEMENT = new Set(['0A000', '26000']);
  * change what a kept statement returns, so all are forgotten after it.
  */
 const KEPT_KINDS = /^\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b/i;
+
+/** The plan a statement runs with: made with its values at each run, or made once and kept (`plannedOnce`). */
+type PlanMode = 'force_custom_plan' | 'force_generic_plan';
 
 interface Kept {
   name: string;
@@ -33,6 +36,12 @@ export class KeptStatements {
   /** Names of statements forgotten here and still to be closed in the database, with the next statement prepared. */
   private readonly toClose: string[] = [];
   private named = 0;
+  /**
+   * The session's `plan_cache_mode` as last set here, read when each statement is bound; unknown before the first
+   * statement and after a transaction that set it was rolled back.
+   */
+  private planMode: PlanMode | undefined;
+  private readonly planModeSetters = new Map<PlanMode, Kept>();
 
   /** `notified`: told of each notification that comes with a statement's answer, which PGlite's listeners never see. */
   constructor(private readonly pg: PGlite, private readonly notified: (notification: Notification) => void) {}
@@ -58,6 +67,11 @@ export class KeptStatements {
     for (const text of this.kept.keys()) this.close(text);
   }
 
+  /** For after a transaction that was rolled back, with any `plan_cache_mode` it set. */
+  forgetPlanMode(): void {
+    this.planMode = undefined;
+  }
+
   /** Forgets one kept statement; the database closes it with the next statement parsed. */
   private close(text: string): void {
     const statement = this.kept.get(text);
@@ -79,9 +93,13 @@ export class KeptStatements {
       return serialize ? serialize(value) : String(value);
     });
     const { serialize } = protocol;
+    const planMode: PlanMode = text.endsWith(PLANNED_ONCE) ? 'force_generic_plan' : 'force_custom_plan';
+    const setPlanMode = planMode === this.planMode ? [] : [serialize.bind({ statement: (await this.planModeSetter(planMode)).name }), serialize.execute({})];
     const chunks: Buffer[] = [];
     try {
+      this.planMode = planMode;
       await this.pg.execProtocolRawStream(Buffer.concat([
+        ...setPlanMode,
         serialize.bind({ statement: statement.name, values }),
         serialize.execute({}),
         serialize.sync(),
@@ -90,9 +108,22 @@ export class KeptStatements {
       for (const notification of notifications) this.notified(notification);
       if (error) throw error;
       return rows as T[];
+    } catch (error) {
+      // A setting made in the statement's transaction went with it.
+      this.planMode = undefined;
+      throw error;
     } finally {
       if (!keep) this.forget();
     }
+  }
+
+  /** The statement that sets the session's `plan_cache_mode`, parsed once; the database runs it just before a statement bound. */
+  private async planModeSetter(mode: PlanMode): Promise<Kept> {
+    const known = this.planModeSetters.get(mode);
+    if (known) return known;
+    const setter = await this.prepare(`SET plan_cache_mode = ${mode}`, `plan_mode_${mode}`);
+    this.planModeSetters.set(mode, setter);
+    return setter;
   }
 
   /** Parses a statement under `name` ('' for the unnamed statement) and learns its parameters' types. */

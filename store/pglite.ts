@@ -13,7 +13,8 @@ import { PriorityGate } from './query-priority.js';
  * at start whether used or not, and initdb's 128 MB would make most of the server's footprint (bench/README.md).
  * Statements are kept parsed (store/pglite-statements.ts) but planned at each run with its values, as before: the
  * embedded database is never analysed, and the generic plans PostgreSQL chose from its default estimates made the
- * run list and the climb to 10 000 runs slower (bench/README.md, "Statements kept parsed").
+ * run list and the climb to 10 000 runs slower (bench/README.md, "Statements kept parsed"). Those marked `plannedOnce`
+ * (store/db.ts) switch the session to generic plans while they run.
  */
 const STARTUP_SETTINGS = ['shared_buffers=16MB', 'plan_cache_mode=force_custom_plan'];
 
@@ -62,9 +63,13 @@ export async function openPglite(dataDir?: string, settings = STARTUP_SETTINGS):
         await pg.exec(text);
       } finally {
         statements.forget();
+        statements.forgetPlanMode();
       }
     }),
-    transaction: (fn) => gate.run(() => pg.transaction((tx) => fn(inTransaction(tx)))),
+    transaction: (fn) => gate.run(() => pg.transaction((tx) => fn(inTransaction(tx))).catch((error: unknown) => {
+      statements.forgetPlanMode();
+      throw error;
+    })),
     listen: async (channel, onNotify) => {
       const unlisten = await pg.listen(channel, onNotify);
       if (!listeners.has(channel)) listeners.set(channel, new Set());

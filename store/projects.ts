@@ -1,7 +1,7 @@
 import { hash, randomBytes, randomUUID } from 'node:crypto';
 import type { Member, Project, Role, User } from '../api/objects.js';
 import type { BackendConfig } from '../backends/config.js';
-import type { Db, Queryable } from './db.js';
+import { plannedOnce, type Db, type Queryable } from './db.js';
 
 export interface ProjectRecord {
   id: string;
@@ -48,12 +48,12 @@ export async function upsertProject(db: Queryable, name: string, backends: Backe
 }
 
 export async function getProject(db: Queryable, name: string): Promise<ProjectRecord | null> {
-  const rows = await db.query('SELECT * FROM projects WHERE name = $1', [name]);
+  const rows = await db.query(plannedOnce('SELECT * FROM projects WHERE name = $1'), [name]);
   return rows[0] ? toProject(rows[0]) : null;
 }
 
 export async function getProjectById(db: Queryable, id: string): Promise<ProjectRecord> {
-  const rows = await db.query('SELECT * FROM projects WHERE id = $1', [id]);
+  const rows = await db.query(plannedOnce('SELECT * FROM projects WHERE id = $1'), [id]);
   return toProject(rows[0]);
 }
 
@@ -129,7 +129,7 @@ export async function deleteUser(db: Db, user: UserRecord): Promise<void> {
  * the hash of a token the caller chose, never about a stored token: nothing to compare in constant time.
  */
 export async function userByToken(db: Queryable, token: string): Promise<UserRecord | null> {
-  const rows = await db.query('SELECT * FROM users WHERE token_hash = $1 AND deleted_at IS NULL', [hashToken(token)]);
+  const rows = await db.query(plannedOnce('SELECT * FROM users WHERE token_hash = $1 AND deleted_at IS NULL'), [hashToken(token)]);
   return rows[0] ? toUser(rows[0]) : null;
 }
 

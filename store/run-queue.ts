@@ -1,5 +1,5 @@
 import type { ResourceRequirement } from '../api/resources.js';
-import type { Queryable, Row } from './db.js';
+import { plannedOnce, type Queryable, type Row } from './db.js';
 import { eventParams, INSERT_EVENT, type EventInput } from './events.js';
 import { toFleet, type FleetRecord } from './fleets.js';
 import { NODE_JOB } from './nodes.js';
@@ -111,13 +111,13 @@ export interface PlacementLease {
  */
 export async function markPlaced(db: Queryable, id: string, place: RunPlace, lease: PlacementLease | null, event: EventInput): Promise<Row> {
   const free = `$6::text IS NOT NULL AND (lease_owner IS NULL OR lease_expires_at < now())`;
-  const [row] = await db.query(
+  const [row] = await db.query(plannedOnce(
     `WITH placed AS (UPDATE runs SET status = 'provisioning', status_message = $2, fleet_id = $3, instance_id = $4, blocks = $5::int[], next_reconcile_at = now(),
        lease_owner = CASE WHEN ${free} THEN $6 ELSE lease_owner END,
        lease_expires_at = CASE WHEN ${free} THEN now() + $7 * interval '1 millisecond' ELSE lease_expires_at END,
        updated_at = now()
      WHERE id = $1 RETURNING *), recorded AS (${INSERT_EVENT} SELECT $8, $9, $10, $11, $12, $13 FROM placed)
-     SELECT * FROM placed`,
+     SELECT * FROM placed`),
     [id, place.message, place.fleetId, place.instanceId, place.blocks, lease?.owner ?? null, lease?.ms ?? 0, ...eventParams(event)]);
   return row!;
 }

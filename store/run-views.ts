@@ -4,7 +4,7 @@ import { serviceSettings, servicePaths } from '../api/service-settings.js';
 import type { ServiceInfo } from '../api/services.js';
 import type { ServiceSpec } from '../api/spec.js';
 import { FINISHED_RUN_STATUSES } from '../api/status.js';
-import type { Queryable, Row } from './db.js';
+import { plannedOnce, type Queryable, type Row } from './db.js';
 import { gatewayModelsUrl, gatewayOfService, gatewayUrl, listGateways, type GatewayRecord } from './gateways.js';
 import { FINISHED, toRun } from './runs.js';
 import { runCosts } from './ledger.js';
@@ -56,7 +56,7 @@ function scheduleParts(r: Row): Pick<Run, 'schedule' | 'scheduledBy'> {
 }
 
 export async function getRunView(db: Queryable, runId: string): Promise<Run> {
-  return (await withServices(db, await db.query(`${VIEW_SELECT} WHERE r.id = $1`, [runId])))[0];
+  return (await withServices(db, await db.query(plannedOnce(`${VIEW_SELECT} WHERE r.id = $1`), [runId])))[0];
 }
 
 export async function listRunViews(db: Queryable, projectId: string, includeFinished: boolean, limit = 1000): Promise<Run[]> {

@@ -3,7 +3,7 @@ import type { JobRepo, JobSubmission } from '../api/agent.js';
 import { formatUtc } from '../api/cron.js';
 import type { ResourceRequirement } from '../api/resources.js';
 import type { RunStatus, RunTerminationReason } from '../api/status.js';
-import type { Queryable, Row } from './db.js';
+import { plannedOnce, type Queryable, type Row } from './db.js';
 import { eventParams, INSERT_EVENT, type EventInput } from './events.js';
 import { RELEASE_INSTANCE } from './instances.js';
 import { assignments, updateLeased } from './leases.js';
@@ -104,13 +104,13 @@ export async function insertRun(db: Queryable, n: NewRun): Promise<RunRecord | n
 }
 
 async function insertRunRow(db: Queryable, n: NewRun): Promise<RunRecord | null> {
-  const rows = await db.query(
+  const rows = await db.query(plannedOnce(
     `WITH inserted AS (
        INSERT INTO runs (id, project_id, user_id, name, kind, spec, files, repos, requirement, priority, status, status_message, next_tick_at, next_reconcile_at)
        VALUES ($1, $2, $3, $4, $5, $6, $7, $10, $8, $9, $11, $12, $13, coalesce($13, now()))
        ON CONFLICT (project_id, name) WHERE NOT deleted AND service_id IS NULL DO NOTHING RETURNING *),
      recorded AS (${INSERT_EVENT} SELECT project_id, 'run', id, name, $14, $15 FROM inserted WHERE $14::text IS NOT NULL)
-     SELECT * FROM inserted`,
+     SELECT * FROM inserted`),
     [randomUUID(), n.projectId, n.userId, n.name, n.kind, n.spec, n.files, n.requirement, n.priority, n.repos ?? [],
       n.nextTickAt ? 'pending' : 'submitted', n.nextTickAt ? nextRunMessage(n.nextTickAt) : 'waiting to be scheduled', n.nextTickAt ?? null,
       n.event?.reason ?? null, n.event?.message ?? null]);
@@ -151,7 +151,7 @@ export async function getRunAttempt(db: Queryable, run: RunRecord, attempt: numb
 }
 
 export async function getRun(db: Queryable, id: string): Promise<RunRecord | null> {
-  const rows = await db.query('SELECT * FROM runs WHERE id = $1', [id]);
+  const rows = await db.query(plannedOnce('SELECT * FROM runs WHERE id = $1'), [id]);
   return rows[0] ? toRun(rows[0]) : null;
 }
 
@@ -190,9 +190,9 @@ export async function writeRunStep(db: Queryable, id: string, owner: string, pat
   const release = options.releaseInstance
     ? `, released AS (${RELEASE_INSTANCE} WHERE id = $${params.push(options.releaseInstance)} AND run_id = $1 AND EXISTS (SELECT 1 FROM written))`
     : '';
-  const rows = await db.query(
+  const rows = await db.query(plannedOnce(
     `WITH written AS (UPDATE runs SET ${sets.join(', ')}, updated_at = now() WHERE id = $1 AND lease_owner = $2 RETURNING id)${release}
-     ${INSERT_EVENT} SELECT $3, $4, $5, $6, $7, $8 FROM written RETURNING id`, params);
+     ${INSERT_EVENT} SELECT $3, $4, $5, $6, $7, $8 FROM written RETURNING id`), params);
   return rows.length > 0;
 }
 

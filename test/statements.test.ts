@@ -126,6 +126,7 @@ describe('statements kept parsed by the embedded database', function () {
   it('holds a bounded number of parsed statements however many distinct ones it runs', async () => {
     for (let i = 0; i < 400; i++) await db.query(`SELECT $1::int + ${i} AS sum`, [1]);
     const [{ kept }] = await db.query<{ kept: number }>('SELECT count(*)::int AS kept FROM pg_prepared_statements');
-    expect(kept).to.be.within(200, 256);
+    // 256 kept at most, and the two statements that set the plan mode (store/pglite-statements.ts), parsed once each.
+    expect(kept).to.be.within(200, 256 + 2);
   });
 });
