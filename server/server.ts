@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import winston from 'winston';
 import { BackendPool } from '../controllers/backend-pool.js';
 import { BudgetController } from '../controllers/budget-controller.js';
+import { EmbeddedVacuum } from '../controllers/embedded-vacuum.js';
 import { FleetController } from '../controllers/fleet-controller.js';
 import { GatewayController } from '../controllers/gateway-controller.js';
 import { DEFAULT_INSTANCE_TIMINGS, InstanceController, type InstanceTimings } from '../controllers/instance-controller.js';
@@ -144,6 +145,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       serverUrl: `http://${reachable}:${listening.port}`, instanceServerUrl: advertisedServerUrl(config) ?? `http://${reachable}:${listening.port}`, stateDir: join(dir, 'gateways'),
     }, pool),
     new WebhookDeliveryController(db, owner, logger, secrets, VERSION, { ...DEFAULT_WEBHOOK_TIMINGS, ...options.webhookTimings }),
+    ...db.driver === 'pglite' ? [new EmbeddedVacuum(db, logger)] : [],
   ], logger, options.controllerIntervalMs);
   await manager.start();
   // Custom resources mirror the database; a look every five controller loops is the safety net under watches and NOTIFYs.

@@ -18,6 +18,9 @@ import { PriorityGate } from './query-priority.js';
  */
 const STARTUP_SETTINGS = ['shared_buffers=16MB', 'plan_cache_mode=force_custom_plan'];
 
+/** Statements that change neither the schema nor the session's settings: the statements kept parsed stay. */
+const MAINTENANCE = /^\s*VACUUM\b/i;
+
 /** The data directory holds files but no database: something else's folder, which a new database must not be mixed into. */
 export class DataDirWithoutDatabaseError extends Error {
   constructor(readonly dataDir: string) {
@@ -62,8 +65,10 @@ export async function openPglite(dataDir?: string, settings = STARTUP_SETTINGS):
       try {
         await pg.exec(text);
       } finally {
-        statements.forget();
-        statements.forgetPlanMode();
+        if (!MAINTENANCE.test(text)) {
+          statements.forget();
+          statements.forgetPlanMode();
+        }
       }
     }),
     transaction: (fn) => gate.run(() => pg.transaction((tx) => fn(inTransaction(tx))).catch((error: unknown) => {
