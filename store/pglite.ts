@@ -18,8 +18,8 @@ import { PriorityGate } from './query-priority.js';
  */
 const STARTUP_SETTINGS = ['shared_buffers=16MB', 'plan_cache_mode=force_custom_plan'];
 
-/** Statements that change neither the schema nor the session's settings: the statements kept parsed stay. */
-const MAINTENANCE = /^\s*VACUUM\b/i;
+/** A `VACUUM` of one table and nothing else: it changes neither the schema nor the session's settings, so kept statements stay. */
+const MAINTENANCE = /^\s*VACUUM\s+[\w."]+\s*$/i;
 
 /** The data directory holds files but no database: something else's folder, which a new database must not be mixed into. */
 export class DataDirWithoutDatabaseError extends Error {
