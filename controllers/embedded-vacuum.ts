@@ -5,7 +5,7 @@ import { tablesDueForVacuum, vacuum } from '../store/vacuum.js';
 import type { Controller } from './manager.js';
 
 /** How often the embedded database's tables are looked at; autovacuum's own default is a minute. */
-export const EMBEDDED_VACUUM_EVERY_MS = 10_000;
+const EMBEDDED_VACUUM_EVERY_MS = 10_000;
 
 /**
  * Autovacuum for the embedded database. PGlite runs PostgreSQL in single-user mode, where autovacuum's workers never
