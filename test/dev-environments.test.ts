@@ -166,23 +166,25 @@ describe('dev environments through the CLI (pglite)', function () {
   });
 
   it('stops after inactivity_duration with no SSH connection, and not while one is open; ps shows the time left', async () => {
-    const applied = await cli(['apply', '-d', '-y', '-f', devEnvironment('idle', 'inactivity_duration: 10s\n')]);
+    const inactivityMs = 15_000;
+    const applied = await cli(['apply', '-d', '-y', '-f', devEnvironment('idle', `inactivity_duration: ${inactivityMs / 1000}s\n`)]);
     expect(applied.code, show(applied)).to.equal(0);
     await untilRunning('idle');
-    await eventually(async () => (await view('idle')).inactivityStopAt, 5000, 'a stop time while nobody is connected');
-    const held = startCli(['ssh', 'idle', '--', 'sleep 12'], { home: home.home, cwd: work });
-    await eventually(async () => (await view('idle')).inactivityStopAt === null, 8000, 'the open connection to be seen');
-    await new Promise((done) => setTimeout(done, 10_000));
+    const firstStopAt = Date.parse(await eventually(async () => (await view('idle')).inactivityStopAt, 5000, 'a stop time while nobody is connected'));
+    // The connection outlasts the first stop time however long it takes to open (it must open before that time).
+    const held = startCli(['ssh', 'idle', '--', `sleep ${inactivityMs / 1000 + 5}`], { home: home.home, cwd: work });
+    await eventually(async () => (await view('idle')).inactivityStopAt === null, firstStopAt - Date.now(), 'the open connection to be seen before the first stop time');
+    await new Promise((done) => setTimeout(done, firstStopAt + 2000 - Date.now()));
     expect((await view('idle')).status, 'stopped while a connection was open').to.equal('running');
     expect((await held.done).code).to.equal(0);
     const stopAt = await eventually(async () => (await view('idle')).inactivityStopAt, 5000, 'a stop time once the connection closed');
-    expect(Date.parse(stopAt) - Date.now()).to.be.within(0, 10_000);
+    expect(Date.parse(stopAt) - Date.now()).to.be.within(0, inactivityMs);
     const listed = await cli(['ps']);
     expect(listed.stdout).to.match(/^idle +dev-environment +running \(idle, stops in \d+s\)/m);
     const ended = await eventually(async () => {
       const run = await view('idle');
       return run.status === 'terminated' ? run : null;
-    }, 15_000, 'the idle environment to stop');
+    }, inactivityMs + 5000, 'the idle environment to stop');
     expect(ended.terminationReason).to.equal('inactivity_duration_exceeded');
     expect(ended.statusMessage).to.equal('stopped (inactivity duration exceeded)');
   });
