@@ -3,7 +3,7 @@ import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { Browser, Page } from 'playwright-core';
 import { launchChromium } from './helpers/chromium.js';
-import { builtConsole, endConsoleSuite, signedInPage } from './helpers/console.js';
+import { builtConsole, endConsoleSuite, openSignInForm, signedInPage } from './helpers/console.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 import { echoLlm } from './helpers/services.js';
@@ -45,7 +45,7 @@ for (const kind of DATABASE_KINDS) {
         dialogs.push(dialog.message());
         void dialog.dismiss();
       });
-      await page.goto(`${server.url}/`);
+      await openSignInForm(page, server.url, WAIT_MS);
       return page;
     }
 

@@ -3,7 +3,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { Browser, Page } from 'playwright-core';
 import { launchChromium } from './helpers/chromium.js';
-import { builtConsole, endConsoleSuite, signInToConsole } from './helpers/console.js';
+import { builtConsole, endConsoleSuite, openSignInForm, signInToConsole } from './helpers/console.js';
 import { DATABASE_KINDS } from './helpers/databases.js';
 import { eventually, LOCAL_CONFIG, startTestServer, type TestServer } from './helpers/server.js';
 import { echoLlm, readyReplicas, runView, SERVICE_FLEET } from './helpers/services.js';
@@ -41,7 +41,7 @@ for (const kind of DATABASE_KINDS) {
         dialogs.push(dialog.message());
         void dialog.dismiss();
       });
-      await page.goto(`${server.url}/`);
+      await openSignInForm(page, server.url, WAIT_MS);
       await page.locator('#token').fill(server.adminToken);
       await page.getByRole('button', { name: 'Sign in' }).click();
       await page.locator('header.top nav').getByRole('link', { name: 'Runs' }).waitFor({ timeout: WAIT_MS });

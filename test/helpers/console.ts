@@ -53,10 +53,36 @@ export async function signedInPage(browser: Browser, server: TestServer, token: 
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
   const page = await context.newPage();
   page.on('dialog', (dialog) => { throw new Error(`a dialog opened: ${dialog.message()}`); });
-  await page.goto(`${server.url}/`);
+  await openSignInForm(page, server.url, waitMs);
   await page.locator('#token').fill(token);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.locator('header.top nav').getByRole('link', { name: 'Runs' }).waitFor({ timeout: waitMs });
   await page.goto(`${server.url}${path}`);
   return page;
+}
+
+/**
+ * Opens the console at `url` and waits for its sign-in form. When the form does not come, the failure says what the
+ * page showed and which of its requests failed, so that a run that fails once can be read afterwards.
+ */
+export async function openSignInForm(page: Page, url: string, waitMs: number): Promise<void> {
+  const seen: string[] = [];
+  page.on('requestfailed', (request) => seen.push(`request failed: ${request.method()} ${request.url()} (${request.failure()?.errorText})`));
+  page.on('response', (response) => {
+    if (response.status() >= 400) seen.push(`answered ${response.status()}: ${response.request().method()} ${response.url()}`);
+  });
+  page.on('pageerror', (error) => seen.push(`script error: ${error.message}`));
+  page.on('console', (message) => {
+    if (message.type() === 'error') seen.push(`console error: ${message.text()}`);
+  });
+  const started = Date.now();
+  await page.goto(`${url}/`);
+  const loadedMs = Date.now() - started;
+  try {
+    await page.locator('#token').waitFor({ timeout: waitMs });
+  } catch (error) {
+    const shown = await page.locator('body').innerText({ timeout: 1000 }).catch((reason: Error) => `(unreadable: ${reason.message})`);
+    throw new Error(`the sign-in form did not show within ${waitMs} ms of the page loading (in ${loadedMs} ms); `
+      + `the page showed ${JSON.stringify(shown.slice(0, 500))}; ${seen.length ? seen.join('; ') : 'no request failed and no script error'}`, { cause: error });
+  }
 }
