@@ -2,10 +2,10 @@ import type { Logger } from 'winston';
 import type { JobStatus } from '../api/agent.js';
 import { AgentError, AgentUnreachableError } from '../agent/client.js';
 import type { Db, Row } from '../store/db.js';
-import type { InstanceRecord } from '../store/instances.js';
-import { appendLogChunks, type LogAppend, type LogChunk } from '../store/logs.js';
+import { instancesByIds, type InstanceRecord } from '../store/instances.js';
+import { appendLogChunks, lastLogSeqs, type LogAppend, type LogChunk } from '../store/logs.js';
 import type { RunRecord } from '../store/runs.js';
-import { claimWatchedRuns, watchedRuns } from '../store/run-watch.js';
+import { claimWatchedRuns } from '../store/run-watch.js';
 import type { SecretBox } from '../store/secrets.js';
 import { BatchedCalls, batchedReads } from './batched-calls.js';
 import { JobChangeFeeds } from './job-change-feeds.js';
@@ -27,14 +27,17 @@ interface InstanceLook {
 
 /**
  * The run-watch loop: looks at running jobs about once a second, an instance at a time. The runs of one instance are
- * claimed together, read with their instance, asked about in one agent call (`POST /api/jobs/watch`: every job's state
+ * claimed together, their instance read, asked about in one agent call (`POST /api/jobs/watch`: every job's state
  * and new lines since the database's last line), their lines stored and their leases given back; then each run takes
  * its step as RunController.watch decides. The reads and the stores of all the instances looked at meanwhile are
  * gathered (batched-calls.ts): one statement each for many instances. An agent older than that call is asked job by
  * job, as before.
  */
 export class RunWatchController extends RunController {
-  private readonly reads = batchedReads((runIds) => watchedRuns(this.db, runIds));
+  /** Each instance is read once a look, not once for each of its runs: at 10 runs an instance, a tenth of the rows. */
+  private readonly instanceReads = batchedReads((ids) => instancesByIds(this.db, ids));
+  /** The database's last line of a run that this server has not stored lines of yet; after that, its own store says. */
+  private readonly lastLineReads = batchedReads((runIds) => lastLogSeqs(this.db, runIds));
   private readonly appends = new BatchedCalls<LogChunk & { runId: string }, LogAppend>(async (chunks) => {
     const stored = await appendLogChunks(this.db, chunks, this.maxLogBytes);
     return chunks.map((chunk) => stored.get(chunk.runId)!);
@@ -74,13 +77,18 @@ export class RunWatchController extends RunController {
 
   /** One look at the jobs of runs on one instance; their new lines are stored before any run takes its step. */
   private async lookAt(runs: RunRecord[]): Promise<InstanceLook> {
-    const watched = new Map((await Promise.all(runs.map((run) => this.reads.call(run.id)))).map((read, index) => [runs[index]!.id, read]));
-    const instance = watched.get(runs[0]!.id)?.instance ?? null;
+    const instanceId = runs[0]!.instanceId;
+    const [read, lastLines] = await Promise.all([
+      instanceId ? this.instanceReads.call(instanceId) : undefined,
+      Promise.all(runs.filter((run) => !this.lastLogCopy.has(run.id)).map(async (run) => [run.id, (await this.lastLineReads.call(run.id))!] as const)),
+    ]);
+    const instance = read ?? null;
     const asked = runs.filter(askedTogether);
     if (!instance?.agentUrl || instance.status === 'terminated' || instance.status === 'terminating' || asked.length === 0) {
       return { instance, looks: null, unreachable: false };
     }
-    const after = (run: RunRecord) => watched.get(run.id)?.lastLogSeq ?? 0;
+    const readLines = new Map(lastLines);
+    const after = (run: RunRecord) => readLines.get(run.id) ?? this.lastLogCopy.get(run.id)?.lastSeq ?? 0;
     let answer;
     try {
       answer = await agentOf(instance).watchJobs(asked.map((run) => ({ jobId: run.jobId!, after: after(run) })));
@@ -96,12 +104,14 @@ export class RunWatchController extends RunController {
     });
     const now = Date.now();
     const printed = seen.filter(({ run, status, log }) => log.jsonLines !== '' && this.storeDue(run, status, log, now));
-    for (const { run, log } of printed) this.lastLogCopy.set(run.id, { at: now, printing: true, lastSeq: log.next });
     const stored = new Map(await Promise.all(printed.map(async ({ run, log }) => [run.id, await this.appends.call({
       runId: run.id, after: after(run), first: log.first, last: log.next, jsonLines: log.jsonLines,
     })] as const)));
-    for (const { run } of printed) {
+    for (const { run, log } of printed) {
       const outcome = stored.get(run.id)!;
+      // A page refused because lines were stored meanwhile (a `logs` request pulls them too): the next look reads the database's last line.
+      if (outcome.stored) this.lastLogCopy.set(run.id, { at: now, printing: true, lastSeq: log.next });
+      else this.lastLogCopy.delete(run.id);
       if (outcome.firstLoss) await recordLogsTruncated(this.db, run, outcome.droppedLines, this.maxLogBytes);
     }
     const running = seen.filter(({ status }) => !isFinished(status));

@@ -181,6 +181,13 @@ export async function lastLogSeq(db: Queryable, runId: string): Promise<number> 
   return (await logTotals(db, runId)).lastSeq;
 }
 
+/** The last line the database holds for each of these runs, by run id; 0 for a run with none. */
+export async function lastLogSeqs(db: Queryable, runIds: readonly string[]): Promise<Map<string, number>> {
+  const rows = await db.query<{ run_id: string; last_seq: number }>('SELECT run_id, last_seq FROM log_totals WHERE run_id = ANY($1::text[])', [runIds]);
+  const found = new Map(rows.map((row) => [row.run_id, row.last_seq]));
+  return new Map(runIds.map((id) => [id, found.get(id) ?? 0]));
+}
+
 export interface LogTotals {
   lastSeq: number;
   bytes: number;

@@ -1,11 +1,4 @@
 import type { Queryable, Row } from './db.js';
-import { toInstance, type InstanceRecord } from './instances.js';
-
-/**
- * The queries of the run-watch loop, which looks at an instance's running jobs together (one agent call for all of
- * them): its claim takes the runs sharing an instance with a due run along, and its read gives each claimed run its
- * instance and its last stored log line at once.
- */
 
 /**
  * Claims, as claimDue does, up to `limit` due runs (their `columns`), and with them the runs of the same instances that fall due within
@@ -27,22 +20,4 @@ export async function claimWatchedRuns(db: Queryable, owner: string, leaseMs: nu
        ORDER BY next_reconcile_at LIMIT $3 FOR UPDATE SKIP LOCKED)
      RETURNING ${columns}`,
     [owner, leaseMs, limit, aheadMs, siblingsAheadMs]);
-}
-
-export interface WatchedRun {
-  instance: InstanceRecord | null;
-  /** The last log line the database holds for the run (0 for none). */
-  lastLogSeq: number;
-}
-
-/** Each run's instance and last stored log line, by run id, in one query. */
-export async function watchedRuns(db: Queryable, runIds: readonly string[]): Promise<Map<string, WatchedRun>> {
-  const rows = await db.query(
-    `SELECT i.*, r.id AS watched_run_id, coalesce(t.last_seq, 0) AS watched_last_seq
-     FROM runs r LEFT JOIN instances i ON i.id = r.instance_id LEFT JOIN log_totals t ON t.run_id = r.id
-     WHERE r.id = ANY($1::text[])`, [runIds]);
-  return new Map(rows.map((row) => [row.watched_run_id as string, {
-    instance: row.id === null ? null : toInstance(row),
-    lastLogSeq: row.watched_last_seq as number,
-  }]));
 }

@@ -86,7 +86,7 @@ for (const kind of DATABASE_KINDS) {
       await eventually(async () => (await server.db.query(`SELECT lease_owner FROM runs WHERE name = 'held'`))[0]!.lease_owner === null, 5000, 'the lease given back');
     });
 
-    it('reads the runs of all the instances a pass looks at in one statement, and stores every line of each once, in order', async () => {
+    it('reads the instances a pass looks at, and the last stored line of all their runs, in one statement each, and stores every line of each once, in order', async () => {
       expect((await server.api('POST', '/api/projects/main/fleets/apply', PAIRS)).status).to.equal(201);
       await eventually(async () => (await server.api('GET', '/api/projects/main/instances')).body.filter((i: { status: string }) => i.status === 'idle').length === 5, 30_000, 'the fleet\'s instances');
       const names = Array.from({ length: 8 }, (_, i) => `pair-${i}`);
@@ -95,16 +95,20 @@ for (const kind of DATABASE_KINDS) {
       await eventually(async () => agents.jobs().filter((job) => job.status.state === 'running' && job.submission.runName.startsWith('pair-')).length === names.length, 30_000, 'every job running');
       // A restart gives every lease back: all four instances' runs fall due at once, and then stay due together.
       await server.restart();
-      const readSizes: number[] = [];
+      const lineReads: number[] = [];
+      const instanceReads: number[] = [];
       const query = server.db.query.bind(server.db);
       server.db.query = (sql, params) => {
-        if (sql.includes('watched_run_id')) readSizes.push((params![0] as string[]).length);
+        if (sql.includes('FROM log_totals WHERE run_id = ANY')) lineReads.push((params![0] as string[]).length);
+        if (sql.includes('FROM instances WHERE id = ANY')) instanceReads.push((params![0] as string[]).length);
         return query(sql, params);
       };
-      await eventually(async () => readSizes.length >= 2, 30_000, 'two reads of watched runs');
+      // The restarted server has stored no lines yet, so it reads the last stored line of every run once.
+      await eventually(async () => lineReads.reduce((sum, size) => sum + size, 0) >= names.length, 30_000, 'the last stored line of every run read');
       server.db.query = query;
       // Two runs an instance: a read per instance would read two at most.
-      expect(Math.max(...readSizes), `runs in each read of the watched runs: ${readSizes.join(', ')}`).to.be.greaterThan(2);
+      expect(Math.max(...lineReads), `runs in each read of their last stored lines: ${lineReads.join(', ')}`).to.be.greaterThan(2);
+      expect(Math.max(...instanceReads), `instances in each read of them: ${instanceReads.join(', ')}`).to.be.greaterThan(1);
       for (const current of await ended(names)) expect(current).to.include({ status: 'done', exitCode: 0 });
       for (const name of names) {
         expect(await lines(name)).to.deep.equal(Array.from({ length: LINES }, (_, i) => `${name} ${i + 1}`));
@@ -129,6 +133,33 @@ for (const kind of DATABASE_KINDS) {
         agents.onJobAsked = asked;
       }
     };
+
+    it('stores each line once while `logs` requests store the lines the database lacks between its looks, and still looks only every few seconds', async () => {
+      const agents = emulator.simulatedAgents!;
+      const asked: number[] = [];
+      const onJobAsked = agents.onJobAsked;
+      agents.onJobAsked = (job, sinceLastMs) => {
+        if (job.submission.runName === 'pulled' && sinceLastMs !== null && job.status.state === 'running') asked.push(sinceLastMs);
+      };
+      try {
+        const count = 12;
+        const commands = [`for i in $(seq 1 ${count}); do echo "pulled $i"; sleep 1; done`];
+        expect((await server.api('POST', '/api/projects/main/apply', { items: [{ spec: { type: 'task', name: 'pulled', fleets: ['shared'], commands } }] })).status).to.be.below(300);
+        await eventually(async () => agents.jobs().some((job) => job.submission.runName === 'pulled' && job.status.state === 'running'), 30_000, 'the job running');
+        // Each read of a running job's logs stores what the database lacks, so the watch's next page starts after a line already stored.
+        while ((await run('pulled')).status === 'running') {
+          await lines('pulled');
+          await new Promise((resolve) => setTimeout(resolve, 300));
+        }
+        const [finished] = await ended(['pulled']);
+        expect(finished).to.include({ status: 'done', exitCode: 0 });
+        expect(await lines('pulled')).to.deep.equal(Array.from({ length: count }, (_, i) => `pulled ${i + 1}`));
+        // A page refused for lines stored meanwhile costs one look more; a watch that kept asking after the wrong line would look again and again.
+        expect(asked.length, `looks while it ran, ${asked.join(', ')} ms apart`).to.be.within(1, 10);
+      } finally {
+        agents.onJobAsked = onJobAsked;
+      }
+    });
 
     it('looks at a running job every few seconds while its agent tells of its changes, and sees its end at once', async () => {
       const { intervals, endSeenAfterMs } = await looksAt('followed', ['sleep 12', 'echo done']);

@@ -5,10 +5,10 @@ import type { LogLine, LogStreamItem, RunLogsPage } from '../../api/objects.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
 import { copyJobLogs, type LogCopy } from '../../controllers/log-copy.js';
 import { agentOf } from '../../controllers/run-controller.js';
+import { getInstance } from '../../store/instances.js';
 import { lastLogSeq, logLinesAfter, readLogPage, readLogs } from '../../store/logs.js';
 import { isMultiNodeParent, listNodes, nodeCount } from '../../store/nodes.js';
 import { getRun, getRunAttempt, type RunRecord } from '../../store/runs.js';
-import { watchedRuns } from '../../store/run-watch.js';
 import { isSchedule, latestScheduledRun } from '../../store/schedules.js';
 import { replicaForLogs } from '../../store/services.js';
 import type { ServerContext } from '../context.js';
@@ -214,13 +214,10 @@ async function lastLineAfterPull(server: ServerContext, run: RunRecord): Promise
   return (await pullFromAgent(server, run, 0))?.lastSeq ?? await lastLogSeq(server.db, run.id);
 }
 
-/**
- * Copies one page of lines the database lacks from the agent of a job that runs; null when there is no such agent.
- * The instance and the last stored line are read in one statement: a request waits for each of its statements in turn.
- */
+/** Copies one page of lines the database lacks from the agent of a job that runs; null when there is no such agent. */
 async function pullFromAgent(server: ServerContext, run: RunRecord, waitMs: number): Promise<LogCopy | null> {
   if (!run.jobId || !run.instanceId || run.status !== 'running' && run.status !== 'terminating') return null;
-  const { instance, lastLogSeq: after } = (await watchedRuns(server.db, [run.id])).get(run.id) ?? { instance: null, lastLogSeq: 0 };
+  const instance = await getInstance(server.db, run.instanceId);
   if (!instance?.agentUrl || instance.status === 'terminated') return null;
-  return copyJobLogs(server.db, agentOf(instance), run, { maxBytes: server.maxLogBytesPerRun, budgetMs: 0, waitMs, after });
+  return copyJobLogs(server.db, agentOf(instance), run, { maxBytes: server.maxLogBytesPerRun, budgetMs: 0, waitMs });
 }
