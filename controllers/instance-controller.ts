@@ -72,11 +72,10 @@ export class InstanceController extends LeasedController<InstanceRecord> {
   }
 
   private async step(instance: InstanceRecord): Promise<number> {
-    const fleet = await getFleetById(this.db, instance.fleetId);
     switch (instance.status) {
-      case 'pending': return this.provision(instance, fleet);
+      case 'pending': return this.provision(instance, await getFleetById(this.db, instance.fleetId));
       case 'provisioning': return this.awaitBoot(instance);
-      case 'idle': case 'busy': return this.watch(instance, fleet);
+      case 'idle': case 'busy': return this.watch(instance);
       case 'terminating': return this.terminate(instance);
       case 'terminated': return 60_000;
     }
@@ -214,7 +213,7 @@ export class InstanceController extends LeasedController<InstanceRecord> {
     return this.timings.healthIntervalMs;
   }
 
-  private async watch(instance: InstanceRecord, fleet: FleetRecord): Promise<number> {
+  private async watch(instance: InstanceRecord): Promise<number> {
     const health = await agentOf(instance).health().catch(() => null);
     if (!health?.ok) {
       const since = instance.unreachableSince ?? new Date();
@@ -249,7 +248,8 @@ export class InstanceController extends LeasedController<InstanceRecord> {
       }
       return this.timings.healthIntervalMs;
     }
-    return this.idle(instance, fleet);
+    // Read at each look at an idle instance only: whether to keep it depends on its fleet as it is now.
+    return this.idle(instance, await getFleetById(this.db, instance.fleetId));
   }
 
   private async idle(instance: InstanceRecord, fleet: FleetRecord): Promise<number> {

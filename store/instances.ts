@@ -174,16 +174,19 @@ export async function releaseInstanceFromRun(db: Queryable, instanceId: string, 
 export const RELEASE_INSTANCE = `UPDATE instances SET run_id = NULL, status = CASE WHEN status = 'busy' THEN 'idle' ELSE status END,
        idle_since = now(), updated_at = now()`;
 
+const BLOCK_HELD = `SELECT 1 FROM runs WHERE instance_id = $1 AND blocks IS NOT NULL AND status NOT IN ('terminated', 'failed', 'done') LIMIT 1`;
+
 /**
  * An instance shared in blocks goes idle once no live run holds a block of it; false while one does. Its row is
  * locked first, so that a scheduler giving it a block at the same moment either waits for this or is seen by it.
  */
 export async function idleSharedInstance(db: Db, id: string, owner: string): Promise<boolean> {
+  // Most looks find a block still held, which takes no lock to see: the instance stays busy either way.
+  if ((await db.query(BLOCK_HELD, [id])).length > 0) return false;
   return db.transaction(async (tx) => {
     const locked = await tx.query(`SELECT id FROM instances WHERE id = $1 AND lease_owner = $2 AND status = 'busy' AND run_id IS NULL FOR UPDATE`, [id, owner]);
     if (locked.length === 0) return false;
-    const holding = await tx.query(`SELECT 1 FROM runs WHERE instance_id = $1 AND blocks IS NOT NULL AND status NOT IN ('terminated', 'failed', 'done') LIMIT 1`, [id]);
-    if (holding.length > 0) return false;
+    if ((await tx.query(BLOCK_HELD, [id])).length > 0) return false;
     await tx.query(`UPDATE instances SET status = 'idle', idle_since = now(), updated_at = now() WHERE id = $1`, [id]);
     return true;
   });
