@@ -2,6 +2,7 @@ import { promisify } from 'node:util';
 import { deflateRaw, deflateRawSync, inflateRaw, inflateRawSync } from 'node:zlib';
 import type { LogLine } from '../api/objects.js';
 import type { Queryable } from './db.js';
+import { toInstance, type InstanceRecord } from './instances.js';
 
 /**
  * A run's log lines live in chunks: one row per page copied from the agent, holding the lines as
@@ -179,6 +180,16 @@ export async function readLogPage(db: Queryable, runId: string, after: number, l
 
 export async function lastLogSeq(db: Queryable, runId: string): Promise<number> {
   return (await logTotals(db, runId)).lastSeq;
+}
+
+/**
+ * A run's instance and the last line the database holds for the run, in one statement (a `logs` request waits for
+ * each of its statements in turn); null when the instance is gone.
+ */
+export async function instanceAndLastLogSeq(db: Queryable, instanceId: string, runId: string): Promise<{ instance: InstanceRecord; lastSeq: number } | null> {
+  const [row] = await db.query(
+    'SELECT i.*, coalesce((SELECT last_seq FROM log_totals WHERE run_id = $2), 0) AS last_log_seq FROM instances i WHERE i.id = $1', [instanceId, runId]);
+  return row ? { instance: toInstance(row), lastSeq: row.last_log_seq as number } : null;
 }
 
 /** The last line the database holds for each of these runs, by run id; 0 for a run with none. */

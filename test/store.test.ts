@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import type { Db, Queryable, Row } from '../store/db.js';
 import { claimDue, nextDueInMs, readHeldLeases, releaseLease, releaseLeases } from '../store/leases.js';
-import { appendLogChunks, appendLogs, lastLogSeqs, logLinesAfter, logTotals, readLogPage, readLogs } from '../store/logs.js';
+import { appendLogChunks, appendLogs, instanceAndLastLogSeq, lastLogSeqs, logLinesAfter, logTotals, readLogPage, readLogs } from '../store/logs.js';
 import { claimWatchedRuns } from '../store/run-watch.js';
 import { migrate, MIGRATIONS } from '../store/migrations.js';
 import { openPglite } from '../store/pglite.js';
@@ -176,6 +176,10 @@ for (const kind of DATABASE_KINDS) {
       const [a, b] = await Promise.all([claimWatchedRuns(db, 'server-a', 60_000, 100, where, 0, 1000), claimWatchedRuns(second, 'server-b', 60_000, 100, where, 0, 1000)]);
       expect([...a, ...b].map((row) => row.id).sort()).to.deep.equal(['due', 'soon']);
       const holder = a.length > 0 ? 'server-a' : 'server-b';
+      const read = await instanceAndLastLogSeq(db, 'wi1', 'due');
+      expect(read!.instance).to.include({ id: 'wi1', agentUrl: 'http://agent' });
+      expect(read!.lastSeq).to.equal(0);
+      expect(await instanceAndLastLogSeq(db, 'gone', 'due')).to.equal(null);
       await releaseLeases(db, 'runs', 'server-c', [{ id: 'due', nextInMs: 0 }]);
       expect(await claimWatchedRuns(db, 'server-c', 60_000, 100, where, 0, 1000), 'a release by another owner changes nothing').to.have.length(0);
       await releaseLeases(db, 'runs', holder, [{ id: 'due', nextInMs: 0 }, { id: 'soon', nextInMs: 3000 }]);

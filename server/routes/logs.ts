@@ -5,8 +5,7 @@ import type { LogLine, LogStreamItem, RunLogsPage } from '../../api/objects.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
 import { copyJobLogs, type LogCopy } from '../../controllers/log-copy.js';
 import { agentOf } from '../../controllers/run-controller.js';
-import { getInstance } from '../../store/instances.js';
-import { lastLogSeq, logLinesAfter, readLogPage, readLogs } from '../../store/logs.js';
+import { instanceAndLastLogSeq, lastLogSeq, logLinesAfter, readLogPage, readLogs } from '../../store/logs.js';
 import { isMultiNodeParent, listNodes, nodeCount } from '../../store/nodes.js';
 import { getRun, getRunAttempt, type RunRecord } from '../../store/runs.js';
 import { isSchedule, latestScheduledRun } from '../../store/schedules.js';
@@ -217,7 +216,7 @@ async function lastLineAfterPull(server: ServerContext, run: RunRecord): Promise
 /** Copies one page of lines the database lacks from the agent of a job that runs; null when there is no such agent. */
 async function pullFromAgent(server: ServerContext, run: RunRecord, waitMs: number): Promise<LogCopy | null> {
   if (!run.jobId || !run.instanceId || run.status !== 'running' && run.status !== 'terminating') return null;
-  const instance = await getInstance(server.db, run.instanceId);
-  if (!instance?.agentUrl || instance.status === 'terminated') return null;
-  return copyJobLogs(server.db, agentOf(instance), run, { maxBytes: server.maxLogBytesPerRun, budgetMs: 0, waitMs });
+  const read = await instanceAndLastLogSeq(server.db, run.instanceId, run.id);
+  if (!read?.instance.agentUrl || read.instance.status === 'terminated') return null;
+  return copyJobLogs(server.db, agentOf(read.instance), run, { maxBytes: server.maxLogBytesPerRun, budgetMs: 0, waitMs, after: read.lastSeq });
 }
