@@ -14,6 +14,12 @@ import { listRunViews } from '../store/run-views.js';
 import { insertReplica, replicasOfServices } from '../store/services.js';
 import { createScratchDatabase, DATABASE_KINDS } from './helpers/databases.js';
 
+/** A page of lines `first`..`last` of run `runId` (`<runId> <seq>` each), to be stored after line `after`. */
+const chunk = (runId: string, after: number, first: number, last: number) => ({
+  runId, after, first, last,
+  jsonLines: Array.from({ length: last - first + 1 }, (_, i) => JSON.stringify({ seq: first + i, ts: new Date().toISOString(), stream: 'stdout', text: `${runId} ${first + i}` })).join('\n'),
+});
+
 const REQUIREMENT = { gpu: { models: null, memoryMib: { min: null, max: null }, count: { min: 0, max: null } }, cpus: { min: null, max: null }, memoryMib: { min: null, max: null }, diskMib: { min: null, max: null }, shmSizeMib: null };
 
 for (const kind of DATABASE_KINDS) {
@@ -143,10 +149,6 @@ for (const kind of DATABASE_KINDS) {
       for (const id of ['b1', 'b2']) {
         await db.query(`INSERT INTO runs (id, project_id, user_id, name, kind, spec, requirement, status) VALUES ($1, $2, $3, $1, 'task', '{}', '{}', 'running')`, [id, project.id, user.id]);
       }
-      const chunk = (runId: string, after: number, first: number, last: number) => ({
-        runId, after, first, last,
-        jsonLines: Array.from({ length: last - first + 1 }, (_, i) => JSON.stringify({ seq: first + i, ts: new Date().toISOString(), stream: 'stdout', text: `${runId} ${first + i}` })).join('\n'),
-      });
       const firstPages = [chunk('b1', 0, 1, 3), chunk('b2', 0, 1, 2)];
       const [a, b] = await Promise.all([appendLogChunks(db, firstPages, 1e9), appendLogChunks(second, firstPages, 1e9)]);
       expect(['b1', 'b2'].map((id) => Number(a.get(id)!.stored) + Number(b.get(id)!.stored)), 'two copiers of the same pages').to.deep.equal([1, 1]);
@@ -176,14 +178,26 @@ for (const kind of DATABASE_KINDS) {
       const [a, b] = await Promise.all([claimWatchedRuns(db, 'server-a', 60_000, 100, where, 0, 1000), claimWatchedRuns(second, 'server-b', 60_000, 100, where, 0, 1000)]);
       expect([...a, ...b].map((row) => row.id).sort()).to.deep.equal(['due', 'soon']);
       const holder = a.length > 0 ? 'server-a' : 'server-b';
-      const read = await instanceAndLastLogSeq(db, 'wi1', 'due');
-      expect(read!.instance).to.include({ id: 'wi1', agentUrl: 'http://agent' });
-      expect(read!.lastSeq).to.equal(0);
-      expect(await instanceAndLastLogSeq(db, 'gone', 'due')).to.equal(null);
       await releaseLeases(db, 'runs', 'server-c', [{ id: 'due', nextInMs: 0 }]);
       expect(await claimWatchedRuns(db, 'server-c', 60_000, 100, where, 0, 1000), 'a release by another owner changes nothing').to.have.length(0);
       await releaseLeases(db, 'runs', holder, [{ id: 'due', nextInMs: 0 }, { id: 'soon', nextInMs: 3000 }]);
       expect((await claimWatchedRuns(db, 'server-c', 60_000, 100, where, 0, 1000)).map((row) => row.id)).to.deep.equal(['due']);
+    });
+
+    it("reads a run's instance and its last stored line in one query, and nothing for an instance that is gone", async () => {
+      const project = await upsertProject(db, 'log-read', [{ type: 'local' }]);
+      const user = await upsertUser(db, 'erin', 'erin-token', 'user');
+      const { fleet } = await applyFleet(db, project.id, { name: 'l', spec: {}, requirement: REQUIREMENT, nodesMin: 0, nodesMax: 1, idleSeconds: 60, backends: ['local'] });
+      await db.query(`INSERT INTO instances (id, project_id, fleet_id, name, backend, requirement, agent_url, agent_token, status) VALUES ('li1', $1, $2, 'li1', 'local', '{}', 'http://agent', 't', 'busy')`, [project.id, fleet.id]);
+      for (const id of ['lr1', 'lr2']) {
+        await db.query(`INSERT INTO runs (id, project_id, user_id, name, kind, spec, requirement, status, instance_id) VALUES ($1, $2, $3, $1, 'task', '{}', '{}', 'running', 'li1')`, [id, project.id, user.id]);
+      }
+      await appendLogChunks(db, [chunk('lr1', 0, 1, 3)], 1e9);
+      const read = await instanceAndLastLogSeq(db, 'li1', 'lr1');
+      expect(read!.instance).to.include({ id: 'li1', agentUrl: 'http://agent' });
+      expect(read!.lastSeq).to.equal(3);
+      expect((await instanceAndLastLogSeq(db, 'li1', 'lr2'))!.lastSeq, 'a run with no stored line').to.equal(0);
+      expect(await instanceAndLastLogSeq(db, 'gone', 'lr1')).to.equal(null);
     });
 
     it('marks a provisioned instance busy when a run was placed on it after its controller read it, idle when none was', async () => {

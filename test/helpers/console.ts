@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import type { Browser, Page } from 'playwright-core';
+import type { Browser, ConsoleMessage, Page, Request, Response } from 'playwright-core';
 import { eventually, type TestServer } from './server.js';
 
 const BUILD_SCRIPT = fileURLToPath(new URL('../../console/build.ts', import.meta.url));
@@ -67,22 +67,27 @@ export async function signedInPage(browser: Browser, server: TestServer, token: 
  */
 export async function openSignInForm(page: Page, url: string, waitMs: number): Promise<void> {
   const seen: string[] = [];
-  page.on('requestfailed', (request) => seen.push(`request failed: ${request.method()} ${request.url()} (${request.failure()?.errorText})`));
-  page.on('response', (response) => {
+  const failed = (request: Request) => seen.push(`request failed: ${request.method()} ${request.url()} (${request.failure()?.errorText})`);
+  const answered = (response: Response) => {
     if (response.status() >= 400) seen.push(`answered ${response.status()}: ${response.request().method()} ${response.url()}`);
-  });
-  page.on('pageerror', (error) => seen.push(`script error: ${error.message}`));
-  page.on('console', (message) => {
+  };
+  const scriptError = (error: Error) => seen.push(`script error: ${error.message}`);
+  const consoleError = (message: ConsoleMessage) => {
     if (message.type() === 'error') seen.push(`console error: ${message.text()}`);
-  });
-  const started = Date.now();
-  await page.goto(`${url}/`);
-  const loadedMs = Date.now() - started;
+  };
+  page.on('requestfailed', failed).on('response', answered).on('pageerror', scriptError).on('console', consoleError);
   try {
-    await page.locator('#token').waitFor({ timeout: waitMs });
-  } catch (error) {
-    const shown = await page.locator('body').innerText({ timeout: 1000 }).catch((reason: Error) => `(unreadable: ${reason.message})`);
-    throw new Error(`the sign-in form did not show within ${waitMs} ms of the page loading (in ${loadedMs} ms); `
-      + `the page showed ${JSON.stringify(shown.slice(0, 500))}; ${seen.length ? seen.join('; ') : 'no request failed and no script error'}`, { cause: error });
+    const started = Date.now();
+    await page.goto(`${url}/`);
+    const loadedMs = Date.now() - started;
+    try {
+      await page.locator('#token').waitFor({ timeout: waitMs });
+    } catch (error) {
+      const shown = await page.locator('body').innerText({ timeout: 1000 }).catch((reason: Error) => `(unreadable: ${reason.message})`);
+      throw new Error(`the sign-in form did not show within ${waitMs} ms of the page loading (in ${loadedMs} ms); `
+        + `the page showed ${JSON.stringify(shown.slice(0, 500))}; ${seen.length ? seen.join('; ') : 'no request failed and no script error'}`, { cause: error });
+    }
+  } finally {
+    page.off('requestfailed', failed).off('response', answered).off('pageerror', scriptError).off('console', consoleError);
   }
 }
