@@ -28,6 +28,11 @@ export interface LeasedOptions {
   holding?: boolean;
   /** The columns of its rows that its claims and reads of held rows return (a SELECT list); all of them by default. */
   columns?: string;
+  /**
+   * With `holding`: the columns a held row is read again with (a SELECT list with `generation`), those that change while
+   * it is held; the rest stay as its claim read them. A row whose generation moved is given back, to be claimed whole.
+   */
+  heldColumns?: string;
 }
 
 /** What a reconcile returns when it gave the row's lease back itself, having handed the row to another loop. */
@@ -181,7 +186,7 @@ export abstract class LeasedController<T> implements Controller {
     const renew = ids.filter((id) => madeDue.has(id) || (this.leasedUntil.get(id) ?? 0) - now < this.leaseMs / 2);
     let rows;
     try {
-      rows = await readHeldLeases(this.db, this.options.table, this.owner, ids, renew, this.leaseMs, this.options.where, this.options.columns);
+      rows = await readHeldLeases(this.db, this.options.table, this.owner, ids, renew, this.leaseMs, this.options.where, this.options.heldColumns ?? this.options.columns);
     } catch (error) {
       for (const held of taken) this.held.set(held.row, held.dueAt, this.groupKey(held.row));
       throw error;
@@ -189,9 +194,17 @@ export abstract class LeasedController<T> implements Controller {
     for (const id of renew) this.leasedUntil.set(id, now + this.leaseMs);
     const read = new Set(rows.map((row) => row.id as string));
     for (const id of ids) if (!read.has(id)) this.leasedUntil.delete(id);
-    const ended = rows.filter((row) => !row.still_held).map((row) => ({ id: row.id as string, nextInMs: 0 }));
+    const before = new Map(taken.map((held) => [held.row.id as string, held.row]));
+    const whole = rows.flatMap(({ still_held: stillHeld, ...row }) => {
+      if (!stillHeld) return [];
+      if (this.options.heldColumns === undefined) return [row];
+      const claimed = before.get(row.id as string)!;
+      return claimed.generation === row.generation ? [{ ...claimed, ...row }] : [];
+    });
+    const kept = new Set(whole.map((row) => row.id as string));
+    const ended = rows.filter((row) => !kept.has(row.id as string)).map((row) => ({ id: row.id as string, nextInMs: 0 }));
     for (const { id } of ended) this.leasedUntil.delete(id);
-    this.adopt(rows.filter((row) => row.still_held).map(({ still_held: _, ...row }) => row));
+    this.adopt(whole);
     await Promise.all(ended.map((release) => this.giveBack(release)));
   }
 

@@ -13,7 +13,7 @@ import { recordEvent, runEvent } from '../store/events.js';
 import { getFleetById, type FleetRecord } from '../store/fleets.js';
 import { getInstance, releaseInstanceFromRun, type InstanceRecord } from '../store/instances.js';
 import { instanceAddress, isNodeJob, MULTI_NODE_PARENT, nodeAddresses, startupWait } from '../store/nodes.js';
-import { requeueRun, toRun, updateRun, WATCHED_RUN_COLUMNS, writeRunStep, type RunRecord } from '../store/runs.js';
+import { requeueRun, toRun, updateRun, WATCHED_RUN_COLUMNS, WATCHED_RUN_HELD_COLUMNS, writeRunStep, type RunRecord } from '../store/runs.js';
 import { requiredSecrets, type SecretBox } from '../store/secrets.js';
 import { SERVICE_PARENT } from '../store/services.js';
 import { LEASE_GIVEN_BACK, LeasedController } from './leased.js';
@@ -41,6 +41,8 @@ const LOG_COPY_BUDGET_MS = 250;
 const WATCH_CLAIM_AHEAD_MS = 100;
 /** Running runs watched at once: their instances' jobs are looked at together, one agent call an instance. */
 const WATCH_CONCURRENCY = 1024;
+/** How long a claim holds a run: a server that dies mid-look leaves its runs to the others for this long. */
+const RUN_LEASE_MS = 15_000;
 
 /** What one look at all of an instance's jobs found for one of them. */
 export interface JobLook {
@@ -65,12 +67,12 @@ export class RunController extends LeasedController<RunRecord> {
   private readonly placedReads = new Map<string, { instance: InstanceRecord; fleet: FleetRecord }>();
 
   constructor(db: Db, owner: string, logger: Logger, phase: 'start' | 'watch', protected readonly maxLogBytes: number,
-    private readonly secrets: SecretBox) {
+    private readonly secrets: SecretBox, leaseMs = RUN_LEASE_MS) {
     super(db, owner, logger, {
-      table: 'runs', channel: CHANNELS.runs, leaseMs: 15_000, claimAheadMs: phase === 'watch' ? WATCH_CLAIM_AHEAD_MS : 0,
+      table: 'runs', channel: CHANNELS.runs, leaseMs, claimAheadMs: phase === 'watch' ? WATCH_CLAIM_AHEAD_MS : 0,
       hears: { statuses: phase === 'start' ? ['provisioning'] : ['running', 'terminating'] },
       concurrency: phase === 'watch' ? WATCH_CONCURRENCY : undefined, holding: phase === 'watch',
-      columns: phase === 'watch' ? WATCHED_RUN_COLUMNS : undefined,
+      columns: phase === 'watch' ? WATCHED_RUN_COLUMNS : undefined, heldColumns: phase === 'watch' ? WATCHED_RUN_HELD_COLUMNS : undefined,
       where: `${phase === 'start' ? `status = 'provisioning'` : `status IN ('running', 'terminating')`} AND NOT ${SERVICE_PARENT} AND NOT ${MULTI_NODE_PARENT}`,
     });
     this.name = `run-${phase}`;

@@ -16,6 +16,13 @@ import { agentOf, FOLLOWED_POLL_MS, isFinished, RunController, RUNNING_POLL_MS, 
 const LOG_STORE_INTERVAL_MS = 5000;
 /** A look that finds this many bytes of new lines stores them at once, so that an agent never pages the same lines out again and again. */
 const STORE_AT_ONCE_BYTES = 4096;
+/**
+ * The watch's lease where its server is the only one (the embedded database, whose directory one process opens at a
+ * time): no other server waits for it to run out, and a restart gives the dead server's leases back at once
+ * (server/predecessor-leases.ts). A held run's lease is renewed when half of it is left: once a minute rather than
+ * every 7.5 s, each renewal a new version of the row and of its index entries.
+ */
+export const SOLE_SERVER_WATCH_LEASE_MS = 120_000;
 
 /** What one look at an instance found: its record, and each job's look (none where its agent is asked job by job). */
 interface InstanceLook {
@@ -46,8 +53,8 @@ export class RunWatchController extends RunController {
   /** A job no look asked about for three of its intervals has ended or left this server: its feed forgets it. */
   private readonly feeds = new JobChangeFeeds((runIds) => this.lookSoon(runIds), 3 * FOLLOWED_POLL_MS);
 
-  constructor(db: Db, owner: string, logger: Logger, maxLogBytes: number, secrets: SecretBox) {
-    super(db, owner, logger, 'watch', maxLogBytes, secrets);
+  constructor(db: Db, owner: string, logger: Logger, maxLogBytes: number, secrets: SecretBox, leaseMs?: number) {
+    super(db, owner, logger, 'watch', maxLogBytes, secrets, leaseMs);
   }
 
   override async settle(): Promise<void> {

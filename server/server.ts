@@ -15,7 +15,7 @@ import { ControllerManager } from '../controllers/manager.js';
 import { LedgerController } from '../controllers/ledger-controller.js';
 import { NodesController } from '../controllers/nodes-controller.js';
 import { RunController } from '../controllers/run-controller.js';
-import { RunWatchController } from '../controllers/run-watch.js';
+import { RunWatchController, SOLE_SERVER_WATCH_LEASE_MS } from '../controllers/run-watch.js';
 import { ScheduleController } from '../controllers/schedule-controller.js';
 import { Scheduler } from '../controllers/scheduler.js';
 import { ServiceController } from '../controllers/service-controller.js';
@@ -133,7 +133,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const manager = new ControllerManager(db, owner, [
     new Scheduler(db, pool, starter),
     starter,
-    new RunWatchController(db, owner, logger, logLimit, secrets),
+    new RunWatchController(db, owner, logger, logLimit, secrets, db.driver === 'pglite' ? SOLE_SERVER_WATCH_LEASE_MS : undefined),
     new InstanceController(db, owner, logger, pool, timings),
     new FleetController(db, owner, logger, pool),
     new ServiceController(db, owner, logger, secrets),

@@ -60,12 +60,19 @@ export const toRun = (r: Row): RunRecord => ({
 });
 
 /**
+ * The columns of a run that a held run is read again with at each look (controllers/leased.ts, `heldColumns`): those of
+ * WATCHED_RUN_COLUMNS but its spec and requirement, which change only with its generation; reading them at every look
+ * was half of the read's cost.
+ */
+export const WATCHED_RUN_HELD_COLUMNS = `id, project_id, user_id, name, kind, generation, priority, status, status_message,
+  termination_reason, desired, fleet_id, instance_id, blocks, job_id, exit_code, replica, service_id, submitted_at, started_at,
+  finished_at, inactivity_stop_at, attempt, first_submitted_at, gpu_underused_since`;
+
+/**
  * The columns of a run that a look at its running job reads (toRun's, which maps each): all but `files` and `repos`,
  * what its job was started with, which may weigh megabytes and which a look never needs.
  */
-export const WATCHED_RUN_COLUMNS = `id, project_id, user_id, name, kind, spec, requirement, generation, priority, status, status_message,
-  termination_reason, desired, fleet_id, instance_id, blocks, job_id, exit_code, replica, service_id, submitted_at, started_at,
-  finished_at, inactivity_stop_at, attempt, first_submitted_at, gpu_underused_since`;
+export const WATCHED_RUN_COLUMNS = `spec, requirement, ${WATCHED_RUN_HELD_COLUMNS}`;
 
 export const FINISHED = `('terminated', 'failed', 'done')`;
 

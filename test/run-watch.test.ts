@@ -86,6 +86,28 @@ for (const kind of DATABASE_KINDS) {
       await eventually(async () => (await server.db.query(`SELECT lease_owner FROM runs WHERE name = 'held'`))[0]!.lease_owner === null, 5000, 'the lease given back');
     });
 
+    it('reads a held run again without its spec, and whole once its generation moves: a max_duration written with a new generation stops its job', async () => {
+      const long = { spec: { ...ticker('respec').spec, commands: ['for i in $(seq 1 120); do echo "tick $i"; sleep 1; done'] } };
+      expect((await server.api('POST', '/api/projects/main/apply', { items: [long] })).status).to.be.below(300);
+      await eventually(async () => (await run('respec')).status === 'running', 30_000, 'the job running');
+      const heldReads: string[] = [];
+      const query = server.db.query.bind(server.db);
+      server.db.query = (sql, params) => {
+        if (sql.includes('WITH renewed AS')) heldReads.push(sql);
+        return query(sql, params);
+      };
+      try {
+        await eventually(async () => heldReads.length >= 1, 20_000, 'the held run read again');
+        expect(heldReads.filter((sql) => /\bspec\s*,/.test(sql)), 'held reads selecting the spec').to.deep.equal([]);
+        await server.db.query(`UPDATE runs SET spec = jsonb_set(spec, '{max_duration}', '"2s"'), generation = generation + 1 WHERE name = 'respec'`);
+        const [current] = await ended(['respec']);
+        expect(current).to.include({ status: 'terminated', terminationReason: 'max_duration_exceeded' });
+      } finally {
+        server.db.query = query;
+        await server.api('POST', '/api/projects/main/runs/respec/stop', { abort: true });
+      }
+    });
+
     it('reads the instances a pass looks at, and the last stored line of all their runs, in one statement each, and stores every line of each once, in order', async () => {
       expect((await server.api('POST', '/api/projects/main/fleets/apply', PAIRS)).status).to.equal(201);
       await eventually(async () => (await server.api('GET', '/api/projects/main/instances')).body.filter((i: { status: string }) => i.status === 'idle').length === 5, 30_000, 'the fleet\'s instances');
