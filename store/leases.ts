@@ -92,10 +92,14 @@ export async function heldRowsMadeDue(db: Queryable, table: LeasedTable, owner: 
   return rows.map((row) => row.id);
 }
 
-/** Gives back every row `owner` holds, each due now at the latest: a row held between looks is due when its lease runs out. */
-export async function releaseAllLeases(db: Queryable, owner: string): Promise<void> {
+/**
+ * Gives back every row `owner` holds (every row anyone holds, with null), each due now at the latest: a row held between
+ * looks is due when its lease runs out.
+ */
+export async function releaseAllLeases(db: Queryable, owner: string | null): Promise<void> {
   for (const table of ['fleets', 'instances', 'runs', 'gateways'] as const) {
-    await db.query(`UPDATE ${table} SET lease_owner = NULL, lease_expires_at = NULL, next_reconcile_at = least(next_reconcile_at, now()) WHERE lease_owner = $1`, [owner]);
+    await db.query(`UPDATE ${table} SET lease_owner = NULL, lease_expires_at = NULL, next_reconcile_at = least(next_reconcile_at, now())
+      WHERE lease_owner IS NOT NULL AND ($1::text IS NULL OR lease_owner = $1)`, [owner]);
   }
 }
 

@@ -319,10 +319,13 @@ for (const kind of DATABASE_KINDS) {
         child!.kill('SIGKILL');
         await new Promise((r) => child!.once('exit', r));
         // The kill landed while a reconcile of the run held its lease, which would last ten minutes more.
-        const { owner } = JSON.parse(readFileSync(join(dir, CONTROLLER_OWNER_FILE), 'utf8')) as { owner: string };
+        const record = JSON.parse(readFileSync(join(dir, CONTROLLER_OWNER_FILE), 'utf8')) as { owner: string; host: string };
         const db = await openDatabase({ url: databaseUrl, dataDir: join(dir, 'data') });
-        await db.query(`UPDATE runs SET lease_owner = $1, lease_expires_at = now() + interval '10 minutes' WHERE name = 'held'`, [owner]);
+        await db.query(`UPDATE runs SET lease_owner = $1, lease_expires_at = now() + interval '10 minutes' WHERE name = 'held'`, [record.owner]);
         await db.close();
+        // The embedded database's directory is opened by one process at a time: a record naming another host (a
+        // container made anew) holds nothing there either.
+        if (kind === 'pglite') writeFileSync(join(dir, CONTROLLER_OWNER_FILE), JSON.stringify({ ...record, host: 'another-host' }));
         await startServerProcess(port);
         expect((await api('POST', '/api/projects/main/runs/held/stop', {})).status).to.equal(202);
         const run = await eventually(async () => {
