@@ -13,15 +13,14 @@ interface OwnerRecord { owner: string; host: string; pid: number }
 /**
  * Gives back the leases held by the server that last ran from this folder, when it is gone (SIGKILL, a crash, a power
  * cut), so that the rows it was reconciling are looked at again at once instead of after their leases run out (15 s
- * for a run). A server still running from this folder, or one on another host sharing it, keeps its leases. On the
- * embedded database every lease goes back, whoever recorded it: one process at a time opens its directory, so no
- * other server holds any (a container made anew starts under another host name). Then records `owner` as this
- * folder's server for the next start.
+ * for a run). A server still running from this folder, or one on another host sharing it, keeps its leases. A
+ * `soleServer` (the only one its database can have) gives back every lease, whoever recorded it: a container made anew
+ * starts under another host name. Then records `owner` as this folder's server for the next start.
  */
-export async function takeOverPredecessorLeases(db: Db, dir: string, owner: string): Promise<void> {
+export async function takeOverPredecessorLeases(db: Db, dir: string, owner: string, soleServer: boolean): Promise<void> {
   const file = join(dir, CONTROLLER_OWNER_FILE);
   const previous = readRecord(file);
-  if (db.driver === 'pglite') {
+  if (soleServer) {
     await releaseAllLeases(db, null);
   } else if (previous && previous.host === hostname() && (previous.pid === process.pid || !isProcessAlive(previous.pid))) {
     // A pid equal to ours belongs to an earlier process (a restarted container starts at the same pid), not to us.

@@ -110,7 +110,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const app = createApp(context);
   const ssh = new SshRelay(context, app);
   const owner = `server-${randomUUID().slice(0, 8)}`;
-  await takeOverPredecessorLeases(db, dir, owner);
+  // One process at a time opens the embedded database's directory: no other server holds a lease there or waits for one
+  // to run out, so a start takes every lease back and the watch can hold its runs longer.
+  const soleServer = db.driver === 'pglite';
+  await takeOverPredecessorLeases(db, dir, owner, soleServer);
   const gateway = new Gateway({ db, logger, source: owner });
   await gateway.start();
   const api = app.callback();
@@ -133,7 +136,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const manager = new ControllerManager(db, owner, [
     new Scheduler(db, pool, starter),
     starter,
-    new RunWatchController(db, owner, logger, logLimit, secrets, db.driver === 'pglite' ? SOLE_SERVER_WATCH_LEASE_MS : undefined),
+    new RunWatchController(db, owner, logger, logLimit, secrets, soleServer ? SOLE_SERVER_WATCH_LEASE_MS : undefined),
     new InstanceController(db, owner, logger, pool, timings),
     new FleetController(db, owner, logger, pool),
     new ServiceController(db, owner, logger, secrets),
