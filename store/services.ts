@@ -179,11 +179,12 @@ export async function loadRoutingTable(db: Queryable): Promise<ServiceRoute[]> {
      FROM runs r JOIN projects p ON p.id = r.project_id LEFT JOIN runs s ON s.id = r.schedule_id AND NOT s.deleted
      WHERE r.kind = 'service' AND r.service_id IS NULL AND NOT r.deleted AND r.status IN ('submitted', 'provisioning', 'running')`);
   if (services.length === 0) return [];
+  // Every replica in rotation, found by its own index (runs_in_rotation); those of services not listed are left out below.
   const replicas = await db.query(
-    `SELECT r.id, r.service_id, r.replica, r.spec, i.agent_url, i.agent_token FROM runs r JOIN instances i ON i.id = r.instance_id
-     WHERE r.service_id = ANY($1::text[]) AND r.status = 'running' AND r.ready_at IS NOT NULL AND r.draining_since IS NULL
+    `SELECT r.id, r.service_id, r.replica, (r.spec->>'port')::int AS port, i.agent_url, i.agent_token FROM runs r JOIN instances i ON i.id = r.instance_id
+     WHERE r.service_id IS NOT NULL AND r.status = 'running' AND r.ready_at IS NOT NULL AND r.draining_since IS NULL
        AND i.agent_url IS NOT NULL AND i.status = 'busy'
-     ORDER BY r.replica`, [services.map((s) => s.id)]);
+     ORDER BY r.replica`);
   const replicasOf = new Map<string, Row[]>();
   for (const replica of replicas) {
     const listed = replicasOf.get(replica.service_id);
@@ -197,7 +198,7 @@ export async function loadRoutingTable(db: Queryable): Promise<ServiceRoute[]> {
       auth: settings.auth, stripPrefix: settings.stripPrefix, model: settings.model,
       maxBodyBytes: settings.maxBodyBytes, firstByteTimeoutMs: settings.firstByteTimeoutMs, idleTimeoutMs: settings.idleTimeoutMs,
       holdMs: settings.holdMs, gateway: settings.gateway, https: settings.https, rateLimits: settings.rateLimits,
-      replicas: (replicasOf.get(service.id) ?? []).map((r) => ({ id: r.id, replica: r.replica, port: serviceSettings(r.spec as ServiceSpec).port, agentUrl: r.agent_url, agentToken: r.agent_token })),
+      replicas: (replicasOf.get(service.id) ?? []).map((r) => ({ id: r.id, replica: r.replica, port: r.port, agentUrl: r.agent_url, agentToken: r.agent_token })),
       createdAt: Math.floor(new Date(service.submitted_at).getTime() / 1000),
     };
   });
