@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { runCopier } from '../bench/run-copies.js';
 import type { Db, Queryable } from '../store/db.js';
 import { migrate } from '../store/migrations.js';
 import { upsertProject, upsertUser } from '../store/projects.js';
@@ -26,28 +27,24 @@ describe('the routing table read beside thousands of active runs (embedded datab
   after(() => close());
 
   it('publishes only ready replicas in rotation, each with its own spec\'s port, read through runs_in_rotation', async () => {
-    const project = await upsertProject(db, 'main', [{ type: 'local' }]);
+    const copies = await runCopier(db);
+    const project = await upsertProject(db, 'main', [{ type: 'local', runtime: 'process' }]);
     const user = await upsertUser(db, 'owner', 'owner-token-0123456789', 'admin');
-    const requirement = {} as never;
-    const task = await insertRun(db, { projectId: project.id, userId: user.id, name: 'tick', kind: 'task', spec: { type: 'task', commands: ['true'] }, files: [], requirement, priority: 0 });
-    const web = await insertRun(db, { projectId: project.id, userId: user.id, name: 'web', kind: 'service', spec: { type: 'service', port: 8000, commands: ['serve'] }, files: [], requirement, priority: 0 });
+    const web = await insertRun(db, { projectId: project.id, userId: user.id, name: 'web', kind: 'service', spec: { type: 'service', port: 8000, commands: ['serve'] }, files: [], requirement: {} as never, priority: 0 });
+    await db.query(`UPDATE runs SET status = 'running' WHERE id = $1`, [web!.id]);
     await db.exec('SET session_replication_role = replica');
     await db.query(
       `INSERT INTO instances (id, project_id, fleet_id, name, backend, requirement, agent_token, status, agent_url)
-       SELECT 'i' || g, $1, 'f', 'i' || g, 'local', '{}'::jsonb, 't', 'busy', 'http://agent-' || g FROM generate_series(1, 100) g`, [project.id]);
-    const copy = (fields: Record<string, unknown>, count: number, prefix: string, from: string) => db.query(
-      `INSERT INTO runs SELECT (jsonb_populate_record(r, $2::jsonb || jsonb_build_object('id', $3 || i, 'name', $3 || i,
-         'instance_id', 'i' || (1 + i % 100)))).* FROM runs r, generate_series(1, $4) i WHERE r.id = $1`, [from, fields, prefix, count]);
+       SELECT 'i' || g, $1, 'f', 'i' || g, 'local', '{}'::jsonb, 't', 'busy', 'http://agent-' || g FROM generate_series(1, 2) g`, [project.id]);
     const soon = new Date(Date.now() + 1_000);
-    await copy({ status: 'running', next_reconcile_at: soon }, ACTIVE_TASKS, 'task-', task!.id);
+    await copies(ACTIVE_TASKS, 'task-', { status: 'running', instance_id: 'i1', next_reconcile_at: soon });
     const replica = (port: number, fields: Record<string, unknown>) => ({
-      status: 'running', service_id: web!.id, spec: { type: 'service', port, commands: ['serve'] }, next_reconcile_at: soon, ...fields,
+      status: 'running', service_id: web!.id, instance_id: 'i2', spec: { type: 'service', port, commands: ['serve'] }, next_reconcile_at: soon, ...fields,
     });
-    await db.query(`UPDATE runs SET status = 'running' WHERE id = $1`, [web!.id]);
-    await copy(replica(8000, { replica: 0, ready_at: new Date() }), 1, 'ready-', task!.id);
-    await copy(replica(8001, { replica: 1, ready_at: new Date() }), 1, 'next-generation-', task!.id);
-    await copy(replica(8000, { replica: 2 }), 1, 'starting-', task!.id);
-    await copy(replica(8000, { replica: 3, ready_at: new Date(), draining_since: new Date() }), 1, 'draining-', task!.id);
+    await copies(1, 'ready-', replica(8000, { replica: 0, ready_at: new Date() }));
+    await copies(1, 'next-generation-', replica(8001, { replica: 1, ready_at: new Date() }));
+    await copies(1, 'starting-', replica(8000, { replica: 2 }));
+    await copies(1, 'draining-', replica(8000, { replica: 3, ready_at: new Date(), draining_since: new Date() }));
     await db.exec('SET session_replication_role = origin');
     await db.exec('VACUUM runs');
 
