@@ -62,6 +62,16 @@ export function sshHostName(hostname: string, port: number): string {
   return port === DEFAULT_SSH_PORT ? hostname : `${hostname}:${port}`;
 }
 
+/** `host:port`: how a host key is recorded and shown. */
+export function sshAddress(endpoint: Pick<SshEndpoint, 'hostname' | 'port'>): string {
+  return `${endpoint.hostname}:${endpoint.port}`;
+}
+
+/** The addresses whose host keys a fleet keeps: its hosts' and their head nodes'. */
+export function sshFleetAddresses(config: SshConfig): string[] {
+  return sshHosts(config).flatMap((host) => [sshAddress(host), ...(host.proxyJump ? [sshAddress(host.proxyJump)] : [])]);
+}
+
 /** The fleet's hosts as the server connects to them: each host's own settings, else the fleet's, else SSH's defaults. */
 export function sshHosts(config: SshConfig): SshHost[] {
   return config.hosts.map((entry) => {

@@ -1,5 +1,4 @@
-import { sshHosts, type SshConfig, type SshHost } from '../api/ssh-fleet.js';
-import { address } from '../backends/ssh/connection.js';
+import { sshFleetAddresses, sshHosts, type SshConfig } from '../api/ssh-fleet.js';
 import { CHANNELS } from '../store/channels.js';
 import type { Db } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
@@ -13,11 +12,6 @@ import { latestHostInstances, stopRemovedHost } from '../store/ssh-hosts.js';
  * hand): the host waits until the fleet is applied again. A host that was unreachable (a reboot) is tried at once.
  */
 const WAITS_FOR_APPLY = ['provisioning_failed', 'provisioning_timeout', 'terminated_by_backend'];
-
-/** The addresses whose host keys the fleet keeps: its hosts' and their head nodes'. */
-function addresses(hosts: readonly SshHost[]): string[] {
-  return hosts.flatMap((host) => [address(host), ...(host.proxyJump ? [address(host.proxyJump)] : [])]);
-}
 
 /**
  * Keeps one instance on each host of an SSH fleet: a host added gets one (its agent is installed), a host removed
@@ -35,7 +29,8 @@ export async function reconcileSshHosts(db: Db, fleet: FleetRecord, ssh: SshConf
       created = true;
     }
   }
-  await forgetHostKeys(db, fleet.id, addresses(hosts));
+  // Again here, not only at apply: removing a host connects to it to uninstall its agent, which records its key anew.
+  await forgetHostKeys(db, fleet.id, sshFleetAddresses(ssh));
   const failed: string[] = [];
   for (const host of hosts) {
     const last = latest.find((instance) => instance.sshHost!.name === host.name);

@@ -1,11 +1,13 @@
 import type { FleetPlan } from '../api/objects.js';
 import { describeRequirement } from '../api/resources.js';
+import { sshFleetAddresses, type SshConfig } from '../api/ssh-fleet.js';
 import { CHANNELS, runChange } from '../store/channels.js';
 import type { Db, Queryable } from '../store/db.js';
 import { recordEvent } from '../store/events.js';
 import { applyFleet, type FleetDesired, type FleetRecord } from '../store/fleets.js';
 import type { ProjectRecord } from '../store/projects.js';
 import type { RunRecord } from '../store/runs.js';
+import { forgetHostKeys } from '../store/ssh-host-keys.js';
 import { checkServiceGateway, writeGateway, type WrittenGateway } from './gateways.js';
 import { conflict, HttpError } from './http-errors.js';
 import { submitRun } from './submit-run.js';
@@ -23,6 +25,9 @@ export type Written =
 export async function writeFleet(q: Queryable, project: ProjectRecord, desired: FleetDesired): Promise<Written & { kind: 'fleet' }> {
   const { fleet, created, changed, deleting } = await applyFleet(q, project.id, desired);
   if (deleting) throw conflict(`fleet ${fleet.name} is being deleted (${fleet.statusMessage || 'its instances are terminating'}); apply it again once it is gone`);
+  const ssh = desired.spec.ssh_config as SshConfig | undefined;
+  // Within the apply, so that a host removed and added back by two applies is a first contact however soon they come.
+  if (changed && ssh) await forgetHostKeys(q, fleet.id, sshFleetAddresses(ssh));
   if (changed) {
     await recordEvent(q, { projectId: project.id, objectKind: 'fleet', objectId: fleet.id, objectName: fleet.name, reason: created ? 'Created' : 'Updated', message: `generation ${fleet.generation}: nodes ${desired.nodesMin}..${desired.nodesMax ?? ''}, ${describeRequirement(desired.requirement)}` });
   }

@@ -3,7 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import type { Duplex } from 'node:stream';
 import ssh2, { type ClientChannel, type ConnectConfig } from 'ssh2';
-import type { SshEndpoint, SshHost } from '../../api/ssh-fleet.js';
+import { sshAddress, type SshEndpoint, type SshHost } from '../../api/ssh-fleet.js';
 import { BackendError } from '../backend.js';
 
 const { Client } = ssh2;
@@ -39,10 +39,6 @@ function openSshForm(blob: Buffer): string {
   return `${blob.subarray(4, 4 + typeLength).toString()} ${blob.toString('base64')}`;
 }
 
-export function address(endpoint: Pick<SshEndpoint, 'hostname' | 'port'>): string {
-  return `${endpoint.hostname}:${endpoint.port}`;
-}
-
 async function privateKey(identityFile: string): Promise<Buffer> {
   const path = identityFile.replace(/^~(?=$|\/)/, homedir());
   try {
@@ -73,7 +69,7 @@ export class SshConnection {
       jump = await connect(host.proxyJump, keys, undefined, 'head node ');
       const via = jump;
       sock = await new Promise<Duplex>((resolve, reject) => via.forwardOut('127.0.0.1', 0, host.hostname, host.port, (error, stream) => {
-        if (error) reject(new BackendError(`the head node ${address(host.proxyJump!)} could not reach ${address(host)}: ${error.message}`, true));
+        if (error) reject(new BackendError(`the head node ${sshAddress(host.proxyJump!)} could not reach ${sshAddress(host)}: ${error.message}`, true));
         else resolve(stream);
       }));
     }
@@ -135,7 +131,7 @@ export class SshConnection {
 /** Connects and logs in; the host key is checked first, so that no key is offered to an impostor. */
 async function connect(endpoint: SshEndpoint, keys: HostKeyBook, sock: Duplex | undefined, role = ''): Promise<InstanceType<typeof Client>> {
   const key = await privateKey(endpoint.identityFile);
-  const where = address(endpoint);
+  const where = sshAddress(endpoint);
   const recorded = await keys.known(where);
   let shown: string | null = null;
   const client = new Client();
