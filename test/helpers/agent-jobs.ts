@@ -47,13 +47,18 @@ export async function collectLogs(client: AgentClient, jobId: string, timeoutMs 
 export async function waitForLine(client: AgentClient, jobId: string, text: string, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let after = 0;
+  let finished = false;
+  const printed: string[] = [];
   while (Date.now() < deadline) {
     const page = await client.logs(jobId, after, 1000);
     if (page.entries.some((entry) => entry.text === text)) return;
-    if (page.finished) break;
+    printed.push(...page.entries.map((entry) => entry.text));
+    if ((finished = page.finished)) break;
     after = page.next;
   }
-  throw new Error(`job ${jobId} never printed "${text}"`);
+  const job = await client.job(jobId);
+  const state = finished ? `${job.state}, exit code ${job.exitCode}${job.reason ? `, ${job.reason}` : ''}` : `still running after ${timeoutMs} ms`;
+  throw new Error(`job ${jobId} never printed "${text}": ${state}; its last lines: ${JSON.stringify(printed.slice(-10))}`);
 }
 
 export function base64(text: string): string {
