@@ -60,6 +60,8 @@ export interface ServerOptions {
   ledgerIntervalMs?: number;
   /** The built web console to serve at / (default: dist/console of the checkout). */
   consoleDir?: string;
+  /** Told of the database as soon as it is open, before the server uses it: a test watches its statements from the start. */
+  onDatabaseOpen?: (db: Db) => void;
 }
 
 export interface RunningServer {
@@ -95,6 +97,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     if (!(error instanceof DataDirInUseError)) throw error;
     throw new StartupError(`the embedded database in ${error.dataDir} is in use by the server with pid ${error.pid}; stop it, or use --server-dir / ORCHESTRATOR_DATABASE_URL`);
   });
+  options.onDatabaseOpen?.(db);
   for (const project of config.projects) {
     const { id } = await upsertProject(db, project.name, project.backends);
     await applyConfigBudget(db, id, project.budget);

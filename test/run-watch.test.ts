@@ -116,18 +116,22 @@ for (const kind of DATABASE_KINDS) {
       const agents = emulator.simulatedAgents!;
       await eventually(async () => agents.jobs().filter((job) => job.status.state === 'running' && job.submission.runName.startsWith('pair-')).length === names.length, 30_000, 'every job running');
       // A restart gives every lease back: all four instances' runs fall due at once, and then stay due together.
-      await server.restart();
       const lineReads: number[] = [];
       const instanceReads: number[] = [];
-      const query = server.db.query.bind(server.db);
-      server.db.query = (sql, params) => {
-        if (sql.includes('FROM log_totals WHERE run_id = ANY')) lineReads.push((params![0] as string[]).length);
-        if (sql.includes('FROM instances WHERE id = ANY')) instanceReads.push((params![0] as string[]).length);
-        return query(sql, params);
-      };
+      let watching = true;
+      await server.restart({
+        onDatabaseOpen: (db) => {
+          const query = db.query.bind(db);
+          db.query = (sql, params) => {
+            if (watching && sql.includes('FROM log_totals WHERE run_id = ANY')) lineReads.push((params![0] as string[]).length);
+            if (watching && sql.includes('FROM instances WHERE id = ANY')) instanceReads.push((params![0] as string[]).length);
+            return query(sql, params);
+          };
+        },
+      });
       // The restarted server has stored no lines yet, so it reads the last stored line of every run once.
       await eventually(async () => lineReads.reduce((sum, size) => sum + size, 0) >= names.length, 30_000, 'the last stored line of every run read');
-      server.db.query = query;
+      watching = false;
       // Two runs an instance: a read per instance would read two at most.
       expect(Math.max(...lineReads), `runs in each read of their last stored lines: ${lineReads.join(', ')}`).to.be.greaterThan(2);
       expect(Math.max(...instanceReads), `instances in each read of them: ${instanceReads.join(', ')}`).to.be.greaterThan(1);

@@ -13,8 +13,11 @@ export interface TestServer extends RunningServer {
   databaseUrl: string | undefined;
   /** Calls the management API as the admin; returns status and parsed JSON. */
   api(method: string, path: string, body?: unknown, token?: string): Promise<{ status: number; body: any }>;
-  /** Closes the server and starts it again on the same folder and database (a new URL); `api` and `stop` follow it. */
-  restart(): Promise<void>;
+  /**
+   * Closes the server and starts it again on the same folder and database (a new URL), with `options` for this start;
+   * `api` and `stop` follow it.
+   */
+  restart(options?: ServerOptions): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -44,9 +47,9 @@ export async function startTestServer(kind: DatabaseKind, config: string, option
   writeFileSync(join(dir, 'config.yml'), config);
   if (kind === 'pglite') cpSync(await pgliteTemplate(), join(dir, 'data'), { recursive: true });
   const scratch = kind === 'postgres' ? await createScratchDatabase() : null;
-  const start = () => startServer({
+  const start = (restartOptions: ServerOptions = {}) => startServer({
     port: 0, dir, databaseUrl: scratch?.url, adminToken: 'test-admin-token', logLevel: 'error',
-    instanceTimings: FAST_TIMINGS, controllerIntervalMs: 200, ledgerIntervalMs: 1000, ...options,
+    instanceTimings: FAST_TIMINGS, controllerIntervalMs: 200, ledgerIntervalMs: 1000, ...options, ...restartOptions,
   });
   let server = await start();
   // Through `server` as it is now: a restart moves it to another port.
@@ -56,9 +59,9 @@ export async function startTestServer(kind: DatabaseKind, config: string, option
     dir,
     databaseUrl: scratch?.url,
     api,
-    restart: async () => {
+    restart: async (restartOptions) => {
       await server.close();
-      server = await start();
+      server = await start(restartOptions);
       Object.assign(handle, { url: server.url, db: server.db, close: server.close });
     },
     stop: async () => {
