@@ -1,6 +1,7 @@
 import { protocol, types, type messages, type ParserOptions } from '@electric-sql/pglite';
 import type { Row } from './db.js';
 
+const COMMAND_COMPLETE = 0x43;
 const DATA_ROW = 0x44;
 const ERROR_RESPONSE = 0x45;
 const NOTIFICATION_RESPONSE = 0x41;
@@ -15,6 +16,8 @@ export interface Answer {
   rows: Row[];
   error: messages.DatabaseError | null;
   notifications: Notification[];
+  /** The tag of each statement that completed (`INSERT 0 1`, `COMMIT`, or `ROLLBACK` for a COMMIT of a failed transaction). */
+  commands: string[];
 }
 
 /**
@@ -28,16 +31,18 @@ export interface Answer {
 export function readAnswer(answer: Buffer, columns: messages.RowDescriptionMessage | undefined, parsers: ParserOptions): Answer {
   const rows: Row[] = [];
   const notifications: Notification[] = [];
+  const commands: string[] = [];
   let error: messages.DatabaseError | null = null;
   for (let at = 0; at < answer.length && !error;) {
     const code = answer[at]!;
     const end = at + 1 + answer.readInt32BE(at + 1);
     if (code === DATA_ROW && columns) rows.push(readRow(answer, at + 5, columns.fields, parsers));
     else if (code === NOTIFICATION_RESPONSE) notifications.push(readNotification(answer, at + 5));
+    else if (code === COMMAND_COMPLETE) commands.push(answer.toString('utf8', at + 5, end - 1));
     else if (code === ERROR_RESPONSE) error = readError(answer.subarray(at, end));
     at = end;
   }
-  return { rows, error, notifications };
+  return { rows, error, notifications, commands };
 }
 
 function readRow(answer: Buffer, at: number, fields: messages.Field[], parsers: ParserOptions): Row {

@@ -1,6 +1,7 @@
-import { parse, protocol, type messages, type PGlite } from '@electric-sql/pglite';
-import { PLANNED_ONCE, type Row } from './db.js';
-import { readAnswer, type Notification } from './pglite-answer.js';
+import { parse, protocol, type messages, type ParserOptions, type SerializerOptions } from '@electric-sql/pglite';
+import { PLANNED_ONCE, type Queryable, type Row } from './db.js';
+import { readAnswer, type Answer, type Notification } from './pglite-answer.js';
+import type { PgliteThread } from './pglite-thread.js';
 
 /** How many statements the embedded database keeps parsed at once; past it, the least recently run is closed. */
 const KEPT_STATEMENTS = 256;
@@ -42,24 +43,82 @@ export class KeptStatements {
    */
   private planMode: PlanMode | undefined;
   private readonly planModeSetters = new Map<PlanMode, Kept>();
+  /** Statements are sent to the database's thread in turn, a transaction's all in one turn (see `Turns`). */
+  private readonly turns = new Turns();
 
-  /** `notified`: told of each notification that comes with a statement's answer, which PGlite's listeners never see. */
-  constructor(private readonly pg: PGlite, private readonly notified: (notification: Notification) => void) {}
+  /**
+   * `notified`: told of each notification that comes with an answer. `types` convert values to and from text by
+   * their type's oid, as PGlite's own do.
+   */
+  constructor(
+    private readonly thread: PgliteThread,
+    private readonly types: { serializers: SerializerOptions; parsers: ParserOptions },
+    private readonly notified: (notification: Notification) => void,
+  ) {}
 
-  /** Runs one statement; `inTransaction` says it belongs to an open transaction (nothing to sync to disk yet). */
-  async query<T extends Row>(text: string, params: readonly unknown[], inTransaction: boolean): Promise<T[]> {
-    const rows = await this.pg.runExclusive(async () => {
-      try {
-        return await this.run<T>(text, params);
-      } catch (error) {
-        if (!isStale(error)) throw error;
-        this.close(text);
-        if (inTransaction) throw error;
-        return this.run<T>(text, params);
+  /** Runs one statement, sent when no other is being sent: answers come while later statements wait in the thread. */
+  query<T extends Row>(text: string, params: readonly unknown[]): Promise<T[]> {
+    return this.sentInTurn(this.turns, text, params, true);
+  }
+
+  /**
+   * Runs `fn` between `BEGIN` and `COMMIT`, or `ROLLBACK` when it throws; a statement of it after the end is refused.
+   * No other statement is sent meanwhile: on the one session, it would run inside the transaction. A COMMIT that the
+   * database answers with ROLLBACK (a statement of it failed and `fn` went on) throws.
+   */
+  async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
+    const done = await this.turns.take();
+    const own = new Turns();
+    let closed = false;
+    try {
+      await this.simple('BEGIN', false, own);
+      const result = await fn({
+        query: async <R extends Row>(text: string, params: unknown[] = []) => {
+          if (closed) throw new Error('Transaction is closed');
+          return this.sentInTurn<R>(own, text, params, false);
+        },
+      });
+      closed = true;
+      const { commands } = await this.simple('COMMIT', true, own);
+      if (commands.includes('ROLLBACK')) throw new Error('the transaction was rolled back: one of its statements failed');
+      return result;
+    } catch (error) {
+      if (!closed) {
+        closed = true;
+        await this.simple('ROLLBACK', true, own);
       }
-    });
-    if (!inTransaction) await this.pg.syncToFs();
-    return rows;
+      // A setting made in the transaction went with it.
+      this.forgetPlanMode();
+      throw error;
+    } finally {
+      done();
+    }
+  }
+
+  /**
+   * Runs statements without parameters through the simple query protocol (several at once, DDL, `BEGIN`), none of
+   * them kept; the answer's error is thrown, its notifications told.
+   */
+  async simple(text: string, syncToFs: boolean, turns = this.turns): Promise<Answer> {
+    const sent = await turns.take();
+    const answering = this.thread.run(protocol.serialize.query(text), syncToFs);
+    sent();
+    const answer = readAnswer(await answering, undefined, this.types.parsers);
+    for (const notification of answer.notifications) this.notified(notification);
+    if (answer.error) throw answer.error;
+    return answer;
+  }
+
+  /** A statement of a transaction has nothing to sync to disk yet; a stale one there fails the transaction. */
+  private async sentInTurn<T extends Row>(turns: Turns, text: string, params: readonly unknown[], alone: boolean): Promise<T[]> {
+    try {
+      return await this.run<T>(turns, text, params, alone);
+    } catch (error) {
+      if (!isStale(error)) throw error;
+      this.close(text);
+      if (!alone) throw error;
+      return this.run<T>(turns, text, params, alone);
+    }
   }
 
   /** Forgets every kept statement: for after statements that may change the schema. */
@@ -80,31 +139,19 @@ export class KeptStatements {
     this.toClose.push(statement.name);
   }
 
-  private async run<T extends Row>(text: string, params: readonly unknown[]): Promise<T[]> {
+  private async run<T extends Row>(turns: Turns, text: string, params: readonly unknown[], syncToFs: boolean): Promise<T[]> {
     const keep = KEPT_KINDS.test(text);
-    const statement = (keep && this.kept.get(text)) || await this.prepare(text, keep ? `kept_${this.named++}` : '');
-    if (keep) {
-      this.kept.delete(text);
-      this.kept.set(text, statement);
-    }
-    const values = params.map((value, i) => {
-      if (value === null || value === undefined) return null;
-      const serialize = this.pg.serializers[statement.parameterTypes[i]];
-      return serialize ? serialize(value) : String(value);
-    });
-    const { serialize } = protocol;
-    const planMode: PlanMode = text.endsWith(PLANNED_ONCE) ? 'force_generic_plan' : 'force_custom_plan';
-    const setPlanMode = planMode === this.planMode ? [] : [serialize.bind({ statement: (await this.planModeSetter(planMode)).name }), serialize.execute({})];
-    const chunks: Buffer[] = [];
+    const sent = await turns.take();
+    let statement: Kept;
+    let answering: Promise<Buffer>;
     try {
-      this.planMode = planMode;
-      await this.pg.execProtocolRawStream(Buffer.concat([
-        ...setPlanMode,
-        serialize.bind({ statement: statement.name, values }),
-        serialize.execute({}),
-        serialize.sync(),
-      ]), { syncToFs: false, onRawData: (data) => chunks.push(Buffer.from(data)) });
-      const { rows, error, notifications } = readAnswer(Buffer.concat(chunks), statement.columns, this.pg.parsers);
+      statement = (keep && this.kept.get(text)) || await this.prepare(text, keep ? `kept_${this.named++}` : '');
+      ({ answering } = await this.send(text, statement, params, syncToFs));
+    } finally {
+      sent();
+    }
+    try {
+      const { rows, error, notifications } = readAnswer(await answering, statement.columns, this.types.parsers);
       for (const notification of notifications) this.notified(notification);
       if (error) throw error;
       return rows as T[];
@@ -115,6 +162,30 @@ export class KeptStatements {
     } finally {
       if (!keep) this.forget();
     }
+  }
+
+  /** Binds and executes a parsed statement, with the plan mode it is run in set first where that changes. */
+  private async send(text: string, statement: Kept, params: readonly unknown[], syncToFs: boolean): Promise<{ answering: Promise<Buffer> }> {
+    if (statement.name) {
+      this.kept.delete(text);
+      this.kept.set(text, statement);
+    }
+    const values = params.map((value, i) => {
+      if (value === null || value === undefined) return null;
+      const serialize = this.types.serializers[statement.parameterTypes[i]!];
+      return serialize ? serialize(value) : String(value);
+    });
+    const { serialize } = protocol;
+    const planMode: PlanMode = text.endsWith(PLANNED_ONCE) ? 'force_generic_plan' : 'force_custom_plan';
+    const setPlanMode = planMode === this.planMode ? [] : [serialize.bind({ statement: (await this.planModeSetter(planMode)).name }), serialize.execute({})];
+    this.planMode = planMode;
+    const answering = this.thread.run(Buffer.concat([
+      ...setPlanMode,
+      serialize.bind({ statement: statement.name, values }),
+      serialize.execute({}),
+      serialize.sync(),
+    ]), syncToFs);
+    return { answering };
   }
 
   /** The statement that sets the session's `plan_cache_mode`, parsed once; the database runs it just before a statement bound. */
@@ -132,12 +203,35 @@ export class KeptStatements {
     if (name && this.kept.size >= KEPT_STATEMENTS) this.close(this.kept.keys().next().value!);
     const messages = this.toClose.splice(0).map((closing) => serialize.close({ type: 'S', name: closing }));
     messages.push(serialize.parse({ name, text }), serialize.describe({ type: 'S', name }), serialize.sync());
-    const described = await this.pg.execProtocolStream(Buffer.concat(messages), { syncToFs: false });
+    const described: messages.BackendMessage[] = [];
+    new protocol.Parser().parse(await this.thread.run(Buffer.concat(messages), false), (message) => described.push(message));
+    const error = described.find((message): message is messages.DatabaseError => message.name === 'error');
+    if (error) throw error;
     return {
       name,
       parameterTypes: parse.parseDescribeStatementResults(described),
       columns: described.find((message): message is messages.RowDescriptionMessage => message.name === 'rowDescription'),
     };
+  }
+}
+
+/**
+ * Who sends next. The thread runs what it is sent in order, so a statement sent while another's answer is awaited
+ * waits there rather than here; but a statement's own messages (parse, then bind) must follow one another, and
+ * nothing may come between a transaction's.
+ */
+class Turns {
+  private last: Promise<void> = Promise.resolve();
+
+  /** Waits for the turn; the function returned ends it. */
+  async take(): Promise<() => void> {
+    const previous = this.last;
+    let end!: () => void;
+    this.last = new Promise((resolve) => {
+      end = resolve;
+    });
+    await previous;
+    return end;
   }
 }
 

@@ -1,11 +1,12 @@
-import { PGlite, type Transaction } from '@electric-sql/pglite';
+import { types, type ParserOptions, type SerializerOptions } from '@electric-sql/pglite';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, renameSync, rmdirSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { nodeCommandFor } from '../agent/launch.js';
 import { lockDataDir } from './data-dir-lock.js';
-import type { Db, Queryable, Row } from './db.js';
+import type { Db } from './db.js';
 import { KeptStatements } from './pglite-statements.js';
+import { PgliteThread } from './pglite-thread.js';
 import { PriorityGate } from './query-priority.js';
 
 /**
@@ -17,6 +18,9 @@ import { PriorityGate } from './query-priority.js';
  * (store/db.ts) switch the session to generic plans while they run.
  */
 const STARTUP_SETTINGS = ['shared_buffers=16MB', 'plan_cache_mode=force_custom_plan'];
+
+/** How many statements (or transactions) may be sent to the database's thread before their answers are read. */
+const SENT_AHEAD = 4;
 
 /** A `VACUUM` of one table and nothing else: it changes neither the schema nor the session's settings, so kept statements stay. */
 const MAINTENANCE = /^\s*VACUUM\s+[\w."]+\s*$/i;
@@ -37,33 +41,29 @@ export class DataDirWithoutDatabaseError extends Error {
 export async function openPglite(dataDir?: string, settings = STARTUP_SETTINGS): Promise<Db> {
   if (dataDir) mkdirSync(dirname(dataDir), { recursive: true });
   const unlock = dataDir ? lockDataDir(dataDir) : () => undefined;
-  const pg = await (async () => {
+  const thread = await (async () => {
     if (dataDir && !existsSync(join(dataDir, 'PG_VERSION'))) await initialiseApart(dataDir);
-    return PGlite.create(dataDir, { startParams: [...PGlite.defaultStartParams, ...settings.flatMap((s) => ['-c', s])] });
+    return PgliteThread.start({ dataDir, settings });
   })().catch((error: unknown) => {
     unlock();
     throw error;
   });
-  // A notification that comes with a kept statement's answer is dispatched here; one that comes with PGlite's own
-  // statements (a transaction's COMMIT, `exec`) by PGlite, to the same listeners.
+  // Every notification comes with the answer to some statement, and is dispatched from there.
   const listeners = new Map<string, Set<(payload: string) => void>>();
-  const statements = new KeptStatements(pg, ({ channel, payload }) => {
+  const typeMaps = { serializers: { ...types.serializers }, parsers: { ...types.parsers } };
+  const statements = new KeptStatements(thread, typeMaps, ({ channel, payload }) => {
     for (const onNotify of listeners.get(channel) ?? []) queueMicrotask(() => onNotify(payload));
   });
-  const inTransaction = (tx: Transaction): Queryable => ({
-    query: async <T extends Row>(text: string, params: unknown[] = []) => {
-      if (tx.closed) throw new Error('Transaction is closed');
-      return statements.query<T>(text, params, true);
-    },
-  });
-  // PGlite runs one statement at a time in arrival order; the gate picks which goes next instead.
-  const gate = new PriorityGate();
+  await addArrayTypes(statements, typeMaps);
+  // The database's thread runs statements in the order they are sent. A few are sent ahead, so that it has the next
+  // while this thread reads an answer; the gate picks which (requests' first) and keeps a place for a request.
+  const gate = new PriorityGate(SENT_AHEAD, SENT_AHEAD - 1);
   return {
     driver: 'pglite',
-    query: (text, params = []) => gate.run(() => statements.query(text, params, false)),
+    query: (text, params = []) => gate.run(() => statements.query(text, params)),
     exec: (text) => gate.run(async () => {
       try {
-        await pg.exec(text);
+        await statements.simple(text, true);
       } finally {
         if (!MAINTENANCE.test(text)) {
           statements.forget();
@@ -71,25 +71,43 @@ export async function openPglite(dataDir?: string, settings = STARTUP_SETTINGS):
         }
       }
     }),
-    transaction: (fn) => gate.run(() => pg.transaction((tx) => fn(inTransaction(tx))).catch((error: unknown) => {
-      statements.forgetPlanMode();
-      throw error;
-    })),
+    transaction: (fn) => gate.run(() => statements.transaction(fn)),
     listen: async (channel, onNotify) => {
-      const unlisten = await pg.listen(channel, onNotify);
-      if (!listeners.has(channel)) listeners.set(channel, new Set());
-      listeners.get(channel)!.add(onNotify);
+      let listening = listeners.get(channel);
+      if (!listening) {
+        listening = new Set();
+        listeners.set(channel, listening);
+        await gate.run(() => statements.simple(`LISTEN ${quoted(channel)}`, true));
+      }
+      listening.add(onNotify);
       return async () => {
-        listeners.get(channel)?.delete(onNotify);
-        await unlisten();
+        listening.delete(onNotify);
+        if (listening.size > 0 || listeners.get(channel) !== listening) return;
+        listeners.delete(channel);
+        await gate.run(() => statements.simple(`UNLISTEN ${quoted(channel)}`, true));
       };
     },
-    notify: (channel, payload = '') => gate.run(async () => { await statements.query('SELECT pg_notify($1, $2)', [channel, payload], false); }),
+    notify: (channel, payload = '') => gate.run(async () => { await statements.query('SELECT pg_notify($1, $2)', [channel, payload]); }),
     close: async () => {
-      await pg.close();
+      await thread.close();
       unlock();
     },
   };
+}
+
+/** Array types' serializers and parsers by oid, made from their element types' as PGlite makes its own. */
+async function addArrayTypes(statements: KeptStatements, typeMaps: { serializers: SerializerOptions; parsers: ParserOptions }): Promise<void> {
+  const arrays = await statements.query<{ oid: number; typarray: number }>(
+    `SELECT b.oid, b.typarray FROM pg_catalog.pg_type a LEFT JOIN pg_catalog.pg_type b ON b.oid = a.typelem
+     WHERE a.typcategory = 'A' GROUP BY b.oid, b.typarray ORDER BY b.oid`, []);
+  for (const { oid, typarray } of arrays) {
+    typeMaps.serializers[typarray] = (value) => types.arraySerializer(value, typeMaps.serializers[oid], typarray);
+    typeMaps.parsers[typarray] = (value) => types.arrayParser(value, typeMaps.parsers[oid], typarray);
+  }
+}
+
+function quoted(identifier: string): string {
+  return `"${identifier.replaceAll('"', '""')}"`;
 }
 
 /**

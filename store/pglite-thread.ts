@@ -1,0 +1,121 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { Worker } from 'node:worker_threads';
+
+export interface ThreadStart {
+  dataDir: string | undefined;
+  settings: string[];
+}
+
+/** What the worker is started with: PGlite's WebAssembly, compiled once in this process for every thread. */
+export interface ThreadData extends ThreadStart {
+  pgliteWasmModule: WebAssembly.Module;
+  initdbWasmModule: WebAssembly.Module;
+}
+
+export type ThreadRequest = { id: number; close?: false; message: Uint8Array; syncToFs: boolean } | { id: number; close: true };
+
+/** `id` 0 answers the start. */
+export type ThreadReply = { id: number; answer: Uint8Array | null } | { id: number; error: string };
+
+/**
+ * The embedded database, run in a thread of its own (store/pglite-worker.ts). PGlite executes each statement
+ * synchronously in the thread that holds it; held in the server's thread, the server's work and the database's took
+ * turns on one core. Here the server's thread only sends the protocol's bytes and reads the answer's.
+ */
+export class PgliteThread {
+  private readonly pending = new Map<number, { resolve: (answer: Buffer) => void; reject: (error: Error) => void }>();
+  private nextId = 1;
+
+  private constructor(private readonly worker: Worker) {
+    worker.on('message', (reply: ThreadReply) => this.settle(reply));
+    worker.on('error', (error) => this.failAll(error));
+    worker.on('exit', (code) => this.failAll(new Error(`the embedded database's thread ended (exit ${code})`)));
+  }
+
+  /** Starts the thread and waits until PGlite has opened `dataDir` (memory when undefined). */
+  static async start(start: ThreadStart): Promise<PgliteThread> {
+    const worker = new Worker(workerScript(), { workerData: { ...start, ...await compiledModules() } satisfies ThreadData, eval: true });
+    const thread = new PgliteThread(worker);
+    try {
+      await new Promise<Buffer>((resolve, reject) => thread.waitFor(0, resolve, reject));
+    } catch (error) {
+      await worker.terminate();
+      throw error;
+    }
+    return thread;
+  }
+
+  /** Runs protocol messages and answers with the bytes the database wrote; `syncToFs` when they ended a transaction. */
+  run(message: Uint8Array, syncToFs: boolean): Promise<Buffer> {
+    return this.send({ id: this.nextId++, message, syncToFs });
+  }
+
+  async close(): Promise<void> {
+    await this.send({ id: this.nextId++, close: true });
+    await this.worker.terminate();
+  }
+
+  private send(request: ThreadRequest): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      this.waitFor(request.id, resolve, reject);
+      this.worker.postMessage(request);
+    });
+  }
+
+  /** The thread keeps the process alive only while an answer is awaited, as a socket with a query in flight would. */
+  private waitFor(id: number, resolve: (answer: Buffer) => void, reject: (error: Error) => void): void {
+    if (this.pending.size === 0) this.worker.ref();
+    this.pending.set(id, { resolve, reject });
+  }
+
+  private settle(reply: ThreadReply): void {
+    const waiter = this.pending.get(reply.id);
+    if (!waiter) return;
+    this.pending.delete(reply.id);
+    if (this.pending.size === 0) this.worker.unref();
+    if ('error' in reply) waiter.reject(new Error(reply.error));
+    else waiter.resolve(reply.answer ? Buffer.from(reply.answer.buffer, reply.answer.byteOffset, reply.answer.byteLength) : Buffer.alloc(0));
+  }
+
+  private failAll(error: Error): void {
+    for (const waiter of this.pending.values()) waiter.reject(error);
+    this.pending.clear();
+    this.worker.unref();
+  }
+}
+
+const packages = createRequire(import.meta.url);
+
+let compiled: Promise<Pick<ThreadData, 'pgliteWasmModule' | 'initdbWasmModule'>> | undefined;
+
+/** PGlite's two WebAssembly modules (the database, and initdb for a new one), compiled at the first start. */
+function compiledModules(): Promise<Pick<ThreadData, 'pgliteWasmModule' | 'initdbWasmModule'>> {
+  compiled ??= (async () => {
+    const [pgliteWasmModule, initdbWasmModule] = await Promise.all(['pglite.wasm', 'initdb.wasm'].map(async (name) =>
+      WebAssembly.compile(await readFile(join(dirname(packages.resolve('@electric-sql/pglite')), name)))));
+    return { pgliteWasmModule: pgliteWasmModule!, initdbWasmModule: initdbWasmModule! };
+  })();
+  return compiled;
+}
+
+/**
+ * The worker's code: an import of its built module when there is one, else of its source with tsx's loader
+ * registered in the thread first (a worker does not take this process's).
+ */
+function workerScript(): string {
+  const built = new URL('./pglite-worker.js', import.meta.url);
+  if (existsSync(fileURLToPath(built))) return `import(${JSON.stringify(built.href)})`;
+  const source = new URL('./pglite-worker.ts', import.meta.url).href;
+  return `import(${JSON.stringify(tsxApi())}).then((api) => { api.register(); return import(${JSON.stringify(source)}); })`;
+}
+
+/** tsx's API as an ES module; read from its package's exports, as this module may itself have been loaded as CommonJS. */
+function tsxApi(): string {
+  const manifest = packages.resolve('tsx/package.json');
+  const { exports } = JSON.parse(readFileSync(manifest, 'utf8')) as { exports: Record<string, { import: { default: string } }> };
+  return pathToFileURL(join(dirname(manifest), exports['./esm/api']!.import.default)).href;
+}
