@@ -29,11 +29,13 @@ export type ThreadReply = { id: number; answer: Uint8Array | null } | { id: numb
 export class PgliteThread {
   private readonly pending = new Map<number, { resolve: (answer: Buffer) => void; reject: (error: Error) => void }>();
   private nextId = 1;
+  /** Why the thread is gone: every statement after that fails with it at once, none waits for an answer that cannot come. */
+  private ended: Error | undefined;
 
   private constructor(private readonly worker: Worker) {
     worker.on('message', (reply: ThreadReply) => this.settle(reply));
-    worker.on('error', (error) => this.failAll(error));
-    worker.on('exit', (code) => this.failAll(new Error(`the embedded database's thread ended (exit ${code})`)));
+    worker.on('error', (error) => this.end(new Error(`the embedded database's thread failed: ${error.message}; restart the server`)));
+    worker.on('exit', (code) => this.end(new Error(`the embedded database's thread ended (exit ${code}); restart the server`)));
   }
 
   /** Starts the thread and waits until PGlite has opened `dataDir` (memory when undefined). */
@@ -54,13 +56,16 @@ export class PgliteThread {
     return this.send({ id: this.nextId++, message, syncToFs });
   }
 
+  /** Closes the database and ends the thread; a thread already gone has nothing left to close. */
   async close(): Promise<void> {
-    await this.send({ id: this.nextId++, close: true });
+    if (!this.ended) await this.send({ id: this.nextId++, close: true });
+    this.ended ??= new Error('the embedded database is closed');
     await this.worker.terminate();
   }
 
   private send(request: ThreadRequest): Promise<Buffer> {
     return new Promise((resolve, reject) => {
+      if (this.ended) return reject(this.ended);
       this.waitFor(request.id, resolve, reject);
       this.worker.postMessage(request);
     });
@@ -81,7 +86,8 @@ export class PgliteThread {
     else waiter.resolve(reply.answer ? Buffer.from(reply.answer.buffer, reply.answer.byteOffset, reply.answer.byteLength) : Buffer.alloc(0));
   }
 
-  private failAll(error: Error): void {
+  private end(error: Error): void {
+    this.ended ??= error;
     for (const waiter of this.pending.values()) waiter.reject(error);
     this.pending.clear();
     this.worker.unref();
