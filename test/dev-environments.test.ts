@@ -5,6 +5,7 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import type { Run } from '../api/objects.js';
+import { FOLLOWED_POLL_MS } from '../controllers/run-controller.js';
 import { endCliSuite, makeHome, runCli, show, startCli, startLocalCliSuite } from './helpers/cli.js';
 import { freePort } from './helpers/ports.js';
 import { processesWith } from './helpers/processes.js';
@@ -177,7 +178,8 @@ describe('dev environments through the CLI (pglite)', function () {
     await new Promise((done) => setTimeout(done, firstStopAt + 2000 - Date.now()));
     expect((await view('idle')).status, 'stopped while a connection was open').to.equal('running');
     expect((await held.done).code).to.equal(0);
-    const stopAt = await eventually(async () => (await view('idle')).inactivityStopAt, 5000, 'a stop time once the connection closed');
+    // The server sees the connection closed at its next look at the job, FOLLOWED_POLL_MS at the latest.
+    const stopAt = await eventually(async () => (await view('idle')).inactivityStopAt, FOLLOWED_POLL_MS + 5000, 'a stop time once the connection closed');
     expect(Date.parse(stopAt) - Date.now()).to.be.within(0, inactivityMs);
     const listed = await cli(['ps']);
     expect(listed.stdout).to.match(/^idle +dev-environment +running \(idle, stops in \d+s\)/m);
