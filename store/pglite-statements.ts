@@ -1,6 +1,7 @@
 import { parse, protocol, type messages, type ParserOptions, type SerializerOptions } from '@electric-sql/pglite';
 import { PLANNED_ONCE, type Queryable, type Row } from './db.js';
 import { readAnswer, type Answer, type Notification } from './pglite-answer.js';
+import { bindMessage, EXECUTE, SYNC } from './pglite-bind.js';
 import type { PgliteThread } from './pglite-thread.js';
 
 /** How many statements the embedded database keeps parsed at once; past it, the least recently run is closed. */
@@ -175,16 +176,10 @@ export class KeptStatements {
       const serialize = this.types.serializers[statement.parameterTypes[i]!];
       return serialize ? serialize(value) : String(value);
     });
-    const { serialize } = protocol;
     const planMode: PlanMode = text.endsWith(PLANNED_ONCE) ? 'force_generic_plan' : 'force_custom_plan';
-    const setPlanMode = planMode === this.planMode ? [] : [serialize.bind({ statement: (await this.planModeSetter(planMode)).name }), serialize.execute({})];
+    const setPlanMode = planMode === this.planMode ? [] : [bindMessage((await this.planModeSetter(planMode)).name, []), EXECUTE];
     this.planMode = planMode;
-    const answering = this.thread.run(Buffer.concat([
-      ...setPlanMode,
-      serialize.bind({ statement: statement.name, values }),
-      serialize.execute({}),
-      serialize.sync(),
-    ]), syncToFs);
+    const answering = this.thread.run(Buffer.concat([...setPlanMode, bindMessage(statement.name, values), EXECUTE, SYNC]), syncToFs);
     return { answering };
   }
 

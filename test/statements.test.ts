@@ -34,6 +34,15 @@ for (const kind of DATABASE_KINDS) {
       expect(evens.map((row) => row.id)).to.deep.equal(['item-2', 'item-4']);
     });
 
+    it('carries text parameters of every width as they are: accents, CJK, characters outside the BMP, quotes, tabs and newlines, empty strings, NULL and a megabyte', async () => {
+      const texts = ['plain', 'café ñ', '日本語のログ', 'emoji 🚀 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢', `quote's "double" \\ back`, 'tab\tnew\nline\r', '', 'x'.repeat(1 << 20) + 'é'];
+      for (const text of texts) {
+        const [row] = await db.query<{ echoed: string; bytes: number; other: string | null }>('SELECT $1::text AS echoed, octet_length($1::text) AS bytes, $2::text AS other', [text, null]);
+        expect(row!.echoed === text, `${text.slice(0, 40)} (${text.length} characters) came back as it was`).to.equal(true);
+        expect(row).to.include({ bytes: Buffer.byteLength(text), other: null });
+      }
+    });
+
     it('fails a statement with the database\'s error and goes on: alone, and in a transaction that is then rolled back', async () => {
       const insert = 'INSERT INTO items (id, spec, tags) VALUES ($1, $2, $3)';
       const failure = await db.query(insert, ['item-1', {}, []]).catch((error: unknown) => error);
