@@ -1,5 +1,5 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import { createServer as createListener, type AddressInfo, type Socket } from 'node:net';
 import Router from '@koa/router';
 import Koa from 'koa';
 import { createLogger } from 'winston';
@@ -42,6 +42,8 @@ interface Simulated {
   /** Woken whenever one of its jobs changes state or is removed. */
   stateChanges: Waiters;
   authorized: (credential: string | undefined) => boolean;
+  /** Settles once its port is closed and every connection it accepted has ended. */
+  closed: Promise<unknown>;
   /** Ends the agent's process as `how` says. */
   exit: (how: string) => void;
   /** Settles once it has ended. */
@@ -52,8 +54,10 @@ export const DEFAULT_SIMULATED_TIMINGS: SimulatedTimings = { startMs: 50, stopMs
 export const DEFAULT_SIMULATED_LOG_LINES = 1000;
 
 /**
- * The agents of many emulated instances, simulated in this process: one HTTP server answers each instance's agent
- * API under `/instances/<id>`, so that an instance's `agent_url` is an ordinary base URL for the agent's client.
+ * The agents of many emulated instances, simulated in this process: each listens on a port of its own, as real agents
+ * do (a server's HTTP client then keeps a pool of connections per agent, as it does with real ones, not one pool for
+ * them all), and one HTTP server answers them all, each instance's agent API under `/instances/<id>`, so that an
+ * instance's `agent_url` is an ordinary base URL for the agent's client.
  * Jobs are played by timers (simulated-job.ts), not run; port forwards answer for a running job's declared ports.
  */
 export class SimulatedAgents {
@@ -67,31 +71,37 @@ export class SimulatedAgents {
   requests = 0;
   private readonly agents = new Map<string, Simulated>();
   private readonly hostKey = publicHostKey();
+  /** The server answers the connections that the agents' listeners accept: those still open, ended at close. */
+  private readonly server: Server = createServer();
+  private readonly connections = new Set<Socket>();
 
-  private constructor(private readonly options: SimulatedAgentsOptions, private readonly server: Server, private readonly baseUrl: string) {}
+  private constructor(private readonly options: SimulatedAgentsOptions) {}
 
   static async start(options: SimulatedAgentsOptions): Promise<SimulatedAgents> {
-    const server = createServer();
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(0, options.host, () => resolve());
-    });
-    const { port } = server.address() as AddressInfo;
-    const host = options.host.includes(':') ? `[${options.host}]` : options.host;
-    const agents = new SimulatedAgents(options, server, `http://${host}:${port}`);
+    const agents = new SimulatedAgents(options);
     agents.serve();
     return agents;
   }
 
   /** Boots the agent of an instance: from now its API answers at the returned URL. */
-  launch(machine: SimulatedMachine): { agent: AgentProcess; url: string } {
+  async launch(machine: SimulatedMachine): Promise<{ agent: AgentProcess; url: string }> {
+    const listener = createListener((socket) => {
+      this.connections.add(socket);
+      socket.once('close', () => this.connections.delete(socket));
+      this.server.emit('connection', socket);
+    });
+    await new Promise<void>((resolve, reject) => {
+      listener.once('error', reject);
+      listener.listen(0, this.options.host, () => resolve());
+    });
     let exit: (how: string) => void = () => {};
     const exited = new Promise<string>((resolve) => { exit = resolve; });
     const simulated: Simulated = {
-      machine, jobs: new Map(), stateChanges: new Waiters(), authorized: bearerCheck(machine.token), exited,
+      machine, jobs: new Map(), stateChanges: new Waiters(), authorized: bearerCheck(machine.token), exited, closed: new Promise((resolve) => listener.once('close', resolve)),
       exit: (how) => {
         if (this.agents.get(machine.instanceId) !== simulated) return;
         this.agents.delete(machine.instanceId);
+        listener.close();
         for (const job of simulated.jobs.values()) job.dispose();
         exit(how);
       },
@@ -106,7 +116,9 @@ export class SimulatedAgents {
       // The agent kills its process jobs as it stops, as the real one does on SIGTERM.
       stop: async () => simulated.exit('code 0'),
     };
-    return { agent, url: `${this.baseUrl}/instances/${machine.instanceId}` };
+    const { port } = listener.address() as AddressInfo;
+    const host = this.options.host.includes(':') ? `[${this.options.host}]` : this.options.host;
+    return { agent, url: `http://${host}:${port}/instances/${machine.instanceId}` };
   }
 
   /** Every job of every agent still up. */
@@ -115,11 +127,10 @@ export class SimulatedAgents {
   }
 
   async close(): Promise<void> {
-    for (const agent of [...this.agents.values()]) agent.exit('code 0');
-    await new Promise<void>((resolve) => {
-      this.server.close(() => resolve());
-      this.server.closeAllConnections();
-    });
+    const agents = [...this.agents.values()];
+    for (const agent of agents) agent.exit('code 0');
+    for (const socket of this.connections) socket.destroy();
+    await Promise.all(agents.map((agent) => agent.closed));
   }
 
   private serve(): void {
