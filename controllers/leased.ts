@@ -196,7 +196,7 @@ export abstract class LeasedController<T> implements Controller {
     for (const id of ids) if (!read.has(id)) this.leasedUntil.delete(id);
     const before = new Map(taken.map((held) => [held.row.id as string, held.row]));
     // The claimed row takes the columns read again in place: a copy of each row (spread, with `still_held` left out) was
-    // a twentieth of the server's thread at 10 000 runs (bench/README.md, "Held rows read again without a copy").
+    // a twentieth of the server's thread at 10 000 runs (bench/README.md, "Where the server's thread goes at 10 000 runs").
     const whole: Row[] = [];
     for (const row of rows) {
       if (!row.still_held) continue;

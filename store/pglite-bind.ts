@@ -9,7 +9,7 @@ export const SYNC = Buffer.from([0x53, 0, 0, 0, 4]);
  * NULL), and every column answered in text. Written here, each value's length measured and its bytes written by
  * Node's native UTF-8 code: PGlite's serializer counts the UTF-8 length of a value in JavaScript, character by
  * character, twice, which for a page of log lines was the largest part of sending a statement (bench/README.md,
- * "Statements bound without PGlite's serializer").
+ * "Where the server's thread goes at 10 000 runs").
  */
 export function bindMessage(statement: string, values: ReadonlyArray<string | null>): Buffer {
   const lengths = values.map((value) => (value === null ? -1 : Buffer.byteLength(value)));
