@@ -148,6 +148,9 @@ export class AgentClient {
     let status: number;
     let headers: IncomingHttpHeaders;
     let text: string;
+    // Cleared once answered: AbortSignal.timeout's timer fires later all the same and makes an exception each time.
+    const timeout = new AbortController();
+    const timer = setTimeout(() => timeout.abort(new DOMException(`no answer within ${timeoutMs} ms`, 'TimeoutError')), timeoutMs);
     try {
       const response = await httpRequest(`${this.baseUrl}${path}`, {
         method,
@@ -156,7 +159,7 @@ export class AgentClient {
           ...(body === undefined ? {} : { 'content-type': 'application/json' }),
         },
         body: body === undefined ? undefined : JSON.stringify(body),
-        signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]) : AbortSignal.timeout(timeoutMs),
+        signal: signal ? AbortSignal.any([signal, timeout.signal]) : timeout.signal,
       });
       ({ statusCode: status, headers } = response);
       text = await response.body.text();
@@ -164,6 +167,8 @@ export class AgentClient {
       const cause = error as Error & { cause?: { message?: string } };
       const reason = cause.name === 'TimeoutError' ? `no answer within ${timeoutMs} ms` : cause.cause?.message ?? cause.message;
       throw new AgentUnreachableError(`agent unreachable (${where}): ${reason}`, { cause: error });
+    } finally {
+      clearTimeout(timer);
     }
     if (status < 200 || status > 299) {
       const failure = parseJson(text) as { error?: { code?: string; message?: string; details?: unknown } } | undefined;

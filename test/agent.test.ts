@@ -3,6 +3,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { request } from 'undici';
+import { AGENT_KEEP_ALIVE_TIMEOUT_MS } from '../api/agent.js';
 import { AgentClient, AgentError, AgentUnreachableError } from '../agent/client.js';
 import { startAgent, type RunningAgent } from '../agent/server.js';
 import { base64, collectLogs, randomToken, submission, waitForLine, waitForState } from './helpers/agent-jobs.js';
@@ -62,6 +64,14 @@ describe('agent (process runtime)', function () {
     expect(health.gpu).to.deep.equal({ name: 'A10G', memoryMib: 24 * 1024, count: 2 });
     expect(health.version).to.match(/^\d+\.\d+\.\d+/);
     expect(health.jobs).to.include(job.jobId);
+  });
+
+  it('holds an idle connection a minute, so that the server\'s calls seconds apart reuse it instead of reconnecting', async () => {
+    const answer = await request(`${agent.url}/api/health`, { headers: { authorization: `Bearer ${token}` } });
+    await answer.body.dump();
+    expect(answer.statusCode).to.equal(200);
+    // What undici keeps an idle connection by (less a margin); with Node's default of 5 s it reconnected at each look.
+    expect(answer.headers['keep-alive']).to.equal(`timeout=${AGENT_KEEP_ALIVE_TIMEOUT_MS / 1000}`);
   });
 
   it('falls back to the process runtime when no engine answers, and refuses docker then', async () => {

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import { connect } from 'node:net';
+import { AGENT_KEEP_ALIVE_TIMEOUT_MS } from '../api/agent.js';
 import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
 import type { GpucloudInstance } from '../backends/gpucloud/api.js';
 import { DEFAULT_SIMULATED_TIMINGS, SimulatedAgents } from '../backends/gpucloud/simulated-agents.js';
@@ -98,13 +99,16 @@ for (const kind of DATABASE_KINDS) {
 }
 
 describe('simulated agents', () => {
-  it('each listen on a port of their own, as real agents do, and one that stopped refuses connections', async () => {
+  it('each listen on a port of their own and hold idle connections as long, as real agents do, and one that stopped refuses connections', async () => {
     const agents = await SimulatedAgents.start({ host: '127.0.0.1', timings: DEFAULT_SIMULATED_TIMINGS, maxLogLines: 10, gpuUtilization: () => null });
     try {
       const machine = (instanceId: string) => ({ instanceId, token: `token-${instanceId}`, gpu: { name: 'L4', memoryMib: 24_576, count: 1 }, memoryMib: 65_536 });
       const [first, second] = await Promise.all([agents.launch(machine('i-1')), agents.launch(machine('i-2'))]);
       const health = async (url: string, token: string) => (await fetch(`${url}/api/health`, { headers: { authorization: `Bearer ${token}` } })).json();
       expect(new URL(first!.url).port).to.not.equal(new URL(second!.url).port);
+      const held = await fetch(`${first!.url}/api/health`, { headers: { authorization: 'Bearer token-i-1' } });
+      await held.arrayBuffer();
+      expect(held.headers.get('keep-alive')).to.equal(`timeout=${AGENT_KEEP_ALIVE_TIMEOUT_MS / 1000}`);
       expect(await health(first!.url, 'token-i-1')).to.include({ ok: true, instanceId: 'i-1' });
       expect(await health(second!.url, 'token-i-2')).to.include({ ok: true, instanceId: 'i-2' });
 
