@@ -225,12 +225,15 @@ function traceStatements(db: Db): { print(tasks: number): void } {
       return query(sql, params);
     };
   };
-  const mutable = db as { -readonly [K in keyof Db]: Db[K] };
-  mutable.query = counted(db);
-  const transaction = db.transaction.bind(db);
-  mutable.transaction = (fn) => { count('BEGIN … COMMIT'); return transaction((tx) => fn({ query: counted(tx) })); };
-  const notify = db.notify.bind(db);
-  mutable.notify = (channel, payload) => { count(`NOTIFY ${channel}`); return notify(channel, payload); };
+  // Requests' statements and the controllers' come through two handles.
+  for (const handle of [db, db.background]) {
+    const mutable = handle as { -readonly [K in keyof Db]: Db[K] };
+    mutable.query = counted(handle);
+    const transaction = handle.transaction.bind(handle);
+    mutable.transaction = (fn) => { count('BEGIN … COMMIT'); return transaction((tx) => fn({ query: counted(tx) })); };
+    const notify = handle.notify.bind(handle);
+    mutable.notify = (channel, payload) => { count(`NOTIFY ${channel}`); return notify(channel, payload); };
+  }
   return {
     print(tasks) {
       const total = [...counts.values()].reduce((a, b) => a + b, 0);

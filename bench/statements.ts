@@ -32,7 +32,7 @@ async function throughPgliteQuery(): Promise<Db> {
   const queryable = (runner: PGlite | Transaction): Queryable => ({
     query: async <T extends Row>(text: string, params: unknown[] = []) => (await runner.query<T>(text, params)).rows,
   });
-  return {
+  const db: Db = {
     driver: 'pglite',
     query: queryable(pg).query,
     exec: async (text) => { await pg.exec(text); },
@@ -40,7 +40,10 @@ async function throughPgliteQuery(): Promise<Db> {
     listen: (channel, onNotify) => pg.listen(channel, onNotify),
     notify: async (channel, payload = '') => { await pg.query('SELECT pg_notify($1, $2)', [channel, payload]); },
     close: () => pg.close(),
+    // No gate, so no priority either.
+    get background() { return db; },
   };
+  return db;
 }
 
 /** Fills a database alike, and answers the statements to time on it. */

@@ -1,7 +1,6 @@
 import type { Logger } from 'winston';
 import type { Db } from '../store/db.js';
 import { releaseAllLeases } from '../store/leases.js';
-import { inBackground } from '../store/query-priority.js';
 
 /** One reconciler: a pass over whatever is due, woken on a fixed interval and by NOTIFY on its channel. */
 export interface Controller {
@@ -52,7 +51,7 @@ export class ControllerManager {
       const loop: Loop = { controller, wake: () => {}, nudged: false, heard: true, done: Promise.resolve(), failures: 0 };
       this.loops.push(loop);
       controller.setWake?.(() => this.wake(loop));
-      loop.done = inBackground(() => this.run(loop));
+      loop.done = this.run(loop);
     }
     for (const channel of new Set(this.controllers.map((c) => c.channel))) {
       this.unlisteners.push(await this.db.listen(channel, (payload) => this.nudge(channel, payload)));

@@ -135,23 +135,25 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const timings = { ...DEFAULT_INSTANCE_TIMINGS, ...options.instanceTimings };
   const listening = http.address() as AddressInfo;
   const reachable = ['0.0.0.0', '::'].includes(listening.address) ? '127.0.0.1' : listening.family === 'IPv6' ? `[${listening.address}]` : listening.address;
-  const starter = new RunController(db, owner, logger, 'start', logLimit, secrets);
-  const manager = new ControllerManager(db, owner, [
-    new Scheduler(db, pool, starter),
+  // The controllers' statements queue behind requests' (store/query-priority.ts).
+  const work = db.background;
+  const starter = new RunController(work, owner, logger, 'start', logLimit, secrets);
+  const manager = new ControllerManager(work, owner, [
+    new Scheduler(work, pool, starter),
     starter,
-    new RunWatchController(db, owner, logger, logLimit, secrets, soleServer ? SOLE_SERVER_WATCH_LEASE_MS : undefined),
-    new InstanceController(db, owner, logger, pool, timings),
-    new FleetController(db, owner, logger, pool),
-    new ServiceController(db, owner, logger, secrets),
-    new NodesController(db, owner, logger),
-    new ScheduleController(db, owner, logger),
-    new LedgerController(db, logger, options.ledgerIntervalMs),
-    new BudgetController(db, logger),
-    new GatewayController(db, owner, logger, {
+    new RunWatchController(work, owner, logger, logLimit, secrets, soleServer ? SOLE_SERVER_WATCH_LEASE_MS : undefined),
+    new InstanceController(work, owner, logger, pool, timings),
+    new FleetController(work, owner, logger, pool),
+    new ServiceController(work, owner, logger, secrets),
+    new NodesController(work, owner, logger),
+    new ScheduleController(work, owner, logger),
+    new LedgerController(work, logger, options.ledgerIntervalMs),
+    new BudgetController(work, logger),
+    new GatewayController(work, owner, logger, {
       serverUrl: `http://${reachable}:${listening.port}`, instanceServerUrl: advertisedServerUrl(config) ?? `http://${reachable}:${listening.port}`, stateDir: join(dir, 'gateways'),
     }, pool),
-    new WebhookDeliveryController(db, owner, logger, secrets, VERSION, { ...DEFAULT_WEBHOOK_TIMINGS, ...options.webhookTimings }),
-    ...db.driver === 'pglite' ? [new EmbeddedVacuum(db, logger)] : [],
+    new WebhookDeliveryController(work, owner, logger, secrets, VERSION, { ...DEFAULT_WEBHOOK_TIMINGS, ...options.webhookTimings }),
+    ...db.driver === 'pglite' ? [new EmbeddedVacuum(work, logger)] : [],
   ], logger, options.controllerIntervalMs);
   await manager.start();
   // Custom resources mirror the database; a look every five controller loops is the safety net under watches and NOTIFYs.

@@ -13,6 +13,11 @@ export interface Db extends Queryable {
   listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
   notify(channel: string, payload?: string): Promise<void>;
   close(): Promise<void>;
+  /**
+   * The same database for work that nobody waits on (the controllers' loops): its statements queue behind those of
+   * requests, so that a busy controller does not make `ps` wait for its whole queue (store/query-priority.ts).
+   */
+  readonly background: Db;
 }
 
 /**

@@ -7,7 +7,7 @@ import { lockDataDir } from './data-dir-lock.js';
 import type { Db } from './db.js';
 import { KeptStatements } from './pglite-statements.js';
 import { PgliteThread } from './pglite-thread.js';
-import { PriorityGate } from './query-priority.js';
+import { gatedHandles, PriorityGate } from './query-priority.js';
 
 /**
  * Settings the embedded database starts with, over initdb's: shared buffers are taken from the process's memory
@@ -58,10 +58,10 @@ export async function openPglite(dataDir?: string, settings = STARTUP_SETTINGS):
   // The database's thread runs statements in the order they are sent. A few are sent ahead, so that it has the next
   // while this thread reads an answer; the gate picks which (requests' first) and keeps a place for a request.
   const gate = new PriorityGate(SENT_AHEAD, SENT_AHEAD - 1);
-  return {
+  return gatedHandles(gate, (run) => ({
     driver: 'pglite',
-    query: (text, params = []) => gate.run(() => statements.query(text, params)),
-    exec: (text) => gate.run(async () => {
+    query: (text, params = []) => run(() => statements.query(text, params)),
+    exec: (text) => run(async () => {
       try {
         await statements.simple(text, true);
       } finally {
@@ -71,28 +71,28 @@ export async function openPglite(dataDir?: string, settings = STARTUP_SETTINGS):
         }
       }
     }),
-    transaction: (fn) => gate.run(() => statements.transaction(fn)),
+    transaction: (fn) => run(() => statements.transaction(fn)),
     listen: async (channel, onNotify) => {
       let listening = listeners.get(channel);
       if (!listening) {
         listening = new Set();
         listeners.set(channel, listening);
-        await gate.run(() => statements.simple(`LISTEN ${quoted(channel)}`, true));
+        await run(() => statements.simple(`LISTEN ${quoted(channel)}`, true));
       }
       listening.add(onNotify);
       return async () => {
         listening.delete(onNotify);
         if (listening.size > 0 || listeners.get(channel) !== listening) return;
         listeners.delete(channel);
-        await gate.run(() => statements.simple(`UNLISTEN ${quoted(channel)}`, true));
+        await run(() => statements.simple(`UNLISTEN ${quoted(channel)}`, true));
       };
     },
-    notify: (channel, payload = '') => gate.run(async () => { await statements.query('SELECT pg_notify($1, $2)', [channel, payload]); }),
+    notify: (channel, payload = '') => run(async () => { await statements.query('SELECT pg_notify($1, $2)', [channel, payload]); }),
     close: async () => {
       await thread.close();
       unlock();
     },
-  };
+  }));
 }
 
 /** Array types' serializers and parsers by oid, made from their element types' as PGlite makes its own. */

@@ -1,6 +1,6 @@
 import postgres from 'postgres';
 import type { Db, Queryable, Row } from './db.js';
-import { PriorityGate } from './query-priority.js';
+import { gatedHandles, PriorityGate } from './query-priority.js';
 
 /** Connections that the controllers' statements leave to requests (store/query-priority.ts). */
 const RESERVED_FOR_REQUESTS = 2;
@@ -21,16 +21,16 @@ export function openPostgres(url: string, options: { max?: number } = {}): Db {
   // At most one statement per connection, so that postgres.js never pipelines a request's behind a controller's.
   const gate = new PriorityGate(max, Math.max(1, max - RESERVED_FOR_REQUESTS));
   const direct = queryable(sql);
-  return {
+  return gatedHandles(gate, (run) => ({
     driver: 'postgres',
-    query: (text, params) => gate.run(() => direct.query(text, params)),
-    exec: (text) => gate.run(async () => { await sql.unsafe(text); }),
-    transaction: (fn) => gate.run(() => sql.begin((tx) => fn(queryable(tx))) as Promise<never>),
+    query: (text, params) => run(() => direct.query(text, params)),
+    exec: (text) => run(async () => { await sql.unsafe(text); }),
+    transaction: (fn) => run(() => sql.begin((tx) => fn(queryable(tx))) as Promise<never>),
     listen: async (channel, onNotify) => {
       const { unlisten } = await sql.listen(channel, onNotify);
       return unlisten;
     },
-    notify: (channel, payload = '') => gate.run(async () => { await sql.notify(channel, payload); }),
+    notify: (channel, payload = '') => run(async () => { await sql.notify(channel, payload); }),
     close: () => sql.end({ timeout: 5 }),
-  };
+  }));
 }

@@ -1,13 +1,17 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
+import type { Db } from './db.js';
 
-const background = new AsyncLocalStorage<true>();
+/** A statement's way through the gate: requests' (`false`) or background work's (`true`). */
+export type GatedRun = <T>(work: () => Promise<T>) => Promise<T>;
 
 /**
- * Runs work that nobody waits on (the controllers' loops): its statements queue behind those of requests, so that a
- * busy controller does not make `ps` wait for its whole queue.
+ * A database's handle for requests and, as its `background`, the handle for work that nobody waits on (the controllers'
+ * loops), over one gate: `make` builds a handle whose statements go through the gate as `run` lets them. Which handle a
+ * statement came through says its priority. (An AsyncLocalStorage said it before, and made Node run hooks at every
+ * promise of the process: bench/README.md, "Background work told by its handle".)
  */
-export function inBackground<T>(fn: () => T): T {
-  return background.run(true, fn);
+export function gatedHandles(gate: PriorityGate, make: (run: GatedRun) => Omit<Db, 'background'>): Db {
+  const background: Db = { ...make((work) => gate.run(work, true)), get background() { return background; } };
+  return { ...make((work) => gate.run(work, false)), background };
 }
 
 /** How long background statements may follow one another before the event loop gets a turn. */
@@ -30,8 +34,7 @@ export class PriorityGate {
 
   constructor(private readonly capacity = 1, private readonly backgroundCapacity = capacity) {}
 
-  async run<T>(work: () => Promise<T>): Promise<T> {
-    const inBackgroundWork = background.getStore() === true;
+  async run<T>(work: () => Promise<T>, inBackgroundWork = false): Promise<T> {
     if (this.mayEnter(inBackgroundWork) && (!inBackgroundWork || this.waiting.background.length === 0)) this.enter(inBackgroundWork);
     // Background work waits its turn behind background work already waiting; admit() enters a waiter before it wakes it.
     else await new Promise<void>((enter) => this.waiting[inBackgroundWork ? 'background' : 'foreground'].push(enter));

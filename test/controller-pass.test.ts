@@ -136,18 +136,17 @@ function counting(db: Db, pattern: RegExp): { db: Db; count: () => number } {
     if (pattern.test(sql)) count += 1;
     return run();
   };
-  return {
-    count: () => count,
-    db: {
-      driver: db.driver,
-      query: (sql, params) => counted(sql, () => db.query(sql, params)),
-      exec: (sql) => counted(sql, () => db.exec(sql)),
-      transaction: (fn) => db.transaction((tx) => fn({ query: (sql, params) => counted(sql, () => tx.query(sql, params)) })),
-      listen: (channel, onNotify) => db.listen(channel, onNotify),
-      notify: (channel, payload) => db.notify(channel, payload),
-      close: () => db.close(),
-    },
+  const countingDb: Db = {
+    driver: db.driver,
+    query: (sql, params) => counted(sql, () => db.query(sql, params)),
+    exec: (sql) => counted(sql, () => db.exec(sql)),
+    transaction: (fn) => db.transaction((tx) => fn({ query: (sql, params) => counted(sql, () => tx.query(sql, params)) })),
+    listen: (channel, onNotify) => db.listen(channel, onNotify),
+    notify: (channel, payload) => db.notify(channel, payload),
+    close: () => db.close(),
+    get background() { return countingDb; },
   };
+  return { count: () => count, db: countingDb };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -2,7 +2,6 @@ import { expect } from 'chai';
 import type { Db } from '../store/db.js';
 import { openPglite } from '../store/pglite.js';
 import { openPostgres } from '../store/postgres.js';
-import { inBackground } from '../store/query-priority.js';
 import { createScratchDatabase } from './helpers/databases.js';
 
 describe('the embedded database serves requests before background work', function () {
@@ -15,11 +14,11 @@ describe('the embedded database serves requests before background work', functio
     const finished: string[] = [];
     let release!: () => void;
     const held = new Promise<void>((resolve) => { release = resolve; });
-    const busy = inBackground(() => db.transaction(async (tx) => {
+    const busy = db.background.transaction(async (tx) => {
       await tx.query('SELECT 1');
       await held;
-    }));
-    const controllers = inBackground(() => [1, 2, 3, 4, 5, 6].map((n) => db.query(`SELECT ${n} AS n`).then(() => finished.push(`controller ${n}`))));
+    });
+    const controllers = [1, 2, 3, 4, 5, 6].map((n) => db.background.query(`SELECT ${n} AS n`).then(() => finished.push(`controller ${n}`)));
     const request = db.query('SELECT 0 AS n').then(() => finished.push('request'));
     release();
     await Promise.all([busy, ...controllers, request]);
@@ -30,7 +29,7 @@ describe('the embedded database serves requests before background work', functio
   it('lets the event loop turn while the controllers\' statements queue, so that a request arriving meanwhile is read', async () => {
     let done = 0;
     let doneWhenTheLoopTurned: number | null = null;
-    const statements = inBackground(() => Array.from({ length: 2000 }, () => db.query('SELECT 1').then(() => { done += 1; })));
+    const statements = Array.from({ length: 2000 }, () => db.background.query('SELECT 1').then(() => { done += 1; }));
     setImmediate(() => { doneWhenTheLoopTurned = done; });
     await Promise.all(statements);
     expect(doneWhenTheLoopTurned).to.be.a('number').below(2000);
@@ -38,11 +37,11 @@ describe('the embedded database serves requests before background work', functio
 
   it('keeps background statements in their order, and a failed statement lets the next one through', async () => {
     const finished: string[] = [];
-    const statements = inBackground(() => [
-      db.query('SELECT 1').then(() => finished.push('first')),
-      db.query('SELECT * FROM no_such_table').catch(() => finished.push('failed')),
-      db.query('SELECT 3').then(() => finished.push('third')),
-    ]);
+    const statements = [
+      db.background.query('SELECT 1').then(() => finished.push('first')),
+      db.background.query('SELECT * FROM no_such_table').catch(() => finished.push('failed')),
+      db.background.query('SELECT 3').then(() => finished.push('third')),
+    ];
     await Promise.all(statements);
     expect(finished).to.deep.equal(['first', 'failed', 'third']);
   });
@@ -67,10 +66,10 @@ describe('PostgreSQL keeps connections for requests', function () {
     const finished: string[] = [];
     let release!: () => void;
     const held = new Promise<void>((resolve) => { release = resolve; });
-    const controllers = inBackground(() => Array.from({ length: CONNECTIONS }, (_, n) => db.transaction(async (tx) => {
+    const controllers = Array.from({ length: CONNECTIONS }, (_, n) => db.background.transaction(async (tx) => {
       await tx.query('SELECT 1');
       await held;
-    }).then(() => finished.push(`controller ${n}`))));
+    }).then(() => finished.push(`controller ${n}`)));
     const request = db.query('SELECT 0 AS n').then(() => finished.push('request'));
     // Without connections kept for it, the request would wait for the controllers: this lets them go in the end.
     const fallback = setTimeout(release, 5000);

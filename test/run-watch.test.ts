@@ -91,8 +91,10 @@ for (const kind of DATABASE_KINDS) {
       expect((await server.api('POST', '/api/projects/main/apply', { items: [long] })).status).to.be.below(300);
       await eventually(async () => (await run('respec')).status === 'running', 30_000, 'the job running');
       const heldReads: string[] = [];
-      const query = server.db.query.bind(server.db);
-      server.db.query = (sql, params) => {
+      // The watch's statements go through the controllers' handle.
+      const work = server.db.background;
+      const query = work.query.bind(work);
+      work.query = (sql, params) => {
         if (sql.includes('WITH renewed AS')) heldReads.push(sql);
         return query(sql, params);
       };
@@ -103,7 +105,7 @@ for (const kind of DATABASE_KINDS) {
         const [current] = await ended(['respec']);
         expect(current).to.include({ status: 'terminated', terminationReason: 'max_duration_exceeded' });
       } finally {
-        server.db.query = query;
+        work.query = query;
         await server.api('POST', '/api/projects/main/runs/respec/stop', { abort: true });
       }
     });
@@ -121,8 +123,10 @@ for (const kind of DATABASE_KINDS) {
       let watching = true;
       await server.restart({
         onDatabaseOpen: (db) => {
-          const query = db.query.bind(db);
-          db.query = (sql, params) => {
+          // The watch's statements go through the controllers' handle.
+          const work = db.background;
+          const query = work.query.bind(work);
+          work.query = (sql, params) => {
             if (watching && sql.includes('FROM log_totals WHERE run_id = ANY')) lineReads.push((params![0] as string[]).length);
             if (watching && sql.includes('FROM instances WHERE id = ANY')) instanceReads.push((params![0] as string[]).length);
             return query(sql, params);
