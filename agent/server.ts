@@ -5,7 +5,7 @@ import { hostname, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import Koa from 'koa';
 import type { Logger } from 'winston';
-import { AGENT_KEEP_ALIVE_TIMEOUT_MS } from '../api/agent.js';
+import { KEEP_ALIVE_SERVER_OPTIONS } from '../api/keep-alive.js';
 import type { GpuInfo } from '../api/offer.js';
 import { bearerAuth, bearerCheck } from './auth.js';
 import { configuredDockerHost, dockerAnswers, dockerClient } from './docker-connection.js';
@@ -188,7 +188,7 @@ async function serve(
   app.use(router.allowedMethods());
 
   const api = app.callback();
-  const server = createServer({ keepAliveTimeout: AGENT_KEEP_ALIVE_TIMEOUT_MS, headersTimeout: AGENT_KEEP_ALIVE_TIMEOUT_MS + 1000 }, (req, res) => void (PortForward.handles(req.url) ? portForward.web(req, res) : api(req, res)));
+  const server = createServer(KEEP_ALIVE_SERVER_OPTIONS, (req, res) => void (PortForward.handles(req.url) ? portForward.web(req, res) : api(req, res)));
   server.on('upgrade', (req, socket, head) => {
     if (SshAccess.handles(req.url)) ssh.upgrade(req, socket, head);
     else portForward.upgrade(req, socket, head);

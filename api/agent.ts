@@ -243,10 +243,3 @@ export type AgentMetrics = Static<typeof AgentMetrics>;
  * nvidia-smi is absent: the gpucloud emulator writes it so that tests can drive utilization_policy.
  */
 export const DECLARED_GPU_UTILIZATION_FILE = 'declared-gpu-utilization';
-
-/**
- * How long an agent holds an idle connection of its API. The server calls each instance's agent every few seconds (a
- * look, a health check) beside the change feed it holds: with Node's 5 s its client reconnected at each call, which at
- * 1 000 instances was hundreds of connections a second (bench/README.md). The header timeout must exceed it.
- */
-export const AGENT_KEEP_ALIVE_TIMEOUT_MS = 65_000;

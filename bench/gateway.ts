@@ -25,7 +25,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Run } from '../api/objects.js';
 import { LocalBackend } from '../backends/local/local.js';
-import { KEEP_ALIVE_TIMEOUT_MS } from '../server/server.js';
+import { KEEP_ALIVE_TIMEOUT_MS } from '../api/keep-alive.js';
 import { createScratchDatabase } from '../test/helpers/databases.js';
 import { freePort } from '../test/helpers/ports.js';
 import type { Answer, Question, ServerReady } from './gateway-server.js';

@@ -5,6 +5,7 @@ import { createServer as createNetServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import winston from 'winston';
+import { KEEP_ALIVE_SERVER_OPTIONS } from '../api/keep-alive.js';
 import { BackendPool } from '../controllers/backend-pool.js';
 import { BudgetController } from '../controllers/budget-controller.js';
 import { EmbeddedVacuum } from '../controllers/embedded-vacuum.js';
@@ -38,12 +39,6 @@ import { serverDir } from './paths.js';
 import { loadSecretsKey } from './secrets-key.js';
 import { VERSION } from './version.js';
 import { takeOverPredecessorLeases } from './predecessor-leases.js';
-
-/**
- * An idle keep-alive connection is held this long, as load balancers expect of what stands behind them (they
- * hold theirs 60 s), so that clients reuse connections instead of reconnecting; the header timeout must exceed it.
- */
-export const KEEP_ALIVE_TIMEOUT_MS = 65_000;
 
 export interface ServerOptions {
   host?: string;
@@ -121,7 +116,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   await gateway.start();
   const api = app.callback();
   const http: Server = await new Promise<Server>((resolve, reject) => {
-    const s = createServer({ keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS, headersTimeout: KEEP_ALIVE_TIMEOUT_MS + 1000 },
+    const s = createServer(KEEP_ALIVE_SERVER_OPTIONS,
       (req, res) => void (gateway.handles(req) ? gateway.web(req, res) : api(req, res)));
     s.on('upgrade', (req, socket, head) => void (ssh.handles(req) ? ssh.upgrade(req, socket, head) : gateway.upgrade(req, socket, head)));
     s.listen(port, host, () => resolve(s));
@@ -135,7 +130,9 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const timings = { ...DEFAULT_INSTANCE_TIMINGS, ...options.instanceTimings };
   const listening = http.address() as AddressInfo;
   const reachable = ['0.0.0.0', '::'].includes(listening.address) ? '127.0.0.1' : listening.family === 'IPv6' ? `[${listening.address}]` : listening.address;
-  // The controllers' statements queue behind requests' (store/query-priority.ts).
+  // The controllers' statements queue behind requests' (store/query-priority.ts). The backend pool stays on the
+  // requests' handle: routes list offers through it, and one must not wait behind the controllers' queue; what the
+  // controllers read through it (a project's backends, when they provision, terminate or list offers) is rare.
   const work = db.background;
   const starter = new RunController(work, owner, logger, 'start', logLimit, secrets);
   const manager = new ControllerManager(work, owner, [

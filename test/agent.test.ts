@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
-import { AGENT_KEEP_ALIVE_TIMEOUT_MS } from '../api/agent.js';
+import { KEEP_ALIVE_TIMEOUT_MS } from '../api/keep-alive.js';
 import { AgentClient, AgentError, AgentUnreachableError } from '../agent/client.js';
 import { startAgent, type RunningAgent } from '../agent/server.js';
 import { base64, collectLogs, randomToken, submission, waitForLine, waitForState } from './helpers/agent-jobs.js';
@@ -71,7 +71,7 @@ describe('agent (process runtime)', function () {
     await answer.body.dump();
     expect(answer.statusCode).to.equal(200);
     // What undici keeps an idle connection by (less a margin); with Node's default of 5 s it reconnected at each look.
-    expect(answer.headers['keep-alive']).to.equal(`timeout=${AGENT_KEEP_ALIVE_TIMEOUT_MS / 1000}`);
+    expect(answer.headers['keep-alive']).to.equal(`timeout=${KEEP_ALIVE_TIMEOUT_MS / 1000}`);
   });
 
   it('falls back to the process runtime when no engine answers, and refuses docker then', async () => {

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { connect } from 'node:net';
-import { AGENT_KEEP_ALIVE_TIMEOUT_MS } from '../api/agent.js';
+import { KEEP_ALIVE_TIMEOUT_MS } from '../api/keep-alive.js';
 import { startEmulator, type RunningEmulator } from '../backends/gpucloud/emulator.js';
 import type { GpucloudInstance } from '../backends/gpucloud/api.js';
 import { DEFAULT_SIMULATED_TIMINGS, SimulatedAgents } from '../backends/gpucloud/simulated-agents.js';
@@ -108,7 +108,7 @@ describe('simulated agents', () => {
       expect(new URL(first!.url).port).to.not.equal(new URL(second!.url).port);
       const held = await fetch(`${first!.url}/api/health`, { headers: { authorization: 'Bearer token-i-1' } });
       await held.arrayBuffer();
-      expect(held.headers.get('keep-alive')).to.equal(`timeout=${AGENT_KEEP_ALIVE_TIMEOUT_MS / 1000}`);
+      expect(held.headers.get('keep-alive')).to.equal(`timeout=${KEEP_ALIVE_TIMEOUT_MS / 1000}`);
       expect(await health(first!.url, 'token-i-1')).to.include({ ok: true, instanceId: 'i-1' });
       expect(await health(second!.url, 'token-i-2')).to.include({ ok: true, instanceId: 'i-2' });
 

@@ -3,7 +3,8 @@ import { createServer as createListener, type AddressInfo, type Socket } from 'n
 import Router from '@koa/router';
 import Koa from 'koa';
 import { createLogger } from 'winston';
-import { AGENT_KEEP_ALIVE_TIMEOUT_MS, AGENT_TUNNEL_PROTOCOL, type AgentHealth, type AgentMetrics, type JobStatus } from '../../api/agent.js';
+import { AGENT_TUNNEL_PROTOCOL, type AgentHealth, type AgentMetrics, type JobStatus } from '../../api/agent.js';
+import { KEEP_ALIVE_SERVER_OPTIONS } from '../../api/keep-alive.js';
 import type { GpuInfo } from '../../api/offer.js';
 import { bearerAuth, bearerCheck } from '../../agent/auth.js';
 import { errorResponses, HttpError } from '../../agent/http-errors.js';
@@ -72,7 +73,7 @@ export class SimulatedAgents {
   private readonly agents = new Map<string, Simulated>();
   private readonly hostKey = publicHostKey();
   /** The server answers the connections that the agents' listeners accept: those still open, ended at close. */
-  private readonly server: Server = createServer({ keepAliveTimeout: AGENT_KEEP_ALIVE_TIMEOUT_MS, headersTimeout: AGENT_KEEP_ALIVE_TIMEOUT_MS + 1000 });
+  private readonly server: Server = createServer(KEEP_ALIVE_SERVER_OPTIONS);
   private readonly connections = new Set<Socket>();
 
   private constructor(private readonly options: SimulatedAgentsOptions) {}

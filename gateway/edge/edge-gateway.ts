@@ -3,6 +3,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'winston';
+import { KEEP_ALIVE_SERVER_OPTIONS } from '../../api/keep-alive.js';
 import { GatewayError, refuseUpgrade, sendError } from '../errors.js';
 import { hostExchange, hostRoute, isModelsHost, type HostDomain } from '../host-routing.js';
 import { gatewayModelCall, modelRequest, sendModelList } from '../model-endpoint.js';
@@ -14,8 +15,6 @@ import { ConfigSync } from './config-sync.js';
 import { ServerApi } from './server-api.js';
 
 const ACME_CHALLENGE_PREFIX = '/.well-known/acme-challenge/';
-/** Idle keep-alive connections are held as long as load balancers expect (60 s), as the server holds its own. */
-const KEEP_ALIVE_TIMEOUT_MS = 65_000;
 
 export interface EdgeGatewayOptions {
   serverUrl: string;
@@ -51,10 +50,9 @@ export class EdgeGateway {
     this.stats = new ServiceStatsRecorder((seconds) => this.api.reportStats(seconds), logger);
     this.core = new ProxyCore(this.table, this.stats, () => this.api.wake(), logger);
     this.certificates = new Certificates(this.api, logger);
-    const serverOptions = { keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS, headersTimeout: KEEP_ALIVE_TIMEOUT_MS + 1000 };
-    this.http = createHttpServer(serverOptions, (req, res) => void this.plain(req, res));
+    this.http = createHttpServer(KEEP_ALIVE_SERVER_OPTIONS, (req, res) => void this.plain(req, res));
     this.https = createHttpsServer({
-      ...serverOptions,
+      ...KEEP_ALIVE_SERVER_OPTIONS,
       SNICallback: (servername, done) => {
         const context = this.certificates.contextFor(servername);
         if (context) done(null, context);
