@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
+import { idsMadeSince, processIdClock, type ProcessIdClock } from './process-ids.js';
 import type { StopSignal } from './runtime.js';
 
 /**
@@ -14,21 +15,29 @@ const MAX_SWEEPS = 20;
 /** Processes read between two turns of the event loop. */
 const SCAN_CHUNK = 64;
 
-export function newJobMarker(): string {
-  return randomUUID();
+/** A job's marker, and where the process ids stood before its first process was made. */
+export interface JobMark {
+  marker: string;
+  since: ProcessIdClock | null;
+}
+
+/** Taken before the job's first process is made. */
+export function newJobMark(): JobMark {
+  return { marker: randomUUID(), since: processIdClock() };
 }
 
 /**
  * The live processes whose initial environment holds `JOB_MARKER_VARIABLE=marker`. Processes of other users
- * cannot be read and are never counted, nor zombies, which hold nothing any more. Read synchronously, a few dozen
- * processes at a time between turns of the event loop: each read through the thread pool cost several times its
- * work, and a machine's every process is read at each job's end.
+ * cannot be read and are never counted, nor zombies, which hold nothing any more. Only processes made since the
+ * job's mark are read, where their ids tell (a machine's every process otherwise). Read synchronously, a few dozen
+ * processes at a time between turns of the event loop: each read through the thread pool cost several times its work.
  */
-export async function markedProcesses(marker: string): Promise<number[]> {
+export async function markedProcesses({ marker, since }: JobMark): Promise<number[]> {
   const entry = Buffer.from(`${JOB_MARKER_VARIABLE}=${marker}\0`);
   let pids: number[];
   try {
-    pids = readdirSync('/proc').filter((name) => /^\d+$/.test(name)).map(Number);
+    const listed = readdirSync('/proc').filter((name) => /^\d+$/.test(name)).map(Number);
+    pids = idsMadeSince(listed, since, processIdClock());
   } catch {
     return [];
   }
@@ -55,15 +64,15 @@ function isMarked(pid: number, entry: Buffer): boolean {
 }
 
 /** Sends `signal` to every process of the job once. */
-export async function signalMarked(marker: string, signal: StopSignal): Promise<void> {
-  for (const pid of await markedProcesses(marker)) signalProcess(pid, signal);
+export async function signalMarked(mark: JobMark, signal: StopSignal): Promise<void> {
+  for (const pid of await markedProcesses(mark)) signalProcess(pid, signal);
 }
 
 /** Kills every process of the job, again until none is left (or after MAX_SWEEPS passes); returns how many it found. */
-export async function killMarked(marker: string): Promise<number> {
+export async function killMarked(mark: JobMark): Promise<number> {
   const killed = new Set<number>();
   for (let pass = 0; pass < MAX_SWEEPS; pass += 1) {
-    const pids = await markedProcesses(marker);
+    const pids = await markedProcesses(mark);
     if (pids.length === 0) break;
     for (const pid of pids) {
       signalProcess(pid, 'SIGKILL');

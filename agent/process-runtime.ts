@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { DEFAULT_SHELL } from '../api/run-container.js';
 import { prepareJobDirectory } from './job-files.js';
 import { linkProcessVolumes, placeProcessRepos } from './job-inputs.js';
-import { JOB_MARKER_VARIABLE, killMarked, newJobMarker, signalMarked } from './marked-processes.js';
+import { JOB_MARKER_VARIABLE, killMarked, newJobMark, signalMarked, type JobMark } from './marked-processes.js';
 import { OutputOrder } from './output-order.js';
 import {
   JobStartError, jobCommandLine, jobEnvironment, signalExitCode,
@@ -34,8 +34,8 @@ export interface ProcessJobPlace {
  */
 export class ProcessRuntime implements JobRuntime {
   readonly kind = 'process' as const;
-  /** Each running job's shell, with the job's marker. */
-  private readonly running = new Map<ChildProcess, string>();
+  /** Each running job's shell, with the job's mark. */
+  private readonly running = new Map<ChildProcess, JobMark>();
   private readonly places = new Map<string, ProcessJobPlace>();
 
   async start(context: JobContext): Promise<JobExecution> {
@@ -62,8 +62,8 @@ export class ProcessRuntime implements JobRuntime {
     if (context.cancelled()) throw new JobStartError('stopped before it started');
 
     const inherited = Object.entries(process.env).filter(([name]) => !name.startsWith(PRIVATE_PREFIX));
-    const marker = newJobMarker();
-    const env: NodeJS.ProcessEnv = { ...Object.fromEntries(inherited), ...jobEnvironment(submission), [JOB_MARKER_VARIABLE]: marker };
+    const mark = newJobMark();
+    const env: NodeJS.ProcessEnv = { ...Object.fromEntries(inherited), ...jobEnvironment(submission), [JOB_MARKER_VARIABLE]: mark.marker };
     // A job with nothing to run (an image's own command, which needs a container) ends at once.
     const [program, ...args] = jobCommandLine(submission) ?? [DEFAULT_SHELL, '-c', ''];
     const child = spawn(program!, args, {
@@ -78,7 +78,7 @@ export class ProcessRuntime implements JobRuntime {
       child.once('error', (error) => rejectSpawn(new JobStartError(`could not start ${program}: ${error.message}`)));
     });
     const startedAt = new Date().toISOString();
-    this.running.set(child, marker);
+    this.running.set(child, mark);
     this.places.set(submission.jobId, { workingDir, env });
 
     // The job ends with its shell, like a container ends with its first process: whatever it left
@@ -90,7 +90,7 @@ export class ProcessRuntime implements JobRuntime {
         killGroup(child, 'SIGKILL');
         const cut = setTimeout(() => closePipes(child), PIPE_DRAIN_MS);
         child.once('close', () => clearTimeout(cut));
-        void killMarked(marker).finally(sweepDone);
+        void killMarked(mark).finally(sweepDone);
       });
     });
     const exited = new Promise<JobExit>((resolveExit) => {
@@ -106,7 +106,7 @@ export class ProcessRuntime implements JobRuntime {
       exited,
       kill: async (signal: StopSignal) => {
         killGroup(child, signal);
-        await signalMarked(marker, signal);
+        await signalMarked(mark, signal);
       },
     };
   }
@@ -125,14 +125,14 @@ export class ProcessRuntime implements JobRuntime {
   }
 
   async shutdown(): Promise<void> {
-    const exits = [...this.running].map(([child, marker]) => Promise.all([
+    const exits = [...this.running].map(([child, mark]) => Promise.all([
       new Promise((done) => {
         child.once('close', done);
         killGroup(child, 'SIGKILL');
         if (child.exitCode !== null || child.signalCode !== null) closePipes(child);
         else child.once('exit', () => closePipes(child));
       }),
-      killMarked(marker),
+      killMarked(mark),
     ]));
     await Promise.all(exits);
   }

@@ -1,0 +1,53 @@
+import { readFileSync, readlinkSync } from 'node:fs';
+
+/**
+ * Where the machine's process ids stood at one moment. Linux hands out ids in turn, after the last one it gave,
+ * skipping those in use and wrapping from `pid_max` back to 300: a process made after that moment has an id after
+ * `lastId`, unless the ids have since gone all the way round.
+ */
+export interface ProcessIdClock {
+  /** The id last handed out in this process's namespace (/proc/loadavg). */
+  lastId: number;
+  /** Processes and threads made since boot, machine-wide (/proc/stat): never fewer than ids handed out here. */
+  forks: number;
+  /** Processes and threads alive, machine-wide (/proc/loadavg): never fewer than ids in use here. */
+  alive: number;
+  /** Ids wrap from here (/proc/sys/kernel/pid_max). */
+  idLimit: number;
+}
+
+/** Ids below this are kept for the kernel's own processes and never handed out after a wrap. */
+const FIRST_WRAPPED_ID = 300;
+
+/** Null where /proc does not tell, or tells of another namespace's ids: ids cannot then be told apart by age. */
+export function processIdClock(): ProcessIdClock | null {
+  try {
+    if (readlinkSync('/proc/self') !== String(process.pid)) return null;
+    const loadavg = readFileSync('/proc/loadavg', 'latin1').trim().split(/\s+/);
+    const forks = /^processes (\d+)$/m.exec(readFileSync('/proc/stat', 'latin1'))?.[1];
+    const clock = {
+      lastId: Number(loadavg[4]),
+      alive: Number(loadavg[3]?.split('/')[1]),
+      forks: Number(forks),
+      idLimit: Number(readFileSync('/proc/sys/kernel/pid_max', 'latin1')),
+    };
+    return Object.values(clock).every(Number.isInteger) ? clock : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The ids of `ids` that may belong to processes made after `since`, the clock read then; `now` is read after `ids`
+ * were listed. To go all the way round, ids must pass every id once: each was either handed out since (a fork) or
+ * skipped in use by a process that was alive at `since` or made since. While the forks since and those alive then are
+ * fewer than a full round, the ids made since lie between `since.lastId` and `now.lastId`; otherwise every id may.
+ */
+export function idsMadeSince(ids: number[], since: ProcessIdClock | null, now: ProcessIdClock | null): number[] {
+  if (!since || !now || since.idLimit !== now.idLimit) return ids;
+  const round = now.idLimit - FIRST_WRAPPED_ID;
+  if (now.forks - since.forks + since.alive >= round) return ids;
+  const from = since.lastId;
+  const to = now.lastId;
+  return from <= to ? ids.filter((id) => id > from && id <= to) : ids.filter((id) => id > from || id <= to);
+}
