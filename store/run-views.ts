@@ -109,15 +109,19 @@ export async function runViewVersions(db: Queryable, projectId: string, limit: n
 }
 
 /**
- * Each submitted run's place in its project's queue (1 is taken next), in the scheduler's order, for the projects of
- * `rows` that have one waiting: one read of the queue rather than a count for each run.
+ * Each submitted run of `rows`'s place in its project's queue (1 is taken next), in the scheduler's order: one read of
+ * the queue rather than a count for each run, answering with those runs' places only (an apply's answer wants one
+ * place, where its project may have thousands waiting).
  */
 async function queuePositions(db: Queryable, rows: Row[]): Promise<Map<string, number>> {
-  const projects = [...new Set(rows.filter((r) => r.status === 'submitted').map((r) => r.project_id as string))];
-  if (projects.length === 0) return new Map();
+  const submitted = rows.filter((r) => r.status === 'submitted');
+  if (submitted.length === 0) return new Map();
+  const projects = [...new Set(submitted.map((r) => r.project_id as string))];
   const queued = await db.query<{ id: string; position: number }>(
-    `SELECT id, row_number() OVER (PARTITION BY project_id ORDER BY priority DESC, submitted_at, id)::int AS position
-     FROM runs WHERE project_id = ANY($1::text[]) AND status = 'submitted' AND NOT deleted`, [projects]);
+    `SELECT id, position FROM (
+       SELECT id, row_number() OVER (PARTITION BY project_id ORDER BY priority DESC, submitted_at, id)::int AS position
+       FROM runs WHERE project_id = ANY($1::text[]) AND status = 'submitted' AND NOT deleted) queue
+     WHERE id = ANY($2::text[])`, [projects, submitted.map((r) => r.id as string)]);
   return new Map(queued.map((row) => [row.id, row.position]));
 }
 

@@ -143,7 +143,10 @@ for (const kind of DATABASE_KINDS) {
       expect(views.map((run) => [run.name, run.priority, run.status, run.queuePosition])).to.deep.equal([
         ['low', 10, 'submitted', 3], ['high', 90, 'submitted', 1], ['mid', 50, 'submitted', 2],
       ]);
-      for (const name of ['low', 'high', 'mid']) await server.api('POST', `/api/projects/main/runs/${name}/stop`, { abort: true });
+      // Alone in its answer, a run still counts those queued ahead of it that the answer leaves out.
+      const later = await server.api('POST', '/api/projects/main/apply', { items: [queued('later', 50)] });
+      expect((later.body as ApplyResult).items.map((item) => (item.kind === 'run' ? item.run.queuePosition : null))).to.deep.equal([3]);
+      for (const name of ['low', 'high', 'mid', 'later']) await server.api('POST', `/api/projects/main/runs/${name}/stop`, { abort: true });
     });
 
     it('never answers 5xx to random batches and plans, always in the one error shape', async () => {
