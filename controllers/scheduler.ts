@@ -274,6 +274,22 @@ function freeBlocksFor(requirement: ResourceRequirement, fleet: FleetRecord, ins
   return null;
 }
 
+/**
+ * The first instance up of these shared fleets, in their order, whose free blocks give the run what it needs, and
+ * those blocks. It stops there: while a fleet of a thousand instances fills, each run placed would otherwise weigh
+ * every instance's blocks.
+ */
+function firstFreeBlocks(requirement: ResourceRequirement, fleets: FleetRecord[], instances: InstanceRecord[], allows: (backend: string) => boolean, held: BlocksHeld): { fleet: FleetRecord; instance: InstanceRecord; blocks: number[] } | undefined {
+  for (const fleet of fleets) {
+    for (const instance of instances) {
+      if (instance.fleetId !== fleet.id || (instance.status !== 'idle' && instance.status !== 'busy') || instance.runId !== null || instance.offer === null || !allows(instance.backend)) continue;
+      const blocks = freeBlocksFor(requirement, fleet, instance, held);
+      if (blocks) return { fleet, instance, blocks };
+    }
+  }
+  return undefined;
+}
+
 /** Decides where one run goes, given what earlier runs of this pass already took; `held` are the blocks runs hold on shared instances. */
 export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }, fleets: FleetRecord[], instances: InstanceRecord[], offers: Map<string, OfferListing>, held: BlocksHeld = new Map()): SinglePlacement {
   if (fleets.length === 0) {
@@ -299,10 +315,7 @@ export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }
   const fits = (i: InstanceRecord, fleet: FleetRecord) => i.fleetId === fleet.id && i.runId === null && choice.allows(i.backend) && !isSplit(fleet.spec)
     && (i.offer ? offerSatisfies(i.offer, run.requirement) : !i.sshHost && intersectRequirements(i.requirement, run.requirement) !== null && withinPriceLimit(i.requirement, run.requirement))
     && !isDraining(fleet, i);
-  const shared = candidates.filter(({ fleet }) => isSplit(fleet.spec)).flatMap(({ fleet }) => instances
-    .filter((i) => i.fleetId === fleet.id && (i.status === 'idle' || i.status === 'busy') && i.runId === null && i.offer !== null && choice.allows(i.backend))
-    .map((instance) => ({ fleet, instance, blocks: freeBlocksFor(run.requirement, fleet, instance, held) })))
-    .filter((c): c is { fleet: FleetRecord; instance: InstanceRecord; blocks: number[] } => c.blocks !== null)[0];
+  const shared = firstFreeBlocks(run.requirement, candidates.filter(({ fleet }) => isSplit(fleet.spec)).map(({ fleet }) => fleet), instances, choice.allows, held);
   if (shared) return { kind: 'blocks', ...shared };
   for (const { fleet } of candidates.filter((c) => isSplit(c.fleet.spec))) {
     const starting = instances.find((i) => i.fleetId === fleet.id && (i.status === 'pending' || i.status === 'provisioning') && choice.allows(i.backend));
