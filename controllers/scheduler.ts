@@ -267,7 +267,8 @@ function freeBlocksFor(requirement: ResourceRequirement, fleet: FleetRecord, ins
   const offer = instance.offer!;
   const total = blockCount(fleet.spec, offer.gpu.count, instance.sshHost?.name ?? null);
   const taken = held.get(instance.id) ?? [];
-  const free = Array.from({ length: total }, (_, block) => block).filter((block) => !taken.includes(block));
+  const free: number[] = [];
+  for (let block = 0; block < total; block++) if (!taken.includes(block)) free.push(block);
   for (let count = 1; count <= free.length; count++) {
     if (offerSatisfies(blockShare(offer, total, count), requirement)) return free.slice(0, count);
   }
