@@ -15,14 +15,15 @@ const MAX_SWEEPS = 20;
 /** Processes read between two turns of the event loop. */
 const SCAN_CHUNK = 64;
 
-/** A job's marker, and where the process ids stood before its first process was made. */
+/** A job's marker, where the process ids stood before its first process was made, and that process's id. */
 export interface JobMark {
   marker: string;
   since: ProcessIdClock | null;
+  firstId: number;
 }
 
-/** Taken before the job's first process is made. */
-export function newJobMark(): JobMark {
+/** Taken before the job's first process is made; its id completes the mark. */
+export function newJobMark(): Omit<JobMark, 'firstId'> {
   return { marker: randomUUID(), since: processIdClock() };
 }
 
@@ -32,12 +33,12 @@ export function newJobMark(): JobMark {
  * job's mark are read, where their ids tell (a machine's every process otherwise). Read synchronously, a few dozen
  * processes at a time between turns of the event loop: each read through the thread pool cost several times its work.
  */
-export async function markedProcesses({ marker, since }: JobMark): Promise<number[]> {
+export async function markedProcesses({ marker, since, firstId }: JobMark): Promise<number[]> {
   const entry = Buffer.from(`${JOB_MARKER_VARIABLE}=${marker}\0`);
   let pids: number[];
   try {
     const listed = readdirSync('/proc').filter((name) => /^\d+$/.test(name)).map(Number);
-    pids = idsMadeSince(listed, since, processIdClock());
+    pids = idsMadeSince(listed, since, processIdClock(), firstId);
   } catch {
     return [];
   }

@@ -1,4 +1,4 @@
-import { readFileSync, readlinkSync } from 'node:fs';
+import { readFileSync, readlinkSync, statfsSync } from 'node:fs';
 
 /**
  * Where the machine's process ids stood at one moment. Linux hands out ids in turn, after the last one it gave,
@@ -19,10 +19,17 @@ export interface ProcessIdClock {
 /** Ids below this are kept for the kernel's own processes and never handed out after a wrap. */
 const FIRST_WRAPPED_ID = 300;
 
-/** Null where /proc does not tell, or tells of another namespace's ids: ids cannot then be told apart by age. */
+/** The kernel's own proc file system (statfs). lxcfs, in some containers, mounts files of its own over /proc's. */
+const PROC_SUPER_MAGIC = 0x9fa0;
+
+/**
+ * Null where /proc does not tell, tells of another namespace's ids, or is not the kernel's: ids cannot then be told
+ * apart by age.
+ */
 export function processIdClock(): ProcessIdClock | null {
   try {
     if (readlinkSync('/proc/self') !== String(process.pid)) return null;
+    if (statfsSync('/proc/loadavg').type !== PROC_SUPER_MAGIC || statfsSync('/proc/stat').type !== PROC_SUPER_MAGIC) return null;
     const loadavg = readFileSync('/proc/loadavg', 'latin1').trim().split(/\s+/);
     const forks = /^processes (\d+)$/m.exec(readFileSync('/proc/stat', 'latin1'))?.[1];
     const clock = {
@@ -39,15 +46,21 @@ export function processIdClock(): ProcessIdClock | null {
 
 /**
  * The ids of `ids` that may belong to processes made after `since`, the clock read then; `now` is read after `ids`
- * were listed. To go all the way round, ids must pass every id once: each was either handed out since (a fork) or
- * skipped in use by a process that was alive at `since` or made since. While the forks since and those alive then are
- * fewer than a full round, the ids made since lie between `since.lastId` and `now.lastId`; otherwise every id may.
+ * were listed; `madeSince` is the id of a process known to be made after `since` (a job's first). To go all the way
+ * round, ids must pass every id once: each was either handed out since (a fork) or skipped in use by a process that was
+ * alive at `since` or made since. While the forks since and those alive then are fewer than a full round, the ids made
+ * since lie between `since.lastId` and `now.lastId`; otherwise every id may. Where `madeSince` is not between them,
+ * /proc tells ids otherwise than Linux does, and every id may be one made since.
  */
-export function idsMadeSince(ids: number[], since: ProcessIdClock | null, now: ProcessIdClock | null): number[] {
-  if (!since || !now || since.idLimit !== now.idLimit) return ids;
-  const round = now.idLimit - FIRST_WRAPPED_ID;
-  if (now.forks - since.forks + since.alive >= round) return ids;
+export function idsMadeSince(ids: number[], since: ProcessIdClock | null, now: ProcessIdClock | null, madeSince: number): number[] {
+  const madeBetween = idsBetween(since, now);
+  return madeBetween && madeBetween(madeSince) ? ids.filter(madeBetween) : ids;
+}
+
+function idsBetween(since: ProcessIdClock | null, now: ProcessIdClock | null): ((id: number) => boolean) | null {
+  if (!since || !now || since.idLimit !== now.idLimit) return null;
+  if (now.forks - since.forks + since.alive >= now.idLimit - FIRST_WRAPPED_ID) return null;
   const from = since.lastId;
   const to = now.lastId;
-  return from <= to ? ids.filter((id) => id > from && id <= to) : ids.filter((id) => id > from || id <= to);
+  return from <= to ? (id) => id > from && id <= to : (id) => id > from || id <= to;
 }

@@ -62,8 +62,8 @@ export class ProcessRuntime implements JobRuntime {
     if (context.cancelled()) throw new JobStartError('stopped before it started');
 
     const inherited = Object.entries(process.env).filter(([name]) => !name.startsWith(PRIVATE_PREFIX));
-    const mark = newJobMark();
-    const env: NodeJS.ProcessEnv = { ...Object.fromEntries(inherited), ...jobEnvironment(submission), [JOB_MARKER_VARIABLE]: mark.marker };
+    const marking = newJobMark();
+    const env: NodeJS.ProcessEnv = { ...Object.fromEntries(inherited), ...jobEnvironment(submission), [JOB_MARKER_VARIABLE]: marking.marker };
     // A job with nothing to run (an image's own command, which needs a container) ends at once.
     const [program, ...args] = jobCommandLine(submission) ?? [DEFAULT_SHELL, '-c', ''];
     const child = spawn(program!, args, {
@@ -78,6 +78,7 @@ export class ProcessRuntime implements JobRuntime {
       child.once('error', (error) => rejectSpawn(new JobStartError(`could not start ${program}: ${error.message}`)));
     });
     const startedAt = new Date().toISOString();
+    const mark: JobMark = { ...marking, firstId: child.pid! };
     this.running.set(child, mark);
     this.places.set(submission.jobId, { workingDir, env });
 
