@@ -22,14 +22,26 @@ const FIRST_WRAPPED_ID = 300;
 /** The kernel's own proc file system (statfs). lxcfs, in some containers, mounts files of its own over /proc's. */
 const PROC_SUPER_MAGIC = 0x9fa0;
 
+/** Whether /proc is the kernel's own and of this process's namespace: asked once, it does not change while it runs. */
+let procTellsIds: boolean | undefined;
+
+function procIsOurs(): boolean {
+  try {
+    procTellsIds ??= readlinkSync('/proc/self') === String(process.pid)
+      && statfsSync('/proc/loadavg').type === PROC_SUPER_MAGIC && statfsSync('/proc/stat').type === PROC_SUPER_MAGIC;
+  } catch {
+    procTellsIds = false;
+  }
+  return procTellsIds;
+}
+
 /**
  * Null where /proc does not tell, tells of another namespace's ids, or is not the kernel's: ids cannot then be told
  * apart by age.
  */
 export function processIdClock(): ProcessIdClock | null {
+  if (!procIsOurs()) return null;
   try {
-    if (readlinkSync('/proc/self') !== String(process.pid)) return null;
-    if (statfsSync('/proc/loadavg').type !== PROC_SUPER_MAGIC || statfsSync('/proc/stat').type !== PROC_SUPER_MAGIC) return null;
     const loadavg = readFileSync('/proc/loadavg', 'latin1').trim().split(/\s+/);
     const forks = /^processes (\d+)$/m.exec(readFileSync('/proc/stat', 'latin1'))?.[1];
     const clock = {

@@ -316,9 +316,10 @@ export function place(run: Pick<QueuedRun, 'requirement'> & { spec?: RunPlaces }
   const fits = (i: InstanceRecord, fleet: FleetRecord) => i.fleetId === fleet.id && i.runId === null && choice.allows(i.backend) && !isSplit(fleet.spec)
     && (i.offer ? offerSatisfies(i.offer, run.requirement) : !i.sshHost && intersectRequirements(i.requirement, run.requirement) !== null && withinPriceLimit(i.requirement, run.requirement))
     && !isDraining(fleet, i);
-  const shared = firstFreeBlocks(run.requirement, candidates.filter(({ fleet }) => isSplit(fleet.spec)).map(({ fleet }) => fleet), instances, choice.allows, held);
+  const splitFleets = candidates.filter(({ fleet }) => isSplit(fleet.spec)).map(({ fleet }) => fleet);
+  const shared = firstFreeBlocks(run.requirement, splitFleets, instances, choice.allows, held);
   if (shared) return { kind: 'blocks', ...shared };
-  for (const { fleet } of candidates.filter((c) => isSplit(c.fleet.spec))) {
+  for (const fleet of splitFleets) {
     const starting = instances.find((i) => i.fleetId === fleet.id && (i.status === 'pending' || i.status === 'provisioning') && choice.allows(i.backend));
     if (starting) return { kind: 'wait', message: sharedWait(starting, fleet) };
   }
