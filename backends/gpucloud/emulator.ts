@@ -16,9 +16,8 @@ import { EmulatorStateDir, type SavedState } from './emulator-state.js';
 import type { FaultControl } from './faults.js';
 import { DEFAULT_SIMULATED_LOG_LINES, DEFAULT_SIMULATED_TIMINGS, SimulatedAgents } from './simulated-agents.js';
 import type { SimulatedTimings } from './simulated-job.js';
+import type { AgentKind } from './agent-kinds.js';
 
-export const AGENT_KINDS = ['process', 'simulated'] as const;
-export type AgentKind = typeof AGENT_KINDS[number];
 
 export interface EmulatorOptions {
   port?: number;

@@ -1,7 +1,6 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CAC } from 'cac';
-import winston from 'winston';
 import { GATEWAY_TOKEN_VARIABLE } from '../../api/gateway-process.js';
 
 /** How often the gateway looks for its state folder, with `--state-dir`: a server whose folder is gone never comes back for it. */
@@ -44,6 +43,7 @@ export function registerGatewayServer(cli: CAC): void {
       delete process.env[GATEWAY_TOKEN_VARIABLE];
       if (!flags.server || !URL.canParse(flags.server)) fail('--server: expected the server\'s URL, such as http://127.0.0.1:3000');
       const stateDir = flags.stateDir;
+      const { default: winston } = await import('winston');
       const logger = winston.createLogger({
         level: process.env.ORCHESTRATOR_LOG_LEVEL ?? 'info',
         format: winston.format.combine(winston.format.timestamp(), winston.format.printf((i) => `${i.timestamp} ${i.level} ${i.message}`)),

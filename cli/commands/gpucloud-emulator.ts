@@ -2,7 +2,8 @@ import type { CAC } from 'cac';
 import { parseDuration } from '../../api/duration.js';
 import { GPU_MODELS } from '../../backends/gpucloud/api.js';
 import { DEFAULT_CAPACITY_PER_MODEL } from '../../backends/gpucloud/catalog.js';
-import { AGENT_KINDS, type AgentKind, type EmulatorOptions } from '../../backends/gpucloud/emulator.js';
+import { AGENT_KINDS, type AgentKind } from '../../backends/gpucloud/agent-kinds.js';
+import type { EmulatorOptions } from '../../backends/gpucloud/emulator.js';
 import { portFlag } from '../args.js';
 
 interface EmulatorFlags {

@@ -1,6 +1,5 @@
 import type { CAC } from 'cac';
 import { Value } from '@sinclair/typebox/value';
-import { createWebSocketStream, WebSocket } from 'ws';
 import { ApiError } from '../../api/objects.js';
 import { optionText } from '../args.js';
 import { ApiClient } from '../client.js';
@@ -35,6 +34,7 @@ async function proxy(run: string, replica: number | undefined): Promise<number> 
   const client = new ApiClient(settings);
   const url = new URL(`${client.url}${runPath(client, run, '/ssh')}${replica === undefined ? '' : `?replica=${replica}`}`);
   url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+  const { createWebSocketStream, WebSocket } = await import('ws');
   const socket = new WebSocket(url, { headers: { authorization: `Bearer ${settings.token}` }, perMessageDeflate: false });
   // Made before the open: the agent speaks first, and its banner may come with the upgrade's answer, before any later listener.
   const tunnel = createWebSocketStream(socket);
