@@ -18,7 +18,6 @@ import { DEFAULT_SIMULATED_LOG_LINES, DEFAULT_SIMULATED_TIMINGS, SimulatedAgents
 import type { SimulatedTimings } from './simulated-job.js';
 import type { AgentKind } from './agent-kinds.js';
 
-
 export interface EmulatorOptions {
   port?: number;
   host?: string;
