@@ -13,7 +13,8 @@
  *   job: how late a due reconcile is done;
  * - a job's end seen after: for tasks that end 8–12.5 s after they start, the time from the simulated job's exit to the
  *   run's end in the server (with the change feed, the watch does not wait for its next look);
- * - API p50/p99 of `ps` (GET /runs), `logs` (GET /runs/:name/logs) and `apply` (POST /runs/apply of a short task);
+ * - API p50/p99 of `ps` (GET /runs), `logs` (GET /runs/:name/logs) and `apply` (POST /runs/apply of a short task),
+ *   asked from a thread of its own (bench/api-probes.ts), whose event loop nothing else shares;
  * - the server's CPU (share of one core over the window) and RSS; the database's size;
  * - per look: the server's CPU milliseconds and, on PostgreSQL, the statements (transactions the scratch database
  *   committed: every statement outside a transaction is one) and the CPU milliseconds of its backends;
@@ -32,6 +33,7 @@ import { startEmulator } from '../backends/gpucloud/emulator.js';
 import { FOLLOWED_POLL_MS } from '../controllers/run-controller.js';
 import type { SimulatedJob } from '../backends/gpucloud/simulated-job.js';
 import { createScratchDatabase } from '../test/helpers/databases.js';
+import { probeApi } from './api-probes.js';
 import { quantile } from './quantiles.js';
 
 const flag = (name: string, fallback: number) => {
@@ -156,13 +158,12 @@ async function main(): Promise<void> {
   const scratch = usePostgres ? await createScratchDatabase() : null;
   const port = await freePort();
   let server = await startServerProcess(dir, port, scratch?.url);
-  const api = async (method: string, path: string, body?: unknown): Promise<{ status: number; body: any; ms: number; bytes: number }> => {
-    const started = performance.now();
+  const api = async (method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> => {
     const response = await fetch(`${server.url}/api/projects/main${path}`, {
       method, headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body),
     });
     const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : null, ms: performance.now() - started, bytes: Buffer.byteLength(text) };
+    return { status: response.status, body: text ? JSON.parse(text) : null };
   };
   const databaseMb = async (): Promise<number> => {
     if (!scratch) return Number(execFileSync('du', ['-sk', join(dir, 'data')]).toString().split('\t')[0]) / 1024;
@@ -232,25 +233,13 @@ async function main(): Promise<void> {
       const benchBefore = process.cpuUsage();
       const agentCallsBefore = agents.requests;
       const windowStart = Date.now();
-      const ps: number[] = [];
-      const logs: number[] = [];
-      const apply: number[] = [];
       const names = running().map((job) => job.submission.runName).filter((name) => name.startsWith('t'));
       const enders = Array.from({ length: ENDERS }, (_, index) => `end-${level}-${index}`);
       const endersApplied = await api('POST', '/apply', {
         items: enders.map((name, index) => ({ spec: { type: 'task', name, commands: [`sleep ${ENDER_SECONDS + index / 2}`, 'echo end'], resources: { gpu: 0 } } })),
       });
       if (endersApplied.status >= 300) throw new Error(`apply: ${JSON.stringify(endersApplied.body)}`);
-      let probe = 0;
-      let psAnswer = { runs: 0, bytes: 0 };
-      while (Date.now() - windowStart < WINDOW_MS || ps.length < SAMPLES) {
-        const listed = await api('GET', '/runs');
-        ps.push(listed.ms);
-        psAnswer = { runs: listed.body.length, bytes: listed.bytes };
-        logs.push((await api('GET', `/runs/${names[Math.floor(Math.random() * names.length)]}/logs`)).ms);
-        apply.push((await api('POST', '/runs/apply', { spec: { type: 'task', name: `probe-${level}-${probe++}`, commands: ['echo probe'] } })).ms);
-        await sleep(Math.max(0, WINDOW_MS / SAMPLES - 50));
-      }
+      const { ps, logs, apply, psAnswer } = await probeApi({ url: server.url, token: TOKEN, windowMs: WINDOW_MS - (Date.now() - windowStart), samples: SAMPLES, names, level });
       const endSeen: number[] = [];
       for (const name of enders) {
         const run = (await api('GET', `/runs/${name}`)).body;
