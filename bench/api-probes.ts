@@ -6,6 +6,7 @@
  * `orchestrator ps` is a process of its own.
  */
 import { parentPort, Worker, workerData } from 'node:worker_threads';
+import { projectApi } from './project-api.js';
 
 export interface ProbeWindow {
   url: string;
@@ -38,11 +39,8 @@ export function probeApi(window: ProbeWindow): Promise<ProbeFigures> {
 async function probe({ url, token, windowMs, samples, names, level }: ProbeWindow): Promise<ProbeFigures> {
   const call = async (method: string, path: string, body?: unknown) => {
     const started = performance.now();
-    const response = await fetch(`${url}/api/projects/main${path}`, {
-      method, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await response.text();
-    if (response.status >= 300) throw new Error(`${method} ${path}: ${response.status} ${text.slice(0, 200)}`);
+    const { status, text } = await projectApi(url, token, method, path, body);
+    if (status >= 300) throw new Error(`${method} ${path}: ${status} ${text.slice(0, 200)}`);
     return { ms: performance.now() - started, text };
   };
   const figures: ProbeFigures = { ps: [], logs: [], apply: [], psAnswer: { runs: 0, bytes: 0 } };

@@ -33,6 +33,7 @@ import { insertReplica } from '../store/services.js';
 import { startServer } from '../server/server.js';
 import { createScratchDatabase } from '../test/helpers/databases.js';
 import { statCpuSeconds } from './process-cpu.js';
+import { projectApi } from './project-api.js';
 import { quantile } from './quantiles.js';
 
 const flag = (name: string, fallback: number) => {
@@ -130,10 +131,7 @@ async function withIdleFleet<T>(agents: Agents, work: (api: Api, db: Db) => Prom
   writeFileSync(join(dir, 'config.yml'), `projects:\n- name: main\n  backends:\n  - type: gpucloud\n    api_url: ${emulator.url}\n    creds:\n      type: api_key\n      api_key: ${emulator.apiKey}\n`);
   const scratch = await database();
   const server = await startServer({ port: 0, dir, databaseUrl: scratch.url, adminToken: 'bench-token', logLevel: 'error', controllerIntervalMs: 1000 });
-  const api: Api = async (method, path, body) => {
-    const response = await fetch(`${server.url}/api/projects/main${path}`, { method, headers: { authorization: 'Bearer bench-token' }, body: body ? JSON.stringify(body) : undefined });
-    return response.json();
-  };
+  const api: Api = async (method, path, body) => JSON.parse((await projectApi(server.url, 'bench-token', method, path, body)).text);
   try {
     if (agents.kind === 'process') console.log(`\n## ${TASKS} tasks on ${INSTANCES} idle gpucloud-emulator instances (${server.db.driver})`);
     const bootStart = Date.now();

@@ -34,6 +34,7 @@ import { FOLLOWED_POLL_MS } from '../controllers/run-controller.js';
 import type { SimulatedJob } from '../backends/gpucloud/simulated-job.js';
 import { createScratchDatabase } from '../test/helpers/databases.js';
 import { probeApi } from './api-probes.js';
+import { projectApi } from './project-api.js';
 import { quantile } from './quantiles.js';
 
 const flag = (name: string, fallback: number) => {
@@ -159,11 +160,8 @@ async function main(): Promise<void> {
   const port = await freePort();
   let server = await startServerProcess(dir, port, scratch?.url);
   const api = async (method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> => {
-    const response = await fetch(`${server.url}/api/projects/main${path}`, {
-      method, headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : null };
+    const { status, text } = await projectApi(server.url, TOKEN, method, path, body);
+    return { status, body: text ? JSON.parse(text) : null };
   };
   const databaseMb = async (): Promise<number> => {
     if (!scratch) return Number(execFileSync('du', ['-sk', join(dir, 'data')]).toString().split('\t')[0]) / 1024;
