@@ -267,6 +267,7 @@ async function main(): Promise<void> {
       const perLook = `server CPU ${serverMsPerLook.toFixed(2)} ms, database CPU ${fixed(databasePerLook.cpuMs)} ms, statements ${fixed(databasePerLook.statements)}`;
       console.log(`  per look (the API load's share included; the database's own figures on PostgreSQL only, the embedded one's CPU is the server's): ${perLook}`);
       console.log(`API (${ps.length} each) p50 / p99: ps ${ms(quantile(ps, 0.5))} / ${ms(quantile(ps, 0.99))}, logs ${ms(quantile(logs, 0.5))} / ${ms(quantile(logs, 0.99))}, apply ${ms(quantile(apply, 0.5))} / ${ms(quantile(apply, 0.99))}; goal p99 ≤ ${ms(GOALS.apiP99Ms)}: ${verdict(apiP99, GOALS.apiP99Ms)}`);
+      if (ps.length <= 100) console.log(`  (of ${ps.length} answers the p99 is the slowest one, nearer a p${(100 * ps.length / (ps.length + 1)).toFixed(0)}: --samples 200 --window 300 for a p99 that one answer does not decide)`);
       console.log(`  ps answers ${psAnswer.runs} runs in ${(psAnswer.bytes / 1024).toFixed(0)} kB`);
       console.log(`server: CPU ${cpu.toFixed(0)}% of one core, RSS ${after.rssMb.toFixed(0)} MB; goal RSS ≤ ${GOALS.rssMb} MB: ${verdict(after.rssMb, GOALS.rssMb)}`);
       console.log(`  this process (emulator, simulated agents, load): CPU ${benchCpu.toFixed(0)}% of one core; machine load average ${loadavg()[0]!.toFixed(1)} on ${availableParallelism()} CPUs`);
