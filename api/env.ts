@@ -1,4 +1,4 @@
-import type { Path } from './validate.js';
+import type { Path } from './issue-place.js';
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 

@@ -1,9 +1,7 @@
 import { parseCountRange } from './quantity.js';
 import type { FleetSpec } from './spec.js';
 import { sshHosts, type SshConfig } from './ssh-fleet.js';
-import type { IssueAt, Path } from './validate.js';
-
-type Report = (path: Path, message: string, at: IssueAt) => void;
+import type { ReportIssue } from './issue-place.js';
 
 /** What an SSH fleet's hosts decide by themselves, so that the fleet may not say it too. */
 const DECIDED_BY_HOSTS: Record<string, string> = {
@@ -14,7 +12,7 @@ const DECIDED_BY_HOSTS: Record<string, string> = {
 };
 
 /** A fleet either provisions `nodes` from backends or is made of `ssh_config.hosts`, never both. */
-export function checkFleet(spec: Record<string, unknown>, report: Report): void {
+export function checkFleet(spec: Record<string, unknown>, report: ReportIssue): void {
   const ssh = spec.ssh_config as SshConfig | undefined;
   if (ssh === undefined) {
     if (spec.nodes === undefined) report(['nodes'], 'required field is missing; a fleet needs nodes (such as 1 or 0..2), or ssh_config with its hosts', 'parent');
@@ -39,7 +37,7 @@ const UNMETERED_BACKENDS = ['kubernetes'];
  * `nodes: 0..` (no maximum) lets the fleet take as many instances as runs ask for: on a kubernetes fleet the cluster's
  * own nodes bound it, as in dstack; on a backend that bills by the hour it could spend without limit.
  */
-function checkOpenEnded(spec: Record<string, unknown>, report: Report): void {
+function checkOpenEnded(spec: Record<string, unknown>, report: ReportIssue): void {
   let nodes: FleetNodes;
   try {
     nodes = fleetNodes(spec.nodes as Parameters<typeof fleetNodes>[0]);

@@ -1,6 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { Name, Port } from './spec.js';
-import type { IssueAt, Path } from './validate.js';
+import type { ReportIssue } from './issue-place.js';
 
 /** Let's Encrypt's production directory: what `certificate.type: lets-encrypt` uses unless `acme_server` names another. */
 export const LETS_ENCRYPT_DIRECTORY = 'https://acme-v02.api.letsencrypt.org/directory';
@@ -41,8 +41,6 @@ export const GatewaySpec = Type.Object({
 }, { additionalProperties: false, description: 'A process that publishes the project\'s services at https://<run>.<domain>/ with TLS and rate limits' });
 export type GatewaySpec = Static<typeof GatewaySpec>;
 
-type Report = (path: Path, message: string, at: IssueAt) => void;
-
 /** The fields of `certificate` that belong to each type. */
 const CERTIFICATE_FIELDS: Record<GatewayCertificateSpec['type'], readonly string[]> = {
   'lets-encrypt': ['acme_server', 'email'],
@@ -51,7 +49,7 @@ const CERTIFICATE_FIELDS: Record<GatewayCertificateSpec['type'], readonly string
 };
 
 /** Rules that tie a gateway's fields together, checked after each field on its own. */
-export function checkGatewayRules(spec: Record<string, unknown>, report: Report): void {
+export function checkGatewayRules(spec: Record<string, unknown>, report: ReportIssue): void {
   const http = spec.http_port ?? 80;
   if (http === (spec.https_port ?? 443)) report(['https_port'], `must differ from http_port (${String(http)})`, 'value');
   const certificate = spec.certificate as Record<string, unknown> | undefined;

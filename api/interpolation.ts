@@ -1,5 +1,5 @@
 import { closestMatch } from './suggest.js';
-import type { Path } from './validate.js';
+import type { Path } from './issue-place.js';
 
 /** A secret's name: letters, digits, `_` and `-`, starting with a letter or `_`, at most 64 characters. */
 export const SECRET_NAME_PATTERN = '^[A-Za-z_][A-Za-z0-9_-]{0,63}$';

@@ -6,7 +6,8 @@ import { checkSpecRules, otherKindsHint, refuseUnsupported, UNSUPPORTED_TYPES } 
 import { SPEC_SCHEMAS, type AnySpec, type SpecType } from './spec.js';
 import { isDnsLabel } from './names.js';
 import { closestMatch, quoteList } from './suggest.js';
-import { describeValue, report, reportNulCharacters, validateValue, type Issue, type IssueAt, type Path, type ValidationContext } from './validate.js';
+import type { IssueAt, Path } from './issue-place.js';
+import { describeValue, report, reportNulCharacters, validateValue, type Issue, type ValidationContext } from './validate.js';
 
 /** One problem in a configuration, with where it is: `file` and `line` are null for specs that did not come from a file. */
 export const SpecError = Type.Object({

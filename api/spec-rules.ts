@@ -5,9 +5,7 @@ import { parseCountRange } from './quantity.js';
 import { DIND_IMAGE, entrypointWords, NVCC_IMAGE } from './run-container.js';
 import { checkFleet } from './fleet-rules.js';
 import { Resources, type SpecType } from './spec.js';
-import type { IssueAt, Path } from './validate.js';
-
-type Report = (path: Path, message: string, at: IssueAt) => void;
+import type { IssueAt, Path, ReportIssue } from './issue-place.js';
 
 /** Request statistics are kept for an hour (store/service-stats.ts), so a longer window would see only part of it. */
 export const MAX_SCALING_WINDOW_SECONDS = 3600;
@@ -23,7 +21,7 @@ function attempt<T>(parse: () => T): T | null {
   }
 }
 
-function checkPorts(ports: unknown, report: Report): void {
+function checkPorts(ports: unknown, report: ReportIssue): void {
   if (!Array.isArray(ports)) return;
   const seen = { local: new Set<number>(), container: new Set<number>() };
   ports.forEach((entry, index) => {
@@ -38,7 +36,7 @@ function checkPorts(ports: unknown, report: Report): void {
   });
 }
 
-function checkEntrypoint(type: unknown, entrypoint: string, report: Report): void {
+function checkEntrypoint(type: unknown, entrypoint: string, report: ReportIssue): void {
   if (type === 'dev-environment') {
     report(['entrypoint'], 'not supported for a dev environment (nor in dstack): its init runs in the shell, and it stays up until stopped', 'key');
     return;
@@ -51,7 +49,7 @@ function checkEntrypoint(type: unknown, entrypoint: string, report: Report): voi
   }
 }
 
-function checkScaling(spec: Record<string, unknown>, report: Report): void {
+function checkScaling(spec: Record<string, unknown>, report: ReportIssue): void {
   if (Array.isArray(spec.replicas)) {
     checkReplicaGroups(spec, spec.replicas, report);
     return;
@@ -60,7 +58,7 @@ function checkScaling(spec: Record<string, unknown>, report: Report): void {
 }
 
 /** A count (replicas, or a group's count) and its scaling, at `at`: a range needs scaling, a fixed count takes none. */
-function checkCountScaling(written: unknown, scaling: unknown, at: Path, field: string, report: Report): void {
+function checkCountScaling(written: unknown, scaling: unknown, at: Path, field: string, report: ReportIssue): void {
   const count = typeof written === 'number' || typeof written === 'string'
     ? attempt(() => parseCountRange(written, { least: 0, bounded: true, what: 'replica count' }))
     : { min: 1, max: 1 };
@@ -80,7 +78,7 @@ function checkCountScaling(written: unknown, scaling: unknown, at: Path, field: 
 }
 
 /** Each group's count with its own scaling, names told apart, and commands or an image for each. */
-function checkReplicaGroups(spec: Record<string, unknown>, groups: unknown[], report: Report): void {
+function checkReplicaGroups(spec: Record<string, unknown>, groups: unknown[], report: ReportIssue): void {
   if (spec.scaling !== undefined) report(['scaling'], 'with replica groups, each group with a count range takes its own scaling; move scaling into those groups', 'key');
   const names = new Map<string, number>();
   groups.forEach((group, index) => {
@@ -98,7 +96,7 @@ function checkReplicaGroups(spec: Record<string, unknown>, groups: unknown[], re
 }
 
 /** Each map of `instances` names one instance one way: by name, by hostname, or by fleet and number. */
-function checkInstanceSelectors(selectors: unknown[], report: Report): void {
+function checkInstanceSelectors(selectors: unknown[], report: ReportIssue): void {
   selectors.forEach((selector, index) => {
     if (!isMap(selector)) return;
     const forms = [selector.name !== undefined, selector.hostname !== undefined, selector.fleet !== undefined || selector.instance !== undefined].filter(Boolean).length;
@@ -114,12 +112,12 @@ function checkInstanceSelectors(selectors: unknown[], report: Report): void {
 }
 
 /** `nvcc: true` runs in NVCC_IMAGE: not with an image of the run's own. */
-function checkNvcc(spec: Record<string, unknown>, report: Report): void {
+function checkNvcc(spec: Record<string, unknown>, report: ReportIssue): void {
   if (spec.image !== undefined) report(['nvcc'], `cannot be combined with image, as in dstack: nvcc: true runs in ${NVCC_IMAGE}; give an image that has the CUDA compiler, such as nvidia/cuda:12.8.1-devel-ubuntu24.04, and leave nvcc out`, 'key');
 }
 
 /** Rules that tie several fields of one spec together, checked after each field on its own. */
-export function checkSpecRules(spec: Record<string, unknown>, report: Report): void {
+export function checkSpecRules(spec: Record<string, unknown>, report: ReportIssue): void {
   const type = spec.type;
   if (type === 'fleet') {
     checkFleet(spec, report);
@@ -259,7 +257,7 @@ function valueAt(spec: Record<string, unknown>, path: readonly string[]): { foun
  * worth checking. `known` are the top-level fields of the kind's schema, which a rule overrides only for
  * the values its `sameMeaning` does not take (a service's replicas as a list).
  */
-export function refuseUnsupported(spec: Record<string, unknown>, type: SpecType, known: Record<string, unknown>, report: Report): Record<string, unknown> | null {
+export function refuseUnsupported(spec: Record<string, unknown>, type: SpecType, known: Record<string, unknown>, report: ReportIssue): Record<string, unknown> | null {
   const kept: Record<string, unknown> = { ...spec };
   let refused = false;
   for (const rule of UNSUPPORTED) {

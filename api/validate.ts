@@ -6,16 +6,12 @@ import { wildcardBase } from './domains.js';
 import { resolveEnv } from './env.js';
 import { parseGpu, parseGpuModels, parseGpuVendor } from './gpu.js';
 import { parseFileMapping, parsePortMapping, parseRepoEntry, parseVolumeMount } from './mappings.js';
+import type { IssueAt, Path } from './issue-place.js';
 import { isDnsLabel, NAME_RULE } from './names.js';
 import { parseCountRange, parseSize, parseSizeRange } from './quantity.js';
 import { parseCpu } from './resources.js';
 import type { CheckName } from './spec.js';
 import { closestMatch, quoteList } from './suggest.js';
-
-export type Path = (string | number)[];
-
-/** Where in the document a problem shows: at the field's key, at its value, or (for a missing field) at the map that lacks it. */
-export type IssueAt = 'key' | 'value' | 'parent';
 
 export interface Issue {
   path: Path;

@@ -200,7 +200,7 @@ export class ProxyCore {
   /** The rate limit's 429, when the request is over it. */
   private refusal(exchange: Exchange, req: IncomingMessage): GatewayError | undefined {
     try {
-      this.limiter.admit(exchange, req);
+      this.limiter.admit(exchange.route, exchange.servicePath, req);
       return undefined;
     } catch (error) {
       if (error instanceof GatewayError) return error;

@@ -1,7 +1,6 @@
 import type { IncomingMessage } from 'node:http';
-import type { RateLimitRoute } from '../api/services.js';
+import type { RateLimitRoute, ServiceRoute } from '../api/services.js';
 import { GatewayError } from './errors.js';
-import type { Exchange } from './proxy-core.js';
 
 interface Bucket {
   tokens: number;
@@ -21,9 +20,8 @@ export class RateLimiter {
   private readonly buckets = new Map<string, Bucket>();
   private sweptAt = Date.now();
 
-  /** Takes a token for the request; throws the 429 when its bucket is empty. */
-  admit(exchange: Exchange, req: IncomingMessage): void {
-    const { route, servicePath } = exchange;
+  /** Takes a token for the request to `servicePath` (under the service's address); throws the 429 when its bucket is empty. */
+  admit(route: ServiceRoute, servicePath: string, req: IncomingMessage): void {
     const index = route.rateLimits.findIndex((limit) => servicePath.startsWith(limit.prefix));
     if (index === -1) return;
     const limit = route.rateLimits[index]!;
