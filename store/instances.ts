@@ -100,6 +100,11 @@ export async function listFleetInstances(db: Queryable, fleetId: string): Promis
   return (await db.query(`SELECT * FROM instances WHERE fleet_id = $1 AND status <> 'terminated' ORDER BY created_at`, [fleetId])).map(toInstance);
 }
 
+/** The project's instances that are not gone, oldest first: the order the scheduler weighs them in. */
+export async function listProjectInstances(db: Queryable, projectId: string): Promise<InstanceRecord[]> {
+  return (await db.query(`SELECT * FROM instances WHERE project_id = $1 AND status <> 'terminated' ORDER BY created_at`, [projectId])).map(toInstance);
+}
+
 export async function listInstanceViews(db: Queryable, projectId: string, options: { fleetId?: string; includeTerminated: boolean }): Promise<Instance[]> {
   const rows = await db.query(
     `SELECT i.*, f.name AS fleet_name, f.spec AS fleet_spec, r.name AS run_name, coalesce(a.dollars, 0)::float8 AS cost,

@@ -131,6 +131,14 @@ export async function trySchedulerLock(tx: Queryable): Promise<boolean> {
   return locked;
 }
 
+/** How many of the project's queued runs a new run of `priority` would wait behind: those of the same priority or higher. */
+export async function queuedAtOrAbove(db: Queryable, projectId: string, priority: number): Promise<number> {
+  const [{ count }] = await db.query<{ count: number }>(
+    `SELECT count(*)::int AS count FROM runs WHERE project_id = $1 AND status = 'submitted' AND NOT deleted AND priority >= $2`,
+    [projectId, priority]);
+  return count;
+}
+
 /** Says why a queued run waits, as its status message. */
 export async function setQueuedRunMessage(db: Queryable, id: string, message: string): Promise<void> {
   await db.query(`UPDATE runs SET status_message = $2, updated_at = now() WHERE id = $1`, [id, message]);
