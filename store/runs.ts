@@ -157,6 +157,11 @@ export async function getRunAttempt(db: Queryable, run: RunRecord, attempt: numb
   return rows[0] ? toRun(rows[0]) : null;
 }
 
+/** Which of `ids` are runs of the project: what a report from outside (a gateway's) may speak of. */
+export async function projectRunIds(db: Queryable, projectId: string, ids: readonly string[]): Promise<Set<string>> {
+  return new Set((await db.query<{ id: string }>('SELECT id FROM runs WHERE id = ANY($1::text[]) AND project_id = $2', [ids, projectId])).map((r) => r.id));
+}
+
 export async function getRun(db: Queryable, id: string): Promise<RunRecord | null> {
   const rows = await db.query(plannedOnce('SELECT * FROM runs WHERE id = $1'), [id]);
   return rows[0] ? toRun(rows[0]) : null;

@@ -15,6 +15,7 @@ import {
   setAcmeAccountKey, type GatewayRecord,
 } from '../../store/gateways.js';
 import { getProjectById, hashToken } from '../../store/projects.js';
+import { projectRunIds } from '../../store/runs.js';
 import { recordServiceSeconds } from '../../store/service-stats.js';
 import { loadRoutingTable } from '../../store/services.js';
 import type { SecretBox } from '../../store/secrets.js';
@@ -116,7 +117,7 @@ export function gatewayApiRoutes(server: ServerContext): Router {
     const gateway = gatewayOf(ctx);
     const report = await checkedBody(ctx, GatewayStatsReport);
     const ids = [...new Set(report.seconds.map((s) => s.runId))];
-    const own = new Set((await db.query<{ id: string }>('SELECT id FROM runs WHERE id = ANY($1::text[]) AND project_id = $2', [ids, gateway.projectId])).map((r) => r.id));
+    const own = await projectRunIds(db, gateway.projectId, ids);
     const seconds = report.seconds.filter((s) => own.has(s.runId) && !Number.isNaN(Date.parse(s.second)))
       .map((s) => ({ ...s, second: new Date(s.second) }));
     await recordServiceSeconds(db, `gateway:${gateway.id}`, seconds);
