@@ -4,6 +4,7 @@ import { isDnsLabel } from '../api/names.js';
 import type { Queryable } from '../store/db.js';
 import type { Role } from '../api/objects.js';
 import { getProject, projectRole, userByToken, type ProjectRecord, type UserRecord } from '../store/projects.js';
+import { getRunByName, type RunRecord } from '../store/runs.js';
 import { CSRF_HEADER, userBySession } from '../store/sessions.js';
 import { passesCsrfCheck, sessionCookie } from './console-session.js';
 import { HttpError, notFound } from './http-errors.js';
@@ -58,6 +59,14 @@ export function currentUser(ctx: Context): UserRecord {
 /** The project named in the path, when it exists (404) and the caller is a member of it (403). */
 export async function projectFor(db: Queryable, ctx: Context, name: string): Promise<ProjectRecord> {
   return (await projectAndRole(db, ctx, name)).project;
+}
+
+/** The run named in the path and its project, when both exist (404) and the caller is a member of the project (403). */
+export async function runFor(db: Queryable, ctx: Context, projectName: string, runName: string): Promise<{ project: ProjectRecord; run: RunRecord }> {
+  const project = await projectFor(db, ctx, projectName);
+  const run = isDnsLabel(runName) ? await getRunByName(db, project.id, runName) : null;
+  if (!run) throw notFound(`run ${runName} not found in project ${project.name}`);
+  return { project, run };
 }
 
 /** The project named in the path, when the caller is an admin of it or a global admin (403 otherwise). */

@@ -10,11 +10,11 @@ import { isMultiNodeParent, listNodes, nodeCount } from '../../store/nodes.js';
 import { getRun, getRunAttempt, type RunRecord } from '../../store/runs.js';
 import { isSchedule, latestScheduledRun } from '../../store/schedules.js';
 import { replicaForLogs } from '../../store/services.js';
+import { runFor } from '../auth.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, notFound } from '../http-errors.js';
 import { asJsonLines, mergeByTime, withNode } from '../node-log-lines.js';
 import { cursorQuery, nodeCursorsQuery } from '../query.js';
-import { runFor } from './runs.js';
 
 const AGENT_WAIT_MS = 5000;
 const IDLE_WAIT_MS = 300;
@@ -96,7 +96,7 @@ async function nodeOf(server: ServerContext, ctx: Context, run: RunRecord): Prom
  * schedule the run it submitted last (for a service, one of that run's replicas).
  */
 async function logsOf(server: ServerContext, ctx: Context): Promise<RunRecord> {
-  const named = (await runFor(server, ctx, ctx.params.project!, ctx.params.name!)).run;
+  const named = (await runFor(server.db, ctx, ctx.params.project!, ctx.params.name!)).run;
   const raw = ctx.query.replica;
   if (raw !== undefined && (typeof raw !== 'string' || !/^\d{1,6}$/.test(raw))) throw badRequest('replica: expected a replica number such as 0');
   const run = isSchedule(named) ? await latestScheduledRun(server.db, named.id) : named;

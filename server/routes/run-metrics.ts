@@ -6,9 +6,9 @@ import { getInstance } from '../../store/instances.js';
 import { isMultiNodeParent, listNodes } from '../../store/nodes.js';
 import type { RunRecord } from '../../store/runs.js';
 import { listReplicas, replicaForLogs } from '../../store/services.js';
+import { runFor } from '../auth.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, HttpError, notFound } from '../http-errors.js';
-import { runFor } from './runs.js';
 
 /**
  * `GET .../metrics`: CPU, memory and GPU use of the instance a running job is on. A service's are its
@@ -31,7 +31,7 @@ export function runMetricsRoutes(server: ServerContext): Router {
 
 /** The agent of the instance that the measured job runs on, and the job's id there; 409 when the job does not run. */
 async function runningJob(server: ServerContext, ctx: Context): Promise<{ agent: AgentClient; jobId: string }> {
-  const { run } = await runFor(server, ctx, ctx.params.project!, ctx.params.name!);
+  const { run } = await runFor(server.db, ctx, ctx.params.project!, ctx.params.name!);
   const { job, label } = await measuredJob(server, ctx, run);
   const instance = job.instanceId ? await getInstance(server.db, job.instanceId) : null;
   if (job.status !== 'running' || !instance?.agentUrl || !job.jobId) throw new HttpError(409, 'not_running', `${label} is ${job.status}; metrics exist only while it runs`);

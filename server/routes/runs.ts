@@ -1,13 +1,11 @@
 import Router from '@koa/router';
-import { isDnsLabel } from '../../api/names.js';
 import { CHANNELS, runChange } from '../../store/channels.js';
 import { recordEvent } from '../../store/events.js';
-import type { ProjectRecord } from '../../store/projects.js';
 import { getRunView, listRunViews } from '../../store/run-views.js';
-import { deleteRun, getRunByName, requestRunStop, type RunRecord } from '../../store/runs.js';
-import { projectFor, type AuthState } from '../auth.js';
+import { deleteRun, requestRunStop } from '../../store/runs.js';
+import { projectFor, runFor, type AuthState } from '../auth.js';
 import type { ServerContext } from '../context.js';
-import { badRequest, conflict, notFound, readJsonObject } from '../http-errors.js';
+import { badRequest, conflict, readJsonObject } from '../http-errors.js';
 import { planRun } from '../plan-run.js';
 import { checkedFiles, checkedFleetsApplied, checkedRepos, checkedRunSpec } from '../specs.js';
 import { submitRun } from '../submit-run.js';
@@ -40,12 +38,12 @@ export function runRoutes(server: ServerContext): Router {
   });
 
   router.get('/:name', async (ctx) => {
-    const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
+    const { run } = await runFor(db, ctx, ctx.params.project, ctx.params.name);
     ctx.body = await getRunView(db, run.id);
   });
 
   router.post('/:name/stop', async (ctx) => {
-    const { project, run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
+    const { project, run } = await runFor(db, ctx, ctx.params.project, ctx.params.name);
     const body = await readJsonObject(ctx);
     if (body.abort !== undefined && typeof body.abort !== 'boolean') throw badRequest('abort: expected true or false');
     await requestRunStop(db, run.id, body.abort === true);
@@ -56,16 +54,9 @@ export function runRoutes(server: ServerContext): Router {
   });
 
   router.delete('/:name', async (ctx) => {
-    const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
+    const { run } = await runFor(db, ctx, ctx.params.project, ctx.params.name);
     if (!(await deleteRun(db, run.id))) throw conflict(`run ${run.name} is ${run.status}; stop it before deleting it`);
     ctx.status = 204;
   });
   return router;
-}
-
-export async function runFor(server: ServerContext, ctx: Parameters<typeof projectFor>[1], projectName: string, runName: string): Promise<{ project: ProjectRecord; run: RunRecord }> {
-  const project = await projectFor(server.db, ctx, projectName);
-  const run = isDnsLabel(runName) ? await getRunByName(server.db, project.id, runName) : null;
-  if (!run) throw notFound(`run ${runName} not found in project ${project.name}`);
-  return { project, run };
 }

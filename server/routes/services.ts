@@ -6,10 +6,10 @@ import { recordEvent } from '../../store/events.js';
 import { getRunView } from '../../store/run-views.js';
 import { serviceSteps, serviceWindows } from '../../store/service-stats.js';
 import { rollBackService } from '../../store/services.js';
+import { runFor } from '../auth.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, conflict, HttpError } from '../http-errors.js';
 import { serviceFigures } from '../service-figures.js';
-import { runFor } from './runs.js';
 
 const DEFAULT_STATS_WINDOW_SECONDS = 300;
 /** Statistics are kept for an hour (store/service-stats.ts); a window under 10 s says little. */
@@ -48,7 +48,7 @@ export function serviceRoutes(server: ServerContext): Router {
   const router = new Router({ prefix: '/api/projects/:project/services' });
 
   router.get('/:name/stats', async (ctx) => {
-    const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
+    const { run } = await runFor(server.db, ctx, ctx.params.project, ctx.params.name);
     if (run.kind !== 'service') throw notAService(run, 'have request statistics');
     const windowSeconds = windowSecondsOf(ctx.query.window);
     const [view, windows] = await Promise.all([getRunView(db, run.id), serviceWindows(db, [run.id], windowSeconds)]);
@@ -63,7 +63,7 @@ export function serviceRoutes(server: ServerContext): Router {
   });
 
   router.get('/:name/stats/series', async (ctx) => {
-    const { run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
+    const { run } = await runFor(server.db, ctx, ctx.params.project, ctx.params.name);
     if (run.kind !== 'service') throw notAService(run, 'have request statistics');
     const windowSeconds = windowSecondsOf(ctx.query.window);
     const stepSeconds = stepSecondsOf(ctx.query.step, windowSeconds);
@@ -80,7 +80,7 @@ export function serviceRoutes(server: ServerContext): Router {
   });
 
   router.post('/:name/rollback', async (ctx) => {
-    const { project, run } = await runFor(server, ctx, ctx.params.project, ctx.params.name);
+    const { project, run } = await runFor(server.db, ctx, ctx.params.project, ctx.params.name);
     if (run.kind !== 'service') throw notAService(run, 'roll back');
     if (FINISHED_RUN_STATUSES.includes(run.status) || run.desired !== 'run') throw conflict(`service ${run.name} is ${run.desired === 'run' ? run.status : 'stopping'}; apply it to run it again`);
     const rolled = await rollBackService(db, run);

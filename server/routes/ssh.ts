@@ -11,10 +11,9 @@ import type { RunRecord } from '../../store/runs.js';
 import { authorizedKeysOf } from '../../store/ssh-keys.js';
 import { isMultiNodeParent } from '../../store/nodes.js';
 import { sshReplica } from '../../store/ssh-targets.js';
-import { authMiddleware, currentUser } from '../auth.js';
+import { authMiddleware, currentUser, runFor } from '../auth.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, HttpError } from '../http-errors.js';
-import { runFor } from './runs.js';
 
 /** `/api/projects/:project/runs/:run/ssh`, with an optional query. */
 const SSH_PATH = /^\/api\/projects\/([^/?]+)\/runs\/([^/?]+)\/ssh(?:\?|$)/i;
@@ -47,7 +46,7 @@ export class SshRelay {
       await authMiddleware(this.server.db)(ctx, async () => undefined);
       if (req.method !== 'GET') throw new HttpError(405, 'method_not_allowed', `${req.method} is not allowed on ${ctx.path}`);
       if (req.headers.upgrade?.toLowerCase() !== 'websocket') throw badRequest('expected a WebSocket upgrade (Upgrade: websocket)');
-      const job = await this.jobOf(await runFor(this.server, ctx, decodeURIComponent(project!), decodeURIComponent(run!)).then((found) => found.run), ctx.query.replica);
+      const job = await this.jobOf(await runFor(this.server.db, ctx, decodeURIComponent(project!), decodeURIComponent(run!)).then((found) => found.run), ctx.query.replica);
       const instance = job.instanceId ? await getInstance(this.server.db, job.instanceId) : null;
       if (!instance?.agentUrl) throw notRunning(`run ${job.name}`, 'not on an instance yet');
       const keys = await authorizedKeysOf(this.server.db, currentUser(ctx).id);
