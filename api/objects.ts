@@ -194,6 +194,9 @@ export const Run = Type.Object({
 });
 export type Run = Static<typeof Run>;
 
+/** The most runs `GET …/runs` answers with: the project's newest (live ones, or all with `all=true`). */
+export const RUN_LIST_LIMIT = 1000;
+
 /** What an event is about; `GET …/events?kind=` filters by it. */
 export const EventObjectKind = Type.Union([Type.Literal('fleet'), Type.Literal('instance'), Type.Literal('run'), Type.Literal('gateway'), Type.Literal('project')]);
 export type EventObjectKind = Static<typeof EventObjectKind>;

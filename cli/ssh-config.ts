@@ -2,7 +2,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, statSync, w
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Run } from '../api/objects.js';
+import { RUN_LIST_LIMIT, type Run } from '../api/objects.js';
 import type { ApiClient } from './client.js';
 import { identityPath, sshDir } from './ssh-keys.js';
 
@@ -95,8 +95,9 @@ function writeAtomically(path: string, text: string, mode: number): void {
  * live run of the project), leaving other projects' entries alone: entries of runs that ended go. Returns the project's hosts.
  */
 export function refreshSshConfig(project: string, runs: readonly Run[]): SshHostEntry[] {
-  const entries = hostEntries(runs);
   const state = loadState();
+  const listed = hostEntries(runs);
+  const entries = [...listed, ...beyondTheList(state.projects[project] ?? [], runs, listed)];
   if (entries.length === 0 && !(project in state.projects)) return entries;
   const others = Object.fromEntries(Object.entries(state.projects).filter(([name]) => name !== project));
   const next: SshState = { projects: entries.length > 0 ? { [project]: entries, ...others } : others };
@@ -105,6 +106,16 @@ export function refreshSshConfig(project: string, runs: readonly Run[]): SshHost
   writeAtomically(sshConfigPath(), renderSshConfig(next), 0o600);
   writeAtomically(statePath(), `${JSON.stringify(next, null, 2)}\n`, 0o600);
   return entries;
+}
+
+/**
+ * A list as long as the server's longest holds only the project's newest runs: the entries of runs it does not name may
+ * be of older runs that still run, and stay until a shorter list leaves them out.
+ */
+function beyondTheList(previous: readonly SshHostEntry[], runs: readonly Run[], listed: readonly SshHostEntry[]): SshHostEntry[] {
+  if (runs.length < RUN_LIST_LIMIT) return [];
+  const names = new Set([...runs.map((run) => run.name), ...listed.map((entry) => entry.host)]);
+  return previous.filter((entry) => !names.has(entry.run) && !names.has(entry.host));
 }
 
 /** Refreshes the project's entries from the server's list of its live runs; returns its hosts. */

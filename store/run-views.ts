@@ -1,5 +1,5 @@
 import { cronExpressions } from '../api/cron.js';
-import type { Run, RunSsh } from '../api/objects.js';
+import { RUN_LIST_LIMIT, type Run, type RunSsh } from '../api/objects.js';
 import { serviceSettings, servicePaths } from '../api/service-settings.js';
 import type { ServiceInfo } from '../api/services.js';
 import type { ServiceSpec } from '../api/spec.js';
@@ -59,7 +59,7 @@ export async function getRunView(db: Queryable, runId: string): Promise<Run> {
   return (await withServices(db, await db.query(plannedOnce(`${VIEW_SELECT} WHERE r.id = $1`), [runId])))[0];
 }
 
-export async function listRunViews(db: Queryable, projectId: string, includeFinished: boolean, limit = 1000): Promise<Run[]> {
+export async function listRunViews(db: Queryable, projectId: string, includeFinished: boolean, limit = RUN_LIST_LIMIT): Promise<Run[]> {
   // The runs listed are chosen from their own narrow rows before anything is joined to them: joined first, every live
   // run of the project was (bench/README.md, "The run list: its runs chosen before they are joined"). The active list's
   // condition is written out, not a parameter, so that it implies the predicate of runs_listed_active (migration 30),

@@ -1,5 +1,5 @@
 import type { CAC } from 'cac';
-import type { Run, RunNode } from '../../api/objects.js';
+import { RUN_LIST_LIMIT, type Run, type RunNode } from '../../api/objects.js';
 import type { Replica, ServiceStats } from '../../api/services.js';
 import { ApiRequestError, type ApiClient } from '../client.js';
 import { connect } from '../connect.js';
@@ -103,5 +103,8 @@ export function registerPs(cli: CAC): void {
         return;
       }
       process.stdout.write(renderTable(['name', 'kind', 'status', 'gpu', '$/h', 'cost', 'submitted', 'message'], psRows(runs, await liveServiceStats(client, runs)), outputWidth(process.stdout, flags.wide === true)));
+      if (runs.length >= RUN_LIST_LIMIT) {
+        process.stderr.write(`the newest ${RUN_LIST_LIMIT} ${flags.all ? 'runs' : 'active runs'} are shown, the most the server lists at once; older ones are not\n`);
+      }
     }));
 }
