@@ -69,6 +69,15 @@ export async function listReplicas(db: Queryable, serviceId: string): Promise<Re
   return (await replicasOfServices(db, [serviceId])).get(serviceId)!;
 }
 
+/** A project's live services (not schedules of services), oldest first, as `ps` lists them. */
+export async function liveServicesOf(db: Queryable, projectId: string): Promise<Array<{ id: string; name: string; desiredReplicas: number }>> {
+  const rows = await db.query<{ id: string; name: string; desired_replicas: number | null }>(
+    `SELECT id, name, desired_replicas FROM runs
+     WHERE project_id = $1 AND ${SERVICE_PARENT} AND NOT deleted AND status NOT IN ${FINISHED} AND spec -> 'schedule' IS NULL
+     ORDER BY submitted_at, id`, [projectId]);
+  return rows.map((row) => ({ id: row.id, name: row.name, desiredReplicas: row.desired_replicas ?? 0 }));
+}
+
 /** As listReplicas for each of several services, by service id, in one query. */
 export async function replicasOfServices(db: Queryable, serviceIds: readonly string[]): Promise<Map<string, ReplicaRecord[]>> {
   const replicas = new Map<string, ReplicaRecord[]>(serviceIds.map((id) => [id, []]));

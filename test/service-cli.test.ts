@@ -121,6 +121,17 @@ for (const kind of DATABASE_KINDS) {
       expect(lastMinute.body).to.include({ windowSeconds: 60, requests: 30, requestsPerSecond: 0.5, errors: 3, errorRate: 0.1, p50Ms: 10, p99Ms: 500, inflight: 4, inflightNow: 0 });
     });
 
+    it('answers every live service\'s figures in one call, as each service\'s own route does, and ps shows each one\'s rate from it', async () => {
+      const all = await server.api('GET', '/api/projects/main/services/stats?window=60');
+      expect(all.status, JSON.stringify(all.body)).to.equal(200);
+      expect(all.body).to.deep.equal([(await stats('?window=60')).body]);
+      const outsider = (await server.api('POST', '/api/users', { name: 'outsider-all' })).body;
+      expect((await server.api('GET', '/api/projects/main/services/stats', undefined, outsider.token)).status).to.equal(403);
+      const listed = await cli(['ps']);
+      expect(listed.code, show(listed)).to.equal(0);
+      expect(listed.stdout).to.match(/^svc\s+service\s+\S+ \(0\/\d+ ready, 0\.5 req\/s\)/m);
+    });
+
     it('gives the figures step by step over the window, for the console\'s charts, steps without requests included', async () => {
       const { status, body } = await server.api('GET', '/api/projects/main/services/svc/stats/series?window=300&step=10');
       expect(status, JSON.stringify(body)).to.equal(200);

@@ -8,7 +8,7 @@ import { isFinished } from '../follow.js';
 import { formatAge, formatCost, formatGpuInfo, formatPrice, formatTimeLeft, printJson } from '../format.js';
 import { refreshSshConfig, sshConfigWarning } from '../ssh-config.js';
 import { outputWidth, renderTable, WIDE_OPTION } from '../table.js';
-import { formatRate, serviceStatsPath } from './service.js';
+import { formatRate } from './service.js';
 
 interface PsFlags {
   all?: boolean;
@@ -68,15 +68,15 @@ export function psRows(runs: readonly Run[], stats: ReadonlyMap<string, ServiceS
   ]);
 }
 
-/** Each live service's requests over the last minute, one call each; a server without the stats route leaves them out. */
+/** Each live service's requests over the last minute, in one call; a server without the route leaves them out. */
 async function liveServiceStats(client: ApiClient, runs: readonly Run[]): Promise<Map<string, ServiceStats>> {
-  const services = runs.filter((run) => run.service && !isFinished(run));
-  const answers = await Promise.all(services.map((run) => client.get<ServiceStats>(serviceStatsPath(client, run.name, PS_STATS_WINDOW_SECONDS))
+  if (!runs.some((run) => run.service && !isFinished(run))) return new Map();
+  const stats = await client.get<ServiceStats[]>(client.projectPath(`/services/stats?window=${PS_STATS_WINDOW_SECONDS}`))
     .catch((error: unknown) => {
-      if (error instanceof ApiRequestError) return null;
+      if (error instanceof ApiRequestError) return [];
       throw error;
-    })));
-  return new Map(answers.filter((stats): stats is ServiceStats => stats !== null).map((stats) => [stats.run, stats]));
+    });
+  return new Map(stats.map((service) => [service.run, service]));
 }
 
 export function registerPs(cli: CAC): void {

@@ -5,8 +5,8 @@ import { CHANNELS } from '../../store/channels.js';
 import { recordEvent } from '../../store/events.js';
 import { getRunView } from '../../store/run-views.js';
 import { serviceSteps, serviceWindows } from '../../store/service-stats.js';
-import { rollBackService } from '../../store/services.js';
-import { runFor } from '../auth.js';
+import { liveServicesOf, replicaViewsOf, rollBackService } from '../../store/services.js';
+import { projectFor, runFor } from '../auth.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, conflict, HttpError } from '../http-errors.js';
 import { serviceFigures } from '../service-figures.js';
@@ -46,6 +46,22 @@ function notAService(run: { name: string; kind: string }, what: string): HttpErr
 export function serviceRoutes(server: ServerContext): Router {
   const { db } = server;
   const router = new Router({ prefix: '/api/projects/:project/services' });
+
+  router.get('/stats', async (ctx) => {
+    const project = await projectFor(db, ctx, ctx.params.project);
+    const windowSeconds = windowSecondsOf(ctx.query.window);
+    const services = await liveServicesOf(db, project.id);
+    const ids = services.map((service) => service.id);
+    const [windows, replicas] = await Promise.all([serviceWindows(db, ids, windowSeconds), replicaViewsOf(db, ids, [])]);
+    const stats: ServiceStats[] = services.map((service) => ({
+      run: service.name,
+      windowSeconds,
+      ...serviceFigures(windows.get(service.id), windowSeconds),
+      readyReplicas: replicas.get(service.id)!.filter((replica) => replica.state === 'ready').length,
+      desiredReplicas: service.desiredReplicas,
+    }));
+    ctx.body = stats;
+  });
 
   router.get('/:name/stats', async (ctx) => {
     const { run } = await runFor(server.db, ctx, ctx.params.project, ctx.params.name);
