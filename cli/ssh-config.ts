@@ -91,8 +91,9 @@ function writeAtomically(path: string, text: string, mode: number): void {
 }
 
 /**
- * Makes ~/.orchestrator/ssh/config and known_hosts hold the project's reachable runs as `runs` show them (every
- * live run of the project), leaving other projects' entries alone: entries of runs that ended go. Returns the project's hosts.
+ * Makes ~/.orchestrator/ssh/config and known_hosts hold the project's reachable runs as `runs` show them (the server's
+ * list of the project's live runs), leaving other projects' entries alone: entries of runs that ended go, unless the
+ * list is as long as the server makes it and does not name them (beyondTheList). Returns the project's hosts.
  */
 export function refreshSshConfig(project: string, runs: readonly Run[]): SshHostEntry[] {
   const state = loadState();
