@@ -1,4 +1,4 @@
-import { LATENCY_BUCKETS_MS, type ServiceStats } from '../api/services.js';
+import { LATENCY_BUCKETS_MS, type Replica, type ServiceStats } from '../api/services.js';
 import { latencyQuantile, type ServiceWindow } from '../store/service-stats.js';
 
 /** A service's request figures over a window, as the stats route and GET /metrics give them. */
@@ -24,5 +24,16 @@ export function serviceFigures(window: ServiceWindow | undefined, windowSeconds:
     p99Ms: quantile(window, 0.99),
     inflight: window?.inflight ?? 0,
     inflightNow: window?.inflightNow ?? 0,
+  };
+}
+
+/** A service's `ServiceStats`: its figures over the window, and how many of its replicas are ready of those it wants. */
+export function serviceStats(run: string, windowSeconds: number, window: ServiceWindow | undefined, replicas: readonly Replica[], desiredReplicas: number): ServiceStats {
+  return {
+    run,
+    windowSeconds,
+    ...serviceFigures(window, windowSeconds),
+    readyReplicas: replicas.filter((replica) => replica.state === 'ready').length,
+    desiredReplicas,
   };
 }

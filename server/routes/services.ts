@@ -1,5 +1,5 @@
 import Router from '@koa/router';
-import type { ServiceStats, ServiceStatsSeries } from '../../api/services.js';
+import type { ServiceStatsSeries } from '../../api/services.js';
 import { FINISHED_RUN_STATUSES } from '../../api/status.js';
 import { CHANNELS } from '../../store/channels.js';
 import { recordEvent } from '../../store/events.js';
@@ -9,7 +9,7 @@ import { liveServicesOf, replicaViewsOf, rollBackService } from '../../store/ser
 import { projectFor, runFor } from '../auth.js';
 import type { ServerContext } from '../context.js';
 import { badRequest, conflict, HttpError } from '../http-errors.js';
-import { serviceFigures } from '../service-figures.js';
+import { serviceFigures, serviceStats } from '../service-figures.js';
 
 const DEFAULT_STATS_WINDOW_SECONDS = 300;
 /** Statistics are kept for an hour (store/service-stats.ts); a window under 10 s says little. */
@@ -53,33 +53,19 @@ export function serviceRoutes(server: ServerContext): Router {
     const services = await liveServicesOf(db, project.id);
     const ids = services.map((service) => service.id);
     const [windows, replicas] = await Promise.all([serviceWindows(db, ids, windowSeconds), replicaViewsOf(db, ids, [])]);
-    const stats: ServiceStats[] = services.map((service) => ({
-      run: service.name,
-      windowSeconds,
-      ...serviceFigures(windows.get(service.id), windowSeconds),
-      readyReplicas: replicas.get(service.id)!.filter((replica) => replica.state === 'ready').length,
-      desiredReplicas: service.desiredReplicas,
-    }));
-    ctx.body = stats;
+    ctx.body = services.map((service) => serviceStats(service.name, windowSeconds, windows.get(service.id), replicas.get(service.id)!, service.desiredReplicas));
   });
 
   router.get('/:name/stats', async (ctx) => {
-    const { run } = await runFor(server.db, ctx, ctx.params.project, ctx.params.name);
+    const { run } = await runFor(db, ctx, ctx.params.project, ctx.params.name);
     if (run.kind !== 'service') throw notAService(run, 'have request statistics');
     const windowSeconds = windowSecondsOf(ctx.query.window);
     const [view, windows] = await Promise.all([getRunView(db, run.id), serviceWindows(db, [run.id], windowSeconds)]);
-    const stats: ServiceStats = {
-      run: run.name,
-      windowSeconds,
-      ...serviceFigures(windows.get(run.id), windowSeconds),
-      readyReplicas: view.service?.replicas.filter((replica) => replica.state === 'ready').length ?? 0,
-      desiredReplicas: view.service?.desiredReplicas ?? 0,
-    };
-    ctx.body = stats;
+    ctx.body = serviceStats(run.name, windowSeconds, windows.get(run.id), view.service?.replicas ?? [], view.service?.desiredReplicas ?? 0);
   });
 
   router.get('/:name/stats/series', async (ctx) => {
-    const { run } = await runFor(server.db, ctx, ctx.params.project, ctx.params.name);
+    const { run } = await runFor(db, ctx, ctx.params.project, ctx.params.name);
     if (run.kind !== 'service') throw notAService(run, 'have request statistics');
     const windowSeconds = windowSecondsOf(ctx.query.window);
     const stepSeconds = stepSecondsOf(ctx.query.step, windowSeconds);
@@ -96,7 +82,7 @@ export function serviceRoutes(server: ServerContext): Router {
   });
 
   router.post('/:name/rollback', async (ctx) => {
-    const { project, run } = await runFor(server.db, ctx, ctx.params.project, ctx.params.name);
+    const { project, run } = await runFor(db, ctx, ctx.params.project, ctx.params.name);
     if (run.kind !== 'service') throw notAService(run, 'roll back');
     if (FINISHED_RUN_STATUSES.includes(run.status) || run.desired !== 'run') throw conflict(`service ${run.name} is ${run.desired === 'run' ? run.status : 'stopping'}; apply it to run it again`);
     const rolled = await rollBackService(db, run);
