@@ -29,10 +29,14 @@ describe('a project with more runs than the server lists at once', () => {
         const project = (await getProject(server.db, 'main'))!;
         const user = (await userByToken(server.db, 'test-admin-token'))!;
         const requirement = normalizeResources(undefined, 'run');
-        // One statement each, not one transaction: each run its own submission time, as applied one after another.
-        for (let i = 0; i < RUN_LIST_LIMIT + 5; i++) {
-          await insertRun(server.db, { projectId: project.id, userId: user.id, name: `queued-${i}`, kind: 'task', spec: { type: 'task', commands: ['true'] }, files: [], requirement, priority: 0 });
-        }
+        await server.db.transaction(async (tx) => {
+          for (let i = 0; i < RUN_LIST_LIMIT + 5; i++) {
+            await insertRun(tx, { projectId: project.id, userId: user.id, name: `queued-${i}`, kind: 'task', spec: { type: 'task', commands: ['true'] }, files: [], requirement, priority: 0 });
+          }
+        });
+        // A second apart, in the order of their names, as applied one after another: inserted this fast, some would share
+        // a submission time (the embedded database's clock counts milliseconds), and ties are listed in any order.
+        await server.db.query(`UPDATE runs SET submitted_at = now() - make_interval(secs => $1 - substring(name from 8)::int) WHERE name LIKE 'queued-%'`, [RUN_LIST_LIMIT + 5]);
       });
 
       after(async () => {
